@@ -1,0 +1,22 @@
+"""MAPPA environments: teams of LLM agents as PettingZoo AEC environments with per-action coach rewards.
+
+    import mappa_envs
+    env = mappa_envs.make("MathChat-v0")
+
+Importing this package loads no torch, ray, vllm or deepspeed.
+"""
+from mappa_envs.registration import EnvSpec, make, register, registry, spec
+
+register(
+    "MathChat-v0",
+    "mappa_envs.mathchat.env:MathChatEnv",
+    description="Problem Solver -> Code Executor -> Verifier on competition math; rule-checked answers.",
+)
+register(
+    "DSBench-v0",
+    "mappa_envs.dsbench.env:DSBenchEnv",
+    description="Data Engineer -> Modeler -> Analyst on Kaggle-style modeling tasks; scored submissions.",
+)
+
+__all__ = ["EnvSpec", "make", "register", "registry", "spec"]
+__version__ = "0.1.0"

@@ -1,0 +1,66 @@
+"""RuleCoach: an offline, deterministic coach that scores actions from verifiable signals only.
+
+What it rewards (start at 5, clip to [0, 10]):
+
+| signal                                  | effect |
+|-----------------------------------------|--------|
+| empty action                            | score 0 |
+| every tool call ran without error       | +1.5, and +0.5 more if it printed something |
+| a tool call raised                      | -2 |
+| a tool call timed out                   | -3 |
+| each check in `CoachRequest.checks`     | +w when True, -w when False (weights below) |
+
+It never reads the prose: two actions with the same signals get the same score. That makes it a
+reproducible offline default and a floor to compare LLM coaches against, not a substitute for them.
+"""
+from __future__ import annotations
+
+from mappa_envs.coach.types import CoachRequest, CoachScore
+
+# check name -> (reward when True, penalty when False)
+CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
+    "answer_present": (0.5, 2.0),
+    "answer_correct": (3.5, 3.5),
+    "code_present": (0.5, 1.0),
+    "expected_files_present": (1.0, 2.0),
+    "submission_valid": (2.0, 3.0),
+    "beats_baseline": (2.0, 1.0),
+}
+
+
+class RuleCoach:
+    """Deterministic 0-10 scores from tool results and the env's `checks`; see the module docstring."""
+
+    name = "rule"
+
+    def score(self, request: CoachRequest) -> CoachScore:
+        if not request.action.strip():
+            return CoachScore(score=0.0, rationale="empty action", answer_correct=_correct(request))
+        score, reasons = 5.0, []
+        results = request.tool_results
+        if results:
+            if any(r.get("timed_out") for r in results):
+                score -= 3.0
+                reasons.append("a tool call timed out (-3)")
+            elif any(not r.get("ok", True) for r in results):
+                score -= 2.0
+                reasons.append("a tool call raised (-2)")
+            else:
+                score += 1.5
+                reasons.append("all tool calls ran (+1.5)")
+                if any(r.get("stdout", "").strip() for r in results):
+                    score += 0.5
+                    reasons.append("printed output (+0.5)")
+        for check, passed in sorted(request.checks.items()):
+            bonus, penalty = CHECK_WEIGHTS.get(check, (0.5, 0.5))
+            score += bonus if passed else -penalty
+            reasons.append(f"{check}={passed} ({'+' if passed else '-'}{bonus if passed else penalty})")
+        score = min(10.0, max(0.0, score))
+        return CoachScore(score=score, rationale="; ".join(reasons) or "no signals", answer_correct=_correct(request))
+
+    async def ascore(self, request: CoachRequest) -> CoachScore:
+        return self.score(request)
+
+
+def _correct(request: CoachRequest) -> bool | None:
+    return request.checks.get("answer_correct") if request.ask_answer_correct else None

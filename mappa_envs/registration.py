@@ -1,0 +1,54 @@
+"""Environment registry: versioned ids ("Name-vN") mapped to "module:callable" entry points."""
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+_ID = re.compile(r"^(?:[\w.-]+/)?[A-Za-z][\w.]*-v\d+$")
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    id: str
+    entry_point: str | Callable[..., Any]
+    kwargs: dict = field(default_factory=dict)
+    description: str = ""
+
+    def make(self, **kwargs):
+        creator = self.entry_point
+        if isinstance(creator, str):
+            module, _, attr = creator.partition(":")
+            creator = getattr(importlib.import_module(module), attr)
+        return creator(**{**self.kwargs, **kwargs})
+
+
+registry: dict[str, EnvSpec] = {}
+
+
+def register(env_id: str, entry_point: str | Callable[..., Any], description: str = "", **default_kwargs) -> None:
+    """Register `env_id` ("Name-vN"); `entry_point` is "module:callable" or a callable."""
+    if not _ID.match(env_id):
+        raise ValueError(f"env id {env_id!r} must look like 'Name-v0' (a name, '-v', a version number)")
+    registry[env_id] = EnvSpec(env_id, entry_point, dict(default_kwargs), description)
+    try:  # also reachable as pettingzoo.make("aec", "mappa/<id>"); the lookup happens at make time
+        import pettingzoo
+
+        if f"mappa/{env_id}" not in pettingzoo.aec_registry:
+            pettingzoo.register("aec", f"mappa/{env_id}", entry_point=functools.partial(make, env_id))
+    except (ImportError, AttributeError):  # PettingZoo < 1.26 has no registry
+        pass
+
+
+def spec(env_id: str) -> EnvSpec:
+    if env_id not in registry:
+        known = ", ".join(sorted(registry)) or "(none)"
+        raise KeyError(f"unknown env id {env_id!r}; registered ids: {known}")
+    return registry[env_id]
+
+
+def make(env_id: str, **kwargs):
+    """Create a registered environment; `kwargs` override the spec's defaults."""
+    return spec(env_id).make(**kwargs)
