@@ -1,0 +1,137 @@
+"""mappa_train.algo against tensors worked out by hand."""
+import math
+
+import pytest
+import torch
+
+from mappa_train import algo
+
+# two actions: row 0 has prompt (2 tokens) + 3 action tokens; row 1 has 1 prompt token + 2 action tokens + 2 pad
+MASK = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]], dtype=torch.float32)
+
+
+def test_kl_k1_is_logp_difference():
+    logp = torch.tensor([[-1.0, -2.0]])
+    ref = torch.tensor([[-1.5, -1.0]])
+    assert torch.allclose(algo.kl_k1(logp, ref), torch.tensor([[0.5, -1.0]]))
+
+
+def test_kl_k3_is_nonnegative_and_zero_at_equality():
+    logp = torch.tensor([[-1.0, -2.0, -0.3]])
+    ref = torch.tensor([[-1.5, -1.0, -0.3]])
+    k3 = algo.kl_k3(logp, ref)
+    assert torch.allclose(k3, torch.tensor([[math.exp(-0.5) + 0.5 - 1, math.exp(1.0) - 1.0 - 1, 0.0]]))
+
+
+def test_last_token_mask():
+    assert torch.equal(algo.last_token_mask(MASK), torch.tensor([[0, 0, 0, 0, 1], [0, 0, 1, 0, 0]], dtype=torch.float32))
+
+
+def test_token_rewards_coach_on_last_token_kl_on_action_tokens_only():
+    kl = torch.tensor([[9.0, 9.0, 1.0, 2.0, 3.0], [9.0, -1.0, 4.0, 9.0, 9.0]])
+    r = algo.token_rewards(torch.tensor([7.0, 2.0]), kl, MASK, beta=0.1)
+    expected = torch.tensor([[0, 0, -0.1, -0.2, -0.3 + 7.0], [0, 0.1, -0.4 + 2.0, 0, 0]])
+    assert torch.allclose(r, expected)
+
+
+def test_returns_to_go_within_row():
+    r = torch.tensor([[0, 0, 1.0, 2.0, 3.0], [0, 5.0, 7.0, 100.0, 100.0]])  # pad rewards are ignored
+    expected = torch.tensor([[0, 0, 6.0, 5.0, 3.0], [0, 12.0, 7.0, 0, 0]])
+    assert torch.allclose(algo.returns_to_go(r, MASK), expected)
+
+
+def test_returns_to_go_episode_and_agent_scopes():
+    # one episode, three actions in order: solver (order 0), executor (1), solver again (2)
+    mask = torch.ones(3, 2)
+    r = torch.tensor([[1.0, 2.0], [10.0, 20.0], [100.0, 200.0]])
+    within = torch.tensor([[3.0, 2.0], [30.0, 20.0], [300.0, 200.0]])
+    order = torch.tensor([0, 1, 2])
+    episode = torch.tensor([0, 0, 0])
+    agent = torch.tensor([0, 1, 0])
+    assert torch.allclose(algo.returns_to_go(r, mask), within)
+    # "episode": every later action's total is added
+    assert torch.allclose(algo.returns_to_go(r, mask, episode, order), within + torch.tensor([[330.0], [300.0], [0.0]]))
+    # "agent": only the same agent's later actions (row 0 gets row 2's 300, row 1 gets nothing)
+    group = episode * 2 + agent
+    assert torch.allclose(algo.returns_to_go(r, mask, group, order), within + torch.tensor([[300.0], [0.0], [0.0]]))
+    # rows of another episode never leak in
+    r2 = torch.cat([r, r]); m2 = torch.ones(6, 2)
+    ep2 = torch.tensor([0, 0, 0, 1, 1, 1]); ord2 = torch.cat([order, order])
+    out = algo.returns_to_go(r2, m2, ep2, ord2)
+    assert torch.allclose(out[:3], out[3:])
+
+
+def test_whiten_global_over_masked_entries():
+    x = torch.tensor([[9.0, 1.0, 2.0], [3.0, 99.0, 99.0]])
+    mask = torch.tensor([[0, 1, 1], [1, 0, 0]], dtype=torch.float32)
+    # masked values 1, 2, 3: mean 2, population std sqrt(2/3)
+    s = math.sqrt(2 / 3)
+    expected = torch.tensor([[0.0, -1 / s, 0.0], [1 / s, 0.0, 0.0]])
+    assert torch.allclose(algo.whiten(x, mask), expected, atol=1e-6)
+
+
+def test_whiten_per_role_differs_from_global():
+    x = torch.tensor([[1.0, 3.0], [10.0, 30.0]])
+    mask = torch.ones(2, 2)
+    per_role = algo.whiten(x, mask, group=torch.tensor([0, 1]))
+    assert torch.allclose(per_role, torch.tensor([[-1.0, 1.0], [-1.0, 1.0]]), atol=1e-6)
+    glob = algo.whiten(x, mask)
+    mean, std = x.mean(), x.std(unbiased=False)
+    assert torch.allclose(glob, (x - mean) / std, atol=1e-6)
+
+
+def test_ppo_clip_loss_unclipped_and_clipped_on_both_sides():
+    mask = torch.ones(1, 1)
+    lp = lambda ratio: torch.tensor([[math.log(ratio)]])  # noqa: E731
+    old = torch.zeros(1, 1)
+    pos, neg = torch.ones(1, 1), -torch.ones(1, 1)
+    # inside the trust region: loss = -ratio * A
+    assert algo.ppo_clip_loss(lp(1.1), old, pos, mask).item() == pytest.approx(-1.1)
+    # A > 0, ratio above 1+eps: clipped at 1.2 (no gradient)
+    logp = lp(1.5).requires_grad_()
+    loss = algo.ppo_clip_loss(logp, old, pos, mask)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.2) and logp.grad.item() == 0.0
+    # A > 0, ratio below 1-eps: min picks the unclipped ratio, gradient flows
+    logp = lp(0.5).requires_grad_()
+    loss = algo.ppo_clip_loss(logp, old, pos, mask)
+    loss.backward()
+    assert loss.item() == pytest.approx(-0.5) and logp.grad.item() == pytest.approx(-0.5)
+    # A < 0, ratio below 1-eps: clipped at 0.8 (no gradient)
+    logp = lp(0.5).requires_grad_()
+    loss = algo.ppo_clip_loss(logp, old, neg, mask)
+    loss.backward()
+    assert loss.item() == pytest.approx(0.8) and logp.grad.item() == 0.0
+    # A < 0, ratio above 1+eps: unclipped (pessimistic), gradient flows
+    assert algo.ppo_clip_loss(lp(1.5), old, neg, mask).item() == pytest.approx(1.5)
+
+
+def test_ppo_clip_loss_is_masked_token_mean_and_splits_into_microbatches():
+    logp = torch.tensor([[0.0, 0.1, 0.2], [0.0, -0.1, 5.0]])
+    old = torch.zeros(2, 3)
+    adv = torch.tensor([[0.0, 1.0, 2.0], [0.0, 3.0, 99.0]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 0]], dtype=torch.float32)
+    r = [math.exp(0.1), math.exp(0.2), math.exp(-0.1)]
+    expected = -(r[0] * 1 + min(r[1], 1.2) * 2 + r[2] * 3) / 3
+    full = algo.ppo_clip_loss(logp, old, adv, mask)
+    assert full.item() == pytest.approx(expected)
+    parts = sum(algo.ppo_clip_loss(logp[i:i + 1], old[i:i + 1], adv[i:i + 1], mask[i:i + 1], n_tokens=3) for i in range(2))
+    assert parts.item() == pytest.approx(expected)
+
+
+def test_advantages_composes_the_steps():
+    old = torch.tensor([[0.0, -1.0, -2.0], [0.0, -1.0, 0.0]])
+    ref = torch.tensor([[0.0, -1.5, -1.0], [0.0, -1.0, 0.0]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 0]], dtype=torch.float32)
+    reward = torch.tensor([1.0, 0.0])
+    kl = old - ref
+    rewards = algo.token_rewards(reward, kl, mask, beta=0.01)
+    expected = algo.whiten(algo.returns_to_go(rewards, mask), mask)
+    assert torch.allclose(algo.advantages(old, ref, mask, reward), expected)
+    # kl_in_loss keeps the KL out of the reward
+    no_kl = algo.whiten(algo.returns_to_go(algo.token_rewards(reward, kl, mask, beta=0.0), mask), mask)
+    assert torch.allclose(algo.advantages(old, ref, mask, reward, kl_in_loss=True), no_kl)
+    with pytest.raises(ValueError, match="scope"):
+        algo.advantages(old, ref, mask, reward, scope="turn")
+    with pytest.raises(ValueError, match="episode and order"):
+        algo.advantages(old, ref, mask, reward, scope="episode")
