@@ -11,6 +11,7 @@ register(
     "MathChat-v0",
     "mappa_envs.mathchat.env:MathChatEnv",
     description="Problem Solver -> Code Executor -> Verifier on competition math; rule-checked answers.",
+    scripted_policy="mappa_envs.mathchat.scripted:for_env",
 )
 register(
     "DSBench-v0",

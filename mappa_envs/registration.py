@@ -16,23 +16,35 @@ class EnvSpec:
     entry_point: str | Callable[..., Any]
     kwargs: dict = field(default_factory=dict)
     description: str = ""
+    scripted_policy: str | None = None  # "module:callable(env) -> TextPolicy", used by `mappa run`
 
     def make(self, **kwargs):
-        creator = self.entry_point
-        if isinstance(creator, str):
-            module, _, attr = creator.partition(":")
-            creator = getattr(importlib.import_module(module), attr)
-        return creator(**{**self.kwargs, **kwargs})
+        return load_callable(self.entry_point)(**{**self.kwargs, **kwargs})
+
+
+def load_callable(target: str | Callable[..., Any]) -> Callable[..., Any]:
+    """Resolve "package.module:attr" to the object (callables pass through)."""
+    if callable(target):
+        return target
+    module, sep, attr = target.partition(":")
+    if not sep:
+        raise ValueError(f"{target!r} is not of the form 'package.module:attr'")
+    return getattr(importlib.import_module(module), attr)
 
 
 registry: dict[str, EnvSpec] = {}
 
 
-def register(env_id: str, entry_point: str | Callable[..., Any], description: str = "", **default_kwargs) -> None:
-    """Register `env_id` ("Name-vN"); `entry_point` is "module:callable" or a callable."""
+def register(env_id: str, entry_point: str | Callable[..., Any], *, description: str = "",
+             scripted_policy: str | None = None, **default_kwargs) -> None:
+    """Register `env_id` ("Name-vN"); `entry_point` is "module:callable" or a callable.
+
+    `default_kwargs` go to the entry point (callers of `make` override them); `scripted_policy` names a
+    "module:callable" that builds a built-in policy for the env (for smoke runs and tests).
+    """
     if not _ID.match(env_id):
         raise ValueError(f"env id {env_id!r} must look like 'Name-v0' (a name, '-v', a version number)")
-    registry[env_id] = EnvSpec(env_id, entry_point, dict(default_kwargs), description)
+    registry[env_id] = EnvSpec(env_id, entry_point, dict(default_kwargs), description, scripted_policy)
     try:  # also reachable as pettingzoo.make("aec", "mappa/<id>"); the lookup happens at make time
         import pettingzoo
 

@@ -77,7 +77,7 @@ class Episode:
     task: Task
     session: SandboxSession
     actions: list[ActionRecord] = field(default_factory=list)
-    outputs: dict[str, str] = field(default_factory=dict)  # role -> its last action's text
+    outputs: dict[str, str] = field(default_factory=dict)  # role -> its turn: actions and tool output
     file_owners: dict[str, str] = field(default_factory=dict)  # workspace path -> role (or "task")
     outcome: Outcome | None = None
     state: dict = field(default_factory=dict)  # scenario-private scratch space
@@ -219,7 +219,9 @@ class PipelineEnv(AECEnv):
         results = self._run_cells(role, code)
         checks = self.scenario.checks(ep, role, text, results)
         self._turn_actions += 1
-        ep.outputs[agent] = text
+        # What later roles see of this turn: every action, with its tool output.
+        piece = f"{text}\n\nOutput of the code:\n{format_tool_output(results)}" if results else text
+        ep.outputs[agent] = piece if self._turn_actions == 1 else f"{ep.outputs[agent]}\n\n{piece}"
         continues = bool(code) and self._turn_actions < role.max_actions
         last_role = agent == self.possible_agents[-1]
         truncated = self._over_limits(text, results)
@@ -264,6 +266,22 @@ class PipelineEnv(AECEnv):
             print(text)
             return None
         return text
+
+    def transcript(self) -> dict:
+        """The episode so far as a JSON-able record: task, every action with tool output and verdict, outcome."""
+        ep = self.episode
+        if ep is None:
+            return {}
+        return {
+            "env_id": self.scenario.env_id,
+            "task_id": ep.task.id,
+            "task": ep.task.prompt,
+            "ground_truth": ep.task.answer,
+            "actions": [{"text": a.text, **self._record_info(a)} for a in ep.actions],
+            "files": dict(ep.file_owners),
+            "outcome": None if ep.outcome is None else
+            {"score": ep.outcome.score, "correct": ep.outcome.correct, **ep.outcome.details},
+        }
 
     def close(self) -> None:
         self._close_session()

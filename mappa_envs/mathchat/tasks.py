@@ -1,0 +1,206 @@
+"""MathChat task sources: AIME/AMC-format files, Hugging Face datasets, and a synthetic generator.
+
+`load_tasks(source, split, ...)` accepts
+- "synthetic" (the offline default): seeded competition-style problems whose integer answers are
+  computed by the generator, with the Python that computes them in `task.meta["solution_code"]`;
+- a path to a JSON array or JSON-lines file with `prompt` (or `problem`/`question`) and `answer`;
+- "hf:<dataset id>[:<split>]" for users with network access (needs `pip install datasets`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+from pathlib import Path
+from typing import Callable
+
+from mappa_envs.core.pipeline import Task
+
+SPLITS = ("all", "train", "eval")
+_PROMPT_KEYS = ("prompt", "problem", "question")
+
+
+class TaskSourceError(ValueError):
+    """A task file or dataset is malformed; the message names the file and row."""
+
+
+def load_tasks(source: str = "synthetic", split: str = "train", num_tasks: int = 256, seed: int = 0,
+               eval_fraction: float = 0.1) -> list[Task]:
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not one of {SPLITS}")
+    if source == "synthetic":
+        return synthetic_tasks(num_tasks, seed=seed, split="train" if split == "all" else split)
+    if source.startswith("hf:"):
+        tasks = _load_hf(source[3:])
+    else:
+        tasks = load_task_file(source)
+    return tasks if split == "all" else [t for t in tasks if _in_split(t.id, split, eval_fraction)]
+
+
+def _in_split(task_id: str, split: str, eval_fraction: float) -> bool:
+    """A stable, seed-free holdout: a task's split depends only on its id."""
+    bucket = int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return (bucket < eval_fraction) == (split == "eval")
+
+
+def load_task_file(path: str | Path) -> list[Task]:
+    """Read a JSON array or JSON-lines file of {prompt, answer, [id]} records."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"task file {path} does not exist (or use source='synthetic')")
+    text = path.read_text(encoding="utf-8")
+    try:
+        rows = json.loads(text)
+        if not isinstance(rows, list):
+            raise TaskSourceError(f"{path}: expected a JSON array of records or JSON lines, got {type(rows).__name__}")
+        numbered = list(enumerate(rows, 1))
+    except json.JSONDecodeError:
+        numbered = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    numbered.append((lineno, json.loads(line)))
+                except json.JSONDecodeError as e:
+                    raise TaskSourceError(f"{path}: line {lineno} is not valid JSON ({e.msg})") from None
+    return [_task_from_row(row, f"{path.name}-{n}", f"{path}: record {n}") for n, row in numbered]
+
+
+def _task_from_row(row: object, default_id: str, where: str) -> Task:
+    if not isinstance(row, dict):
+        raise TaskSourceError(f"{where} is a {type(row).__name__}, expected an object with 'prompt' and 'answer'")
+    prompt = next((row[k] for k in _PROMPT_KEYS if isinstance(row.get(k), str) and row[k].strip()), None)
+    if prompt is None:
+        raise TaskSourceError(f"{where} has no non-empty text field among {_PROMPT_KEYS}; keys: {sorted(row)}")
+    answer = row.get("answer")
+    if answer is None or (isinstance(answer, str) and not answer.strip()):
+        raise TaskSourceError(f"{where} has no 'answer'")
+    if isinstance(answer, float) and answer.is_integer():
+        answer = int(answer)  # AMC files store 142.0
+    meta = {k: v for k, v in row.items() if k not in (*_PROMPT_KEYS, "answer", "id")}
+    return Task(id=str(row.get("id", default_id)), prompt=prompt, answer=str(answer), meta=meta)
+
+
+def _load_hf(spec: str) -> list[Task]:
+    try:
+        import datasets
+    except ImportError:
+        raise ImportError("Hugging Face task sources need the datasets package: pip install datasets") from None
+    name, _, split = spec.partition(":")
+    data = datasets.load_dataset(name, split=split or "train")
+    return [_task_from_row(dict(row), f"{name}-{i}", f"{name}[{split or 'train'}] row {i}") for i, row in enumerate(data)]
+
+
+# --- the synthetic generator -----------------------------------------------------------------------
+# Each family draws parameters from `rng` and returns (problem text, code that prints the answer).
+# The answer is whatever that code prints, so it is computed, never guessed.
+
+
+def _digit_sum(rng: random.Random):
+    b, e = rng.choice([2, 3, 7, 11]), rng.randint(10, 60)
+    return f"What is the sum of the digits of ${b}^{{{e}}}$?", f"print(sum(int(d) for d in str({b}**{e})))"
+
+
+def _divisors(rng: random.Random):
+    n = rng.choice([2, 3, 5, 7]) ** rng.randint(1, 4) * rng.choice([6, 10, 12, 15, 21]) * rng.randint(1, 9)
+    return (f"How many positive integers divide ${n}$?",
+            f"n = {n}\nprint(sum(1 for d in range(1, n + 1) if n % d == 0))")
+
+
+def _power_mod(rng: random.Random):
+    a, b, m = rng.randint(2, 19), rng.randint(50, 2000), rng.choice([7, 11, 13, 100, 1000])
+    return f"Find the remainder when ${a}^{{{b}}}$ is divided by ${m}$.", f"print(pow({a}, {b}, {m}))"
+
+
+def _inclusion_exclusion(rng: random.Random):
+    n, a, b = rng.randint(100, 2000), rng.randint(2, 9), rng.randint(10, 19)
+    return (f"How many integers from $1$ to ${n}$ inclusive are divisible by ${a}$ or by ${b}$?",
+            f"print(sum(1 for k in range(1, {n} + 1) if k % {a} == 0 or k % {b} == 0))")
+
+
+def _lattice_paths(rng: random.Random):
+    a, b = rng.randint(3, 12), rng.randint(3, 12)
+    return (f"A path on the grid moves one unit right or one unit up at each step. How many paths go from "
+            f"$(0,0)$ to $({a},{b})$? Give the answer modulo $1000$.",
+            f"import math\nprint(math.comb({a + b}, {a}) % 1000)")
+
+
+def _stars_bars(rng: random.Random):
+    n, k = rng.randint(5, 30), rng.randint(3, 4)
+    variables = " + ".join(f"x_{i}" for i in range(1, k + 1))
+    return (f"How many ordered {k}-tuples of nonnegative integers satisfy ${variables} = {n}$?",
+            f"import math\nprint(math.comb({n + k - 1}, {k - 1}))")
+
+
+def _trailing_zeros(rng: random.Random):
+    n = rng.randint(30, 999)
+    return (f"How many zeros are at the end of the decimal representation of ${n}!$?",
+            f"import math\ns = str(math.factorial({n}))\nprint(len(s) - len(s.rstrip('0')))")
+
+
+def _fibonacci_mod(rng: random.Random):
+    n, m = rng.randint(20, 300), rng.choice([100, 1000, 997])
+    return (f"Let $F_1 = F_2 = 1$ and $F_{{n+2}} = F_{{n+1}} + F_n$. Find the remainder when $F_{{{n}}}$ is "
+            f"divided by ${m}$.",
+            f"a, b = 1, 1\nfor _ in range({n} - 2):\n    a, b = b, a + b\nprint(b % {m} if {n} > 2 else 1)")
+
+
+def _sum_of_squares(rng: random.Random):
+    n = rng.randint(10, 200)
+    return (f"Find the remainder when $1^2 + 2^2 + \\cdots + {n}^2$ is divided by $1000$.",
+            f"print(sum(k * k for k in range(1, {n} + 1)) % 1000)")
+
+
+def _gcd_lcm(rng: random.Random):
+    a, b = rng.randint(12, 400), rng.randint(12, 400)
+    return (f"Let $g = \\gcd({a}, {b})$ and $l = \\operatorname{{lcm}}({a}, {b})$. What is $l / g$?",
+            f"import math\nprint(math.lcm({a}, {b}) // math.gcd({a}, {b}))")
+
+
+FAMILIES: dict[str, Callable[[random.Random], tuple[str, str]]] = {
+    f.__name__.lstrip("_"): f
+    for f in (_digit_sum, _divisors, _power_mod, _inclusion_exclusion, _lattice_paths, _stars_bars,
+              _trailing_zeros, _fibonacci_mod, _sum_of_squares, _gcd_lcm)
+}
+
+
+def _run_solution(code: str) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(code, {"math": math})  # generator-authored code, never model output
+    return out.getvalue().strip()
+
+
+def synthetic_tasks(num_tasks: int, seed: int = 0, split: str = "train") -> list[Task]:
+    """`num_tasks` distinct problems; train and eval draw from disjoint streams and never share a prompt."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"synthetic split must be 'train' or 'eval', got {split!r}")
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+    other = set() if split == "train" else {t.prompt for t in _generate(num_tasks * 4, seed, "train")}
+    return _generate(num_tasks, seed, split, exclude=other)
+
+
+def _generate(num_tasks: int, seed: int, split: str, exclude: set[str] = frozenset()) -> list[Task]:
+    rng = random.Random(f"mathchat-synthetic-{seed}-{split}")
+    names = sorted(FAMILIES)
+    tasks, seen = [], set(exclude)
+    while len(tasks) < num_tasks:
+        family = names[len(tasks) % len(names)]
+        prompt, code = FAMILIES[family](rng)
+        if prompt in seen:
+            continue
+        seen.add(prompt)
+        answer = _run_solution(code)
+        tasks.append(Task(id=f"synthetic-{split}-{seed}-{len(tasks)}", prompt=prompt, answer=answer,
+                          meta={"family": family, "solution_code": code}))
+    return tasks
+
+
+def normalize_problem_text(text: str) -> str:
+    """Whitespace- and case-insensitive form of a problem, for train/eval overlap checks."""
+    return re.sub(r"\s+", " ", text).strip().lower()
