@@ -74,3 +74,10 @@ def test_known_synthetic_answers_are_right():
     n = int(__import__("re").search(r"\$(\d+)!\$", tasks["trailing_zeros"].prompt).group(1))
     assert tasks["trailing_zeros"].answer == str(sum(n // 5 ** k for k in range(1, 6)))
     assert math.isfinite(float(tasks["digit_sum"].answer))
+
+
+def test_hf_source_goes_through_datasets(tmp_path):
+    """`hf:<id>` uses datasets.load_dataset; a local data directory exercises it with no network."""
+    (tmp_path / "train.jsonl").write_text('{"problem": "1+2?", "answer": 3}\n{"problem": "2+5?", "answer": "7"}\n')
+    tasks = load_tasks(f"hf:{tmp_path}", split="all")
+    assert [(t.prompt, t.answer) for t in tasks] == [("1+2?", "3"), ("2+5?", "7")]
