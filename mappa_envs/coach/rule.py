@@ -8,7 +8,17 @@ What it rewards (start at 5, clip to [0, 10]):
 | every tool call ran without error       | +1.5, and +0.5 more if it printed something |
 | a tool call raised                      | -2 |
 | a tool call timed out                   | -3 |
-| each check in `CoachRequest.checks`     | +w when True, -w when False (weights below) |
+| each check in `CoachRequest.checks`     | + its bonus when True, - its penalty when False (`CHECK_WEIGHTS`) |
+
+| check (computed by the env)   | True | False | meaning |
+|-------------------------------|------|-------|---------|
+| answer_present                | +0.5 | -2.0  | the action states an answer in the required format (\\boxed{}) |
+| answer_correct                | +3.5 | -3.5  | that answer matches the ground truth (rule-based, not an LLM) |
+| code_present                  | +0.5 | -1.0  | a tool-using role wrote a code block |
+| expected_files_present        | +1.0 | -2.0  | DSBench: the files this role must leave for the next one exist |
+| submission_valid              | +2.0 | -3.0  | DSBench: the submission has the right ids, columns and rows |
+| beats_baseline                | +2.0 | -1.0  | DSBench: its ground-truth metric beats the trivial baseline |
+| any other check               | +0.5 | -0.5  | |
 
 It never reads the prose: two actions with the same signals get the same score. That makes it a
 reproducible offline default and a floor to compare LLM coaches against, not a substitute for them.
@@ -28,10 +38,16 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
 }
 
 
+VERSION = "rule-1"  # bump when the weights or rules change: it is the CachedCoach identity
+
+
 class RuleCoach:
     """Deterministic 0-10 scores from tool results and the env's `checks`; see the module docstring."""
 
     name = "rule"
+
+    def cache_identity(self, request: CoachRequest) -> str:
+        return VERSION
 
     def score(self, request: CoachRequest) -> CoachScore:
         if not request.action.strip():

@@ -48,6 +48,7 @@ class CoachScore:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached: bool = False
+    cost_usd: float = 0.0  # what this call cost at the coach's configured prices (0 on a cache hit)
 
     def to_dict(self, timings: bool = False) -> dict:
         d = asdict(self)

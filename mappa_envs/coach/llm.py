@@ -1,0 +1,328 @@
+"""LLMCoach: scores actions with a chat model behind any OpenAI-compatible endpoint.
+
+Gemini (its OpenAI-compatible endpoint), OpenAI, or a local `vllm serve`; see `PRESETS`.
+
+Per call: render the env's versioned prompt (`mappa_envs.coach.prompts`), send it, read the score
+with `parse_score`'s strict rules. Failures are handled in bounded, explicit steps:
+
+- transient errors (timeout, connection error, 429, 5xx, a malformed response body) are retried
+  up to `max_retries` times with exponential backoff and jitter (a `retry-after` header is honoured);
+- other API errors (400, 401, 404, ...) are not retried: retrying cannot fix them;
+- a reply without a usable score gets ONE format retry that resends the full original request
+  with a note saying what was wrong;
+- if no score can be had, `on_failure` decides: "raise" raises `CoachError`; "skip" returns
+  `CoachScore(score=None, ok=False, error=...)`; "neutral" returns `score=neutral_score` but still
+  `ok=False` with the error, so consumers that need a number for display have one while
+  `ok=False` keeps meaning "do not train on this" (the env's reward for it is 0 and `infos` carry
+  the error). No policy ever passes off an invented number as a verdict.
+
+Concurrency: sync `score` calls (env steps in worker threads) share one semaphore of size
+`concurrency`; async `ascore` calls share one per event loop. Both draw from one requests-per-minute
+budget, and every call adds its tokens and cost to `usage`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mappa_envs.coach.parse import parse_reply
+from mappa_envs.coach.prompts import FORMAT_VERSION, json_schema, load_template, render_messages
+from mappa_envs.coach.types import CoachRequest, CoachScore
+
+OnFailure = Literal["raise", "skip", "neutral"]
+GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai/"
+
+
+class CoachError(RuntimeError):
+    """No score could be had and the coach's `on_failure` is "raise"."""
+
+
+@dataclass
+class LLMCoachConfig:
+    """Where the coach model lives, how to call it, and what to do when it fails."""
+
+    model: str  # the model name the endpoint expects (vLLM: the served model name)
+    base_url: str  # the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1
+    api_key_env: str | None = "OPENAI_API_KEY"  # environment variable holding the key; None: no key needed
+    temperature: float = 0.0
+    max_tokens: int = 1024  # for thinking models this must cover the thinking tokens too
+    concurrency: int = 16  # requests in flight at once (per sync coach / per event loop)
+    rpm: float | None = None  # requests started per minute, across all callers; None: no limit
+    timeout_s: float = 120.0  # per HTTP call
+    max_retries: int = 4  # retries of transient failures, per score
+    backoff_s: float = 1.0  # first retry waits ~backoff_s, then doubling, jittered to 50-100%
+    backoff_max_s: float = 60.0
+    format_retry: bool = True  # one resend of the full request when the reply has no usable score
+    on_failure: OnFailure = "skip"
+    neutral_score: float = 5.0  # the placeholder `on_failure="neutral"` puts in an ok=False score
+    structured_output: bool = False  # ask for JSON via response_format=json_schema (OpenAI, Gemini, vLLM)
+    reasoning_effort: str | None = None  # passed through when set (Gemini 2.5 / OpenAI reasoning models)
+    price_prompt_per_mtok: float = 0.0  # USD per million prompt tokens, for cost accounting
+    price_completion_per_mtok: float = 0.0  # USD per million completion tokens (thinking included)
+    max_field_chars: int = 8000  # longer prompt fields keep their head and tail
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.model:
+            problems.append("model is empty: set it to the endpoint's model name (vLLM: the served model name)")
+        if not self.base_url.startswith(("http://", "https://")):
+            problems.append(f"base_url {self.base_url!r} must start with http:// or https://")
+        if self.on_failure not in ("raise", "skip", "neutral"):
+            problems.append(f"on_failure {self.on_failure!r} must be 'raise', 'skip' or 'neutral'")
+        if self.concurrency < 1 or self.max_retries < 0 or self.max_tokens < 1:
+            problems.append("concurrency and max_tokens must be >= 1 and max_retries >= 0")
+        if self.timeout_s <= 0 or (self.rpm is not None and self.rpm <= 0):
+            problems.append("timeout_s and rpm must be > 0 (rpm=None for no limit)")
+        if not 0.0 <= self.neutral_score <= 10.0:
+            problems.append("neutral_score must lie in [0, 10]")
+        if problems:
+            raise ValueError("LLMCoachConfig: " + "; ".join(problems))
+
+
+# Prices are list prices in USD per million tokens as of 2025 (Gemini 2.5 Pro: prompts <= 200k
+# tokens); rpm is the paid tier-1 quota. Override either for your account.
+PRESETS: dict[str, dict[str, Any]] = {
+    "gemini-2.5-flash": dict(model="gemini-2.5-flash", base_url=GEMINI_BASE_URL, api_key_env="GEMINI_API_KEY",
+                             max_tokens=8192, rpm=1000, price_prompt_per_mtok=0.30, price_completion_per_mtok=2.50),
+    "gemini-2.5-pro": dict(model="gemini-2.5-pro", base_url=GEMINI_BASE_URL, api_key_env="GEMINI_API_KEY",
+                           max_tokens=16384, rpm=150, price_prompt_per_mtok=1.25, price_completion_per_mtok=10.0),
+    "openai": dict(model="gpt-4.1-mini", base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY",
+                   price_prompt_per_mtok=0.40, price_completion_per_mtok=1.60),
+    "vllm-local": dict(model="", base_url="http://127.0.0.1:8000/v1", api_key_env=None, structured_output=True),
+}
+PRESET_FOR_ENV = {"MathChat-v0": "gemini-2.5-flash", "DSBench-v0": "gemini-2.5-pro"}  # as in the paper
+
+
+@dataclass
+class CoachUsage:
+    """Running totals over every score call of one coach."""
+
+    scores: int = 0  # score()/ascore() calls
+    failures: int = 0  # of which ended ok=False (or raised)
+    http_calls: int = 0  # every attempt, retries included
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class LLMCoach:
+    """A `Coach` backed by a chat model; build one with `LLMCoach(LLMCoachConfig(...))` or `from_preset`."""
+
+    name = "llm"
+
+    def __init__(self, config: LLMCoachConfig):
+        self.config = config
+        if config.api_key_env is None:
+            self._api_key = "EMPTY"
+        elif os.environ.get(config.api_key_env):
+            self._api_key = os.environ[config.api_key_env]
+        else:
+            raise ValueError(f"LLMCoach: environment variable {config.api_key_env} is not set; export your API key "
+                             f"there, or set api_key_env=None for an endpoint without authentication")
+        self.usage = CoachUsage()
+        self._lock = threading.Lock()
+        self._threads = threading.BoundedSemaphore(config.concurrency)
+        self._rpm = _RateLimiter(config.rpm)
+        self._client = None
+        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> (client, semaphore)
+        self._jitter = random.Random()
+
+    @classmethod
+    def from_preset(cls, preset: str, **overrides: Any) -> LLMCoach:
+        """A coach from one of `PRESETS` ("gemini-2.5-flash", "gemini-2.5-pro", "openai", "vllm-local")."""
+        if preset not in PRESETS:
+            raise ValueError(f"unknown coach preset {preset!r}; choose one of {sorted(PRESETS)}")
+        return cls(LLMCoachConfig(**{**PRESETS[preset], **overrides}))
+
+    def cache_identity(self, request: CoachRequest) -> str:
+        """What, besides the request, determines this coach's verdict (the CachedCoach key)."""
+        c = self.config
+        return json.dumps({"model": c.model, "template": load_template(request.env_id).version, "format": FORMAT_VERSION,
+                           "temperature": c.temperature, "max_tokens": c.max_tokens,
+                           "structured": c.structured_output, "reasoning_effort": c.reasoning_effort}, sort_keys=True)
+
+    def score(self, request: CoachRequest) -> CoachScore:
+        call = _Call(self, request)
+        client = self._sync_client()
+        while call.pending:
+            time.sleep(self._rpm.reserve())
+            with self._threads:
+                try:
+                    call.took(client.chat.completions.create(**call.kwargs))
+                except Exception as exc:
+                    call.failed(exc)
+            time.sleep(call.delay)
+        return self._finish(call)
+
+    async def ascore(self, request: CoachRequest) -> CoachScore:
+        call = _Call(self, request)
+        client, semaphore = self._async_state()
+        while call.pending:
+            await asyncio.sleep(self._rpm.reserve())
+            async with semaphore:
+                try:
+                    call.took(await client.chat.completions.create(**call.kwargs))
+                except Exception as exc:
+                    call.failed(exc)
+            await asyncio.sleep(call.delay)
+        return self._finish(call)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def __enter__(self) -> LLMCoach:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _sync_client(self):
+        with self._lock:
+            if self._client is None:
+                import openai
+
+                self._client = openai.OpenAI(base_url=self.config.base_url, api_key=self._api_key,
+                                             timeout=self.config.timeout_s, max_retries=0)
+            return self._client
+
+    def _async_state(self):
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if loop not in self._loops:  # asyncio clients and semaphores belong to one event loop
+                import openai
+
+                client = openai.AsyncOpenAI(base_url=self.config.base_url, api_key=self._api_key,
+                                            timeout=self.config.timeout_s, max_retries=0)
+                self._loops[loop] = (client, asyncio.Semaphore(self.config.concurrency))
+            return self._loops[loop]
+
+    def _finish(self, call: _Call) -> CoachScore:
+        c = self.config
+        cost = (call.prompt_tokens * c.price_prompt_per_mtok + call.completion_tokens * c.price_completion_per_mtok) / 1e6
+        with self._lock:
+            u = self.usage
+            u.scores += 1
+            u.failures += call.error is not None
+            u.http_calls += call.attempts
+            u.prompt_tokens += call.prompt_tokens
+            u.completion_tokens += call.completion_tokens
+            u.cost_usd += cost
+        common = dict(attempts=call.attempts, latency_s=time.monotonic() - call.started, cost_usd=cost,
+                      prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens)
+        if call.error is None:
+            return CoachScore(score=call.verdict.score, rationale=call.verdict.rationale,
+                              answer_correct=call.verdict.answer_correct if call.request.ask_answer_correct else None,
+                              **common)
+        if c.on_failure == "raise":
+            raise CoachError(f"{c.model} at {c.base_url}: {call.error}")
+        neutral = c.on_failure == "neutral"
+        return CoachScore(score=c.neutral_score if neutral else None, ok=False, error=call.error,
+                          rationale=f"placeholder {c.neutral_score:g} after a failure: not a verdict" if neutral else "",
+                          **common)
+
+
+class _Call:
+    """One score request across its attempts: what to send next, and whether to go on."""
+
+    def __init__(self, coach: LLMCoach, request: CoachRequest):
+        self.coach, self.request, self.config = coach, request, coach.config
+        self.started = time.monotonic()
+        self.template = load_template(request.env_id)
+        self.kwargs = self._kwargs(retry_note=None)
+        self.pending = True
+        self.delay = 0.0
+        self.attempts = self.transient_retries = 0
+        self.format_retried = False
+        self.prompt_tokens = self.completion_tokens = 0
+        self.verdict = None
+        self.error: str | None = None
+
+    def _kwargs(self, retry_note: str | None) -> dict:
+        c = self.config
+        messages = render_messages(self.template, self.request, c.max_field_chars, c.structured_output, retry_note)
+        kwargs: dict[str, Any] = dict(model=c.model, messages=messages, temperature=c.temperature, max_tokens=c.max_tokens)
+        if c.structured_output:
+            kwargs["response_format"] = json_schema(self.request.ask_answer_correct)
+        if c.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = c.reasoning_effort
+        return kwargs
+
+    def took(self, response) -> None:
+        self.attempts += 1
+        self.delay = 0.0
+        if response.usage is not None:
+            self.prompt_tokens += response.usage.prompt_tokens or 0
+            self.completion_tokens += response.usage.completion_tokens or 0
+        choice = response.choices[0] if response.choices else None
+        content = choice.message.content if choice is not None else None
+        verdict = parse_reply(content)
+        if verdict.score is not None:
+            self.verdict, self.pending = verdict, False
+            return
+        problem = verdict.problem + (" (the reply hit max_tokens)" if choice is not None and choice.finish_reason == "length" else "")
+        if self.config.format_retry and not self.format_retried:
+            self.format_retried = True
+            self.kwargs = self._kwargs(retry_note=f"Your previous reply to this request could not be used: {problem}. "
+                                                  "Answer the request again, in exactly the format asked.")
+            return
+        tries = "after a format retry" if self.format_retried else "(format retry off)"
+        self._fail(f"no usable score {tries}: {problem}; reply began {(content or '')[:200]!r}")
+
+    def failed(self, exc: Exception) -> None:
+        import openai
+
+        self.attempts += 1
+        transient = isinstance(exc, (openai.APIConnectionError, openai.RateLimitError, json.JSONDecodeError,
+                                     openai.APIResponseValidationError)) \
+            or (isinstance(exc, openai.APIStatusError) and exc.status_code >= 500)
+        if not transient and not isinstance(exc, openai.APIError):
+            raise exc  # a bug on our side, not a coach failure
+        what = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if not transient:
+            self._fail(f"{what} (not retried)")
+        elif self.transient_retries >= self.config.max_retries:
+            self._fail(f"{what} (gave up after {self.transient_retries} retries)")
+        else:
+            self.transient_retries += 1
+            self.delay = self._backoff(exc)
+
+    def _backoff(self, exc: Exception) -> float:
+        c = self.config
+        base = min(c.backoff_max_s, c.backoff_s * 2 ** (self.transient_retries - 1))
+        delay = base * (0.5 + 0.5 * self.coach._jitter.random())  # jitter de-synchronises parallel callers
+        response = getattr(exc, "response", None)
+        retry_after = response.headers.get("retry-after") if response is not None else None
+        try:
+            return min(c.backoff_max_s, max(delay, float(retry_after))) if retry_after else delay
+        except ValueError:  # an HTTP date: keep our own backoff
+            return delay
+
+    def _fail(self, error: str) -> None:
+        self.error, self.pending, self.delay = error, False, 0.0
+
+
+class _RateLimiter:
+    """Spaces request starts at least 60/rpm seconds apart, across threads and event loops."""
+
+    def __init__(self, rpm: float | None):
+        self.interval = 60.0 / rpm if rpm else 0.0
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def reserve(self) -> float:
+        """Claim the next start slot; returns how long to wait for it."""
+        if not self.interval:
+            return 0.0
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + self.interval
+            return start - now

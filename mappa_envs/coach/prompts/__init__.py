@@ -1,0 +1,135 @@
+"""Versioned coach prompt templates, one per environment (`<env_id>.md`), and `generic.md` for the rest.
+
+A template file is `version: <id>` followed by `## system` (criteria, root-cause rules, how to weigh
+evidence) and optional `## role: <name>` sections (criteria for one role, appended to the system
+message when that role is scored). Bump the version whenever the text changes: it is part of the
+cache key, so cached scores never outlive the prompt that produced them.
+
+The user message (the evidence) and the reply format are rendered here, the same for every env;
+`FORMAT_VERSION` versions that part.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from mappa_envs.coach.types import CoachRequest
+
+FORMAT_VERSION = "format-1"
+_DIR = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    version: str
+    system: str
+    roles: dict[str, str]
+
+
+@functools.cache
+def load_template(env_id: str) -> PromptTemplate:
+    """The template for `env_id`, or the generic one when the env has none."""
+    path = _DIR / f"{env_id}.md"
+    return _parse(path if path.exists() else _DIR / "generic.md")
+
+
+def _parse(path: Path) -> PromptTemplate:
+    text = path.read_text()
+    head, _, body = text.partition("\n")
+    if not head.startswith("version:"):
+        raise ValueError(f"{path}: the first line must be 'version: <id>'")
+    sections = re.split(r"^## ", body, flags=re.MULTILINE)
+    system, roles = "", {}
+    for section in sections[1:]:
+        title, _, content = section.partition("\n")
+        if title.strip() == "system":
+            system = content.strip()
+        elif title.startswith("role:"):
+            roles[title[len("role:"):].strip()] = content.strip()
+        else:
+            raise ValueError(f"{path}: unknown section '## {title}' (use '## system' or '## role: <name>')")
+    if not system:
+        raise ValueError(f"{path}: no '## system' section")
+    return PromptTemplate(version=head[len("version:"):].strip(), system=system, roles=roles)
+
+
+def reply_format(ask_answer_correct: bool, structured: bool) -> str:
+    if structured:
+        fields = '"rationale", ' + ('"answer_correct" (true/false), ' if ask_answer_correct else "") + '"score" (0-10)'
+        return f"Reply with a JSON object with the keys {fields}."
+    lines = ["RATIONALE: <2-5 sentences: what this action did well or badly, and whose fault any failure is>"]
+    if ask_answer_correct:
+        lines.append("ANSWER_CORRECT: <yes or no: is this agent's final answer correct?>")
+    lines.append("SCORE: <one number from 0 to 10>")
+    return "Reply in exactly this format, with nothing after the SCORE line:\n" + "\n".join(lines)
+
+
+def json_schema(ask_answer_correct: bool) -> dict:
+    """The `response_format` for structured output: the same fields as the text format."""
+    props: dict = {"rationale": {"type": "string", "maxLength": 800}}
+    if ask_answer_correct:
+        props["answer_correct"] = {"type": "boolean"}
+    props["score"] = {"type": "number", "minimum": 0, "maximum": 10}
+    schema = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": "coach_verdict", "strict": True, "schema": schema}}
+
+
+def render_messages(template: PromptTemplate, req: CoachRequest, max_field_chars: int = 8000,
+                    structured: bool = False, retry_note: str | None = None) -> list[dict]:
+    """The chat messages for one request. `retry_note` is appended for the one format retry."""
+    system = template.system
+    if req.role in template.roles:
+        system += f"\n\nCriteria for the {req.role}:\n{template.roles[req.role]}"
+    cut = functools.partial(_cut, limit=max_field_chars)
+    parts = [f"# Environment: {req.env_id}", f"## Task\n{cut(req.task)}",
+             f"## Agent being scored: {req.role}\nDuties:\n{cut(req.role_duties)}\n"
+             f"This is action {req.action_index + 1} of its turn"
+             + (" and the last action of the episode." if req.is_final_action else ".")]
+    if req.upstream:
+        parts.append("## Outputs of the other agents so far\n"
+                     + "\n\n".join(f"### {role}\n{cut(text)}" for role, text in req.upstream.items()))
+    if req.context:
+        parts.append(f"## What the agent saw before acting\n{cut(req.context)}")
+    parts.append(f"## The action being scored\n{cut(req.action) if req.action.strip() else '(empty)'}")
+    if req.tool_results:
+        parts.append("## Output of the action's code\n" + "\n\n".join(
+            _tool_result(i, r, cut) for i, r in enumerate(req.tool_results, 1)))
+    if req.files:
+        parts.append("## Files in the workspace (path: written by)\n"
+                     + "\n".join(f"- {path}: {who}" for path, who in sorted(req.files.items())))
+    if req.checks:
+        parts.append("## Checks computed by the environment (facts)\n"
+                     + "\n".join(f"- {name}: {value}" for name, value in sorted(req.checks.items())))
+    if req.ground_truth is not None:
+        parts.append(f"## Reference answer (ground truth)\n{cut(_text(req.ground_truth))}")
+    if req.metrics:
+        parts.append(f"## Ground-truth metrics of the outcome\n{cut(_text(req.metrics))}")
+    parts.append("## Your reply\n" + reply_format(req.ask_answer_correct, structured))
+    if retry_note:
+        parts.append(f"## Note\n{retry_note}")
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def _tool_result(i: int, r: dict, cut) -> str:
+    status = "timed out" if r.get("timed_out") else ("ok" if r.get("ok", True) else f"error: {r.get('error')}")
+    text = f"### Call {i} ({status})"
+    if r.get("stdout"):
+        text += f"\nstdout:\n{cut(r['stdout'])}"
+    if r.get("stderr"):
+        text += f"\nstderr:\n{cut(r['stderr'])}"
+    return text
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, indent=1, sort_keys=True, default=str)
+
+
+def _cut(text: str, limit: int) -> str:
+    """Keep the head and tail of long fields: errors usually sit at the end of the output."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
