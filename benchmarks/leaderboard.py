@@ -1,0 +1,10 @@
+"""Print (and optionally write) the Markdown leaderboard of `mappa eval` runs.
+
+    python benchmarks/leaderboard.py runs/eval [more runs or folders] [--out LEADERBOARD.md]
+"""
+import sys
+
+from mappa_train.evaluation.leaderboard import main
+
+if __name__ == "__main__":
+    sys.exit(main())

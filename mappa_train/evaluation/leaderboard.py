@@ -1,0 +1,85 @@
+"""A Markdown leaderboard across eval runs: one row per (run, eval set), best first within a set."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mappa_train.evaluation.metrics import MeanSE
+from mappa_train.evaluation.report import RESULTS, load_results
+
+
+def find_runs(paths: list[str | Path]) -> list[Path]:
+    """results.json files: each path is a run directory, a results.json, or a folder of runs."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file():
+            found.append(p)
+        elif (p / RESULTS).is_file():
+            found.append(p / RESULTS)
+        elif p.is_dir():
+            found += sorted(p.rglob(RESULTS))
+        else:
+            raise FileNotFoundError(f"{p} is neither a run directory, a results.json, nor a folder of runs")
+    return list(dict.fromkeys(found))
+
+
+def _fmt(d: dict | None) -> str:
+    return MeanSE.from_dict(d).format() if d else "–"
+
+
+def _overlap(s: dict) -> str:
+    o = s.get("overlap")
+    return f"⚠ {o['n_overlap']}/{o['n_eval']}" if o and o["n_overlap"] else ("0" if o else "–")
+
+
+def _coach(s: dict) -> str:
+    roles = s.get("coach_by_role", {})
+    return " / ".join(f"{r} {v['mean']:.1f}" for r, v in roles.items()) or "–"
+
+
+def leaderboard(results: list[dict]) -> str:
+    """Markdown: an accuracy table for sets with rule-checked answers, a quality table for DSBench sets."""
+    math_rows, ds_rows = [], []
+    for res in results:
+        for name, s in res["sets"].items():
+            head = [name, res["run"], res.get("team", ""), str(res["k"])]
+            tail = [_coach(s), str(s["episodes"]), _overlap(s), (res.get("commit") or "")[:12]]
+            if "valid_rate" in s:
+                ds_rows.append((name, -s["quality"]["mean"], head + [_fmt(s["valid_rate"]), _fmt(s["quality"])] + tail))
+            elif "avg@k" in s:
+                k = str(res["k"])
+                ds = [_fmt(s["avg@k"]), _fmt(s["maj@k"]), _fmt(s["pass@k"].get(k))]
+                math_rows.append((name, -s["avg@k"]["mean"], head + ds + tail))
+    common = ["coach by role", "episodes", "train overlap", "commit"]
+    parts = []
+    if math_rows:
+        parts.append(_table(["eval set", "run", "team", "k", "avg@k", "maj@k", "pass@k"] + common, math_rows))
+    if ds_rows:
+        parts.append(_table(["eval set", "run", "team", "k", "valid submissions", "relative quality"] + common, ds_rows))
+    return "\n\n".join(parts) + "\n" if parts else "No eval results found.\n"
+
+
+def _table(header: list[str], rows: list[tuple]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for _, _, cells in sorted(rows, key=lambda r: (r[0], r[1]))]
+    return "\n".join(lines)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", help="run directories, results.json files, or folders holding runs")
+    parser.add_argument("--out", help="also write the table to this Markdown file")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    configure(parser)
+    args = parser.parse_args(argv)
+    return write(args.runs, args.out)
+
+
+def write(runs: list[str], out: str | None) -> int:
+    table = leaderboard([load_results(p) for p in find_runs(runs)])
+    print(table, end="")
+    if out:
+        Path(out).write_text(table, encoding="utf-8")
+    return 0
