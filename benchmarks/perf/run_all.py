@@ -1,0 +1,148 @@
+"""Run every performance benchmark and write one table (Markdown + JSON) stamped with the commit.
+
+    python benchmarks/perf/run_all.py                      # quick mode, table in runs/perf/
+    python benchmarks/perf/run_all.py --full --baseline runs/perf/perf-<old commit>.json
+
+Each script in BENCHMARKS runs in its own process with its quick flag (unless --full). A script
+that accepts `--json PATH` reports its figures there; otherwise its figures are read from the
+"name: number [unit]" lines it prints. With --baseline, each figure is shown next to the same
+figure of an earlier run and their ratio, so speed can be compared across commits.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ["bench_sandbox.py", "bench_coach.py", "bench_rollout.py", "bench_learner.py"]
+QUICK_FLAGS = ("--quick", "--short")
+_FIGURE = re.compile(r"^\s*([A-Za-z][^:=|]{1,80}?)\s*[:=]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%µ]*)\s*$")
+
+
+def commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def flatten(d: object, prefix: str = "") -> dict[str, float]:
+    """Numeric leaves of a JSON object as {"a.b.c": value}."""
+    if isinstance(d, bool):
+        return {}
+    if isinstance(d, (int, float)):
+        return {prefix: float(d)}
+    if isinstance(d, dict):
+        return {k: v for key, val in d.items() for k, v in flatten(val, f"{prefix}.{key}" if prefix else str(key)).items()}
+    if isinstance(d, list):
+        return {k: v for i, val in enumerate(d) for k, v in flatten(val, f"{prefix}[{i}]").items()}
+    return {}
+
+
+def parse_printed(stdout: str) -> dict[str, float]:
+    """Figures from printed "name: 12.3 ms" lines (the unit joins the name)."""
+    figures = {}
+    for line in stdout.splitlines():
+        m = _FIGURE.match(line)
+        if m:
+            name = m.group(1).strip() + (f" [{m.group(3)}]" if m.group(3) else "")
+            figures[name] = float(m.group(2))
+    return figures
+
+
+def run_one(script: Path, full: bool, timeout: float) -> dict:
+    """Run one benchmark script; returns {status, wall_s, figures, output_tail}."""
+    if not script.is_file():
+        return {"status": "missing", "wall_s": 0.0, "figures": {}, "output_tail": f"{script} does not exist"}
+    helptext = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
+    cmd = [sys.executable, str(script)]
+    if not full:
+        cmd += [f for f in QUICK_FLAGS if f in helptext][:1]
+    with tempfile.TemporaryDirectory() as tmp:
+        json_path = Path(tmp) / "figures.json"
+        if "--json" in helptext:
+            cmd += ["--json", str(json_path)]
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"status": f"timeout after {timeout:.0f} s", "wall_s": timeout, "figures": {}, "output_tail": "",
+                    "command": ["python", *cmd[1:]]}
+        wall = time.monotonic() - started
+        figures = flatten(json.loads(json_path.read_text())) if json_path.is_file() else parse_printed(proc.stdout)
+    output = (proc.stdout + proc.stderr).strip().splitlines()
+    status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+    return {"status": status, "wall_s": round(wall, 2), "figures": figures, "output_tail": "\n".join(output[-20:]),
+            "command": ["python", *cmd[1:]]}
+
+
+def table(report: dict, baseline: dict | None) -> str:
+    head = ["benchmark", "figure", "value"] + (["baseline", "ratio"] if baseline else [])
+    lines = [f"# Performance — {report['commit'][:12]} ({report['mode']}, {report['finished_at']})", "",
+             f"Python {report['python']} on {report['machine']}" + (f"; baseline {baseline['commit'][:12]}" if baseline else ""), "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, res in report["benchmarks"].items():
+        old = (baseline or {}).get("benchmarks", {}).get(name, {}).get("figures", {})
+        rows = [("wall time [s]", res["wall_s"], (baseline or {}).get("benchmarks", {}).get(name, {}).get("wall_s"))]
+        rows += [(fig, val, old.get(fig)) for fig, val in res["figures"].items()]
+        if res["status"] != "ok":
+            rows = [(res["status"], None, None)]
+        for fig, val, was in rows:
+            cells = [name, fig, "" if val is None else f"{val:.4g}"]
+            if baseline:
+                cells += ["" if was is None else f"{was:.4g}", f"{val / was:.2f}×" if val is not None and was else ""]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="run the benchmarks at full size (default: their quick mode)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scripts (e.g. bench_coach.py)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per benchmark")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "perf", help="folder for perf-<commit>.md/.json")
+    parser.add_argument("--baseline", type=Path, help="an earlier perf-*.json to compare against")
+    args = parser.parse_args(argv)
+    names = args.only or BENCHMARKS
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; known: {BENCHMARKS}")
+    baseline = json.loads(args.baseline.read_text()) if args.baseline else None
+
+    report = {"commit": commit(), "mode": "full" if args.full else "quick", "python": platform.python_version(),
+              "machine": f"{platform.machine()}, {_cpus()} CPUs", "benchmarks": {}}
+    for name in names:
+        print(f"== {name}", file=sys.stderr, flush=True)
+        res = run_one(ROOT / "benchmarks" / name, args.full, args.timeout)
+        report["benchmarks"][name] = res
+        print(f"   {res['status']} in {res['wall_s']} s, {len(res['figures'])} figures", file=sys.stderr, flush=True)
+    report["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"perf-{report['commit'][:12]}"
+    text = table(report, baseline)
+    stem.with_suffix(".md").write_text(text, encoding="utf-8")
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(text, end="")
+    print(f"wrote {stem}.md and {stem}.json", file=sys.stderr)
+    return 0 if all(r["status"] == "ok" for r in report["benchmarks"].values()) else 1
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
