@@ -6,6 +6,7 @@
         ...
         stub.requests          # the JSON bodies received, in arrival order
         stub.calls             # how many chat-completion requests arrived
+        stub.max_in_flight     # the most requests the server was answering at once
 
 Scripted steps are consumed one per request, in arrival order; once the script runs out every
 request gets the default reply (`reply`, or `respond(body)` when given). Usage figures are word
@@ -49,13 +50,15 @@ class StubServer:
         self.delay_s = delay_s
         self.respond = respond
         self.requests: list[dict] = []
+        self.max_in_flight = 0
+        self._in_flight = 0
         self._steps: deque[Step] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self._server.block_on_close = False
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:
@@ -76,6 +79,7 @@ class StubServer:
         with self._lock:
             self.requests.clear()
             self._steps.clear()
+            self.max_in_flight = 0
 
     def start(self) -> StubServer:
         self._thread.start()
@@ -95,10 +99,16 @@ class StubServer:
     def _next(self, body: dict) -> Step:
         with self._lock:
             self.requests.append(body)
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
             if self._steps:
                 return self._steps.popleft()
         content = self.respond(body) if self.respond else self.reply
         return Step(content=content, delay_s=self.delay_s)
+
+    def _done(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
 
     def _sleep(self, seconds: float) -> None:
         if seconds > 0:
@@ -146,6 +156,7 @@ def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
             body = json.loads(raw or b"{}")
             step = stub._next(body)
             stub._sleep(step.delay_s)
+            stub._done()  # before answering, so a client's next request never overlaps this one
             if stub._closing.is_set():
                 return
             if step.raw is not None:

@@ -26,7 +26,15 @@ _DIR = Path(__file__).parent
 class PromptTemplate:
     version: str
     system: str
-    roles: dict[str, str]
+    roles: dict[str, str]  # role key ("problem_solver") -> criteria
+
+    def criteria(self, role: str) -> str | None:
+        """Criteria for `role`, matched loosely: "Problem Solver", "problem_solver", "problem-solver"."""
+        return self.roles.get(role_key(role))
+
+
+def role_key(name: str) -> str:
+    return re.sub(r"[\s\-]+", "_", name.strip().lower())
 
 
 @functools.cache
@@ -48,7 +56,7 @@ def _parse(path: Path) -> PromptTemplate:
         if title.strip() == "system":
             system = content.strip()
         elif title.startswith("role:"):
-            roles[title[len("role:"):].strip()] = content.strip()
+            roles[role_key(title[len("role:"):])] = content.strip()
         else:
             raise ValueError(f"{path}: unknown section '## {title}' (use '## system' or '## role: <name>')")
     if not system:
@@ -81,8 +89,9 @@ def render_messages(template: PromptTemplate, req: CoachRequest, max_field_chars
                     structured: bool = False, retry_note: str | None = None) -> list[dict]:
     """The chat messages for one request. `retry_note` is appended for the one format retry."""
     system = template.system
-    if req.role in template.roles:
-        system += f"\n\nCriteria for the {req.role}:\n{template.roles[req.role]}"
+    criteria = template.criteria(req.role)
+    if criteria:
+        system += f"\n\nCriteria for the agent being scored ({req.role}):\n{criteria}"
     cut = functools.partial(_cut, limit=max_field_chars)
     parts = [f"# Environment: {req.env_id}", f"## Task\n{cut(req.task)}",
              f"## Agent being scored: {req.role}\nDuties:\n{cut(req.role_duties)}\n"
@@ -117,9 +126,9 @@ def _tool_result(i: int, r: dict, cut) -> str:
     status = "timed out" if r.get("timed_out") else ("ok" if r.get("ok", True) else f"error: {r.get('error')}")
     text = f"### Call {i} ({status})"
     if r.get("stdout"):
-        text += f"\nstdout:\n{cut(r['stdout'])}"
+        text += f"\nstdout:\n{cut(r['stdout'].rstrip())}"
     if r.get("stderr"):
-        text += f"\nstderr:\n{cut(r['stderr'])}"
+        text += f"\nstderr:\n{cut(r['stderr'].rstrip())}"
     return text
 
 

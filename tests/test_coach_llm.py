@@ -1,0 +1,254 @@
+"""LLMCoach through the real `openai` client against a loopback server speaking the OpenAI API."""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from mappa_envs.coach import PRESETS, CoachError, CoachRequest, LLMCoach, LLMCoachConfig
+from tests.openai_stub import Step, StubServer
+
+
+@pytest.fixture
+def stub():
+    with StubServer(reply="RATIONALE: solid work\nSCORE: 7") as server:
+        yield server
+
+
+def make_coach(stub: StubServer, **overrides) -> LLMCoach:
+    settings = dict(model="stub-model", base_url=stub.url, api_key_env=None, backoff_s=0.01, timeout_s=10.0)
+    return LLMCoach(LLMCoachConfig(**{**settings, **overrides}))
+
+
+def request(i: int = 0, **overrides) -> CoachRequest:
+    fields = dict(env_id="MathChat-v0", role="verifier", role_duties="Check the team's work; give one boxed answer.",
+                  task=f"What is {i} + 1?", action=f"The answer is \\boxed{{{i + 1}}}.", ground_truth=str(i + 1),
+                  upstream={"problem_solver": f"{i} + 1 = {i + 1}"}, checks={"answer_present": True},
+                  tool_results=[{"stdout": f"{i + 1}\n", "stderr": "", "ok": True, "timed_out": False, "error": None}])
+    return CoachRequest(**{**fields, **overrides})
+
+
+def test_scores_and_sends_the_rendered_request(stub):
+    score = make_coach(stub, temperature=0.3, max_tokens=321).score(request(41, ask_answer_correct=True))
+    assert (score.ok, score.score, score.attempts, score.rationale) == (True, 7.0, 1, "solid work")
+    body = stub.requests[0]
+    assert (body["model"], body["temperature"], body["max_tokens"]) == ("stub-model", 0.3, 321)
+    system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+    assert "Root cause" in system and "Criteria for the agent being scored (verifier)" in system
+    for evidence in ("What is 41 + 1?", "\\boxed{42}", "### problem_solver", "stdout:\n42", "answer_present: True",
+                     "Reference answer (ground truth)\n42", "ANSWER_CORRECT:", "SCORE: <one number from 0 to 10>"):
+        assert evidence in user
+
+
+def test_token_and_cost_accounting(stub):
+    coach = make_coach(stub, price_prompt_per_mtok=2.0, price_completion_per_mtok=10.0)
+    scores = [coach.score(request(i)) for i in range(3)]
+    for s, body in zip(scores, stub.requests):  # the stub counts words as tokens
+        assert s.prompt_tokens == sum(len(m["content"].split()) for m in body["messages"])
+        assert s.completion_tokens == len("RATIONALE: solid work\nSCORE: 7".split())
+        assert s.cost_usd == pytest.approx((2.0 * s.prompt_tokens + 10.0 * s.completion_tokens) / 1e6)
+    u = coach.usage
+    assert (u.scores, u.failures, u.http_calls) == (3, 0, 3)
+    assert u.prompt_tokens == sum(s.prompt_tokens for s in scores)
+    assert u.cost_usd == pytest.approx(sum(s.cost_usd for s in scores))
+
+
+def test_retries_429_and_5xx_then_scores(stub):
+    stub.script(Step(status=429), Step(status=500), Step(status=503), Step(content="SCORE: 9"))
+    score = make_coach(stub).score(request())
+    assert (score.ok, score.score, score.attempts, stub.calls) == (True, 9.0, 4, 4)
+
+
+def test_retries_are_bounded(stub):
+    stub.script(*[Step(status=500)] * 10)
+    score = make_coach(stub, max_retries=2).score(request())
+    assert not score.ok and score.score is None
+    assert "InternalServerError" in score.error and "gave up after 2 retries" in score.error
+    assert stub.calls == 3 and score.attempts == 3
+
+
+def test_client_errors_are_not_retried(stub):
+    stub.script(Step(status=400))
+    score = make_coach(stub).score(request())
+    assert not score.ok and "BadRequestError" in score.error and "not retried" in score.error
+    assert stub.calls == 1
+
+
+def test_timeout_is_retried(stub):
+    stub.script(Step(delay_s=5.0), Step(content="SCORE: 6"))
+    score = make_coach(stub, timeout_s=0.3).score(request())
+    assert (score.ok, score.score, score.attempts) == (True, 6.0, 2)
+
+
+def test_timeouts_exhausted_fail_clearly(stub):
+    stub.script(*[Step(delay_s=5.0)] * 3)
+    score = make_coach(stub, timeout_s=0.2, max_retries=1).score(request())
+    assert not score.ok and "APITimeoutError" in score.error and score.attempts == 2
+
+
+def test_retry_after_header_is_honoured(stub):
+    stub.script(Step(status=429, headers={"retry-after": "0.5"}))
+    started = time.monotonic()
+    assert make_coach(stub, backoff_s=0.001).score(request()).ok
+    assert time.monotonic() - started >= 0.5  # a lower bound: sleeping can only take longer
+
+
+def test_malformed_json_body_is_retried(stub):
+    stub.script(Step(raw=b'{"choices": [ {"message": '), Step(content="SCORE: 4"))
+    score = make_coach(stub).score(request())
+    assert (score.ok, score.score, score.attempts) == (True, 4.0, 2)
+
+
+@pytest.mark.parametrize("bad", ["", None, "I think this is a fine answer.", "SCORE: 12"])
+def test_format_retry_resends_the_full_request(stub, bad):
+    stub.script(Step(content=bad), Step(content="**Final Score:** 8/10"))
+    score = make_coach(stub).score(request())
+    assert (score.ok, score.score, score.attempts) == (True, 8.0, 2)
+    first, retry = (body["messages"] for body in stub.requests)
+    assert retry[0] == first[0]  # same system prompt
+    assert retry[1]["content"].startswith(first[1]["content"])  # the whole original evidence, then a note
+    assert "could not be used" in retry[1]["content"]
+
+
+def test_only_one_format_retry(stub):
+    stub.script(Step(content="SCORE: 12"), Step(content="SCORE: 15 out of 10"))
+    score = make_coach(stub).score(request())
+    assert not score.ok and score.score is None and stub.calls == 2
+    assert "after a format retry" in score.error and "outside [0, 10]" in score.error
+
+
+def test_markdown_wrapped_scores_parse(stub):
+    stub.script(Step(content="Some thoughts about step 3 and 42.\n\n**SCORE:** **[6.5]**\n"))
+    assert make_coach(stub).score(request()).score == 6.5
+
+
+def test_failure_policies(stub):
+    stub.script(*[Step(status=500)] * 2)
+    with pytest.raises(CoachError, match="InternalServerError"):
+        make_coach(stub, max_retries=1, on_failure="raise").score(request())
+    stub.script(*[Step(content="no idea")] * 2)
+    skipped = make_coach(stub, on_failure="skip").score(request())
+    assert (skipped.ok, skipped.score) == (False, None) and "no labelled score" in skipped.error
+    stub.script(*[Step(content="no idea")] * 2)
+    coach = make_coach(stub, on_failure="neutral", neutral_score=5.0)
+    neutral = coach.score(request())
+    assert (neutral.ok, neutral.score) == (False, 5.0) and neutral.error and "not a verdict" in neutral.rationale
+    assert coach.usage.failures == 1
+
+
+def test_concurrency_limit_bounds_requests_in_flight(stub):
+    stub.delay_s = 0.2
+    coach = make_coach(stub, concurrency=4)
+    started = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        scores = list(pool.map(coach.score, [request(i) for i in range(16)]))
+    elapsed = time.monotonic() - started
+    assert all(s.ok for s in scores) and stub.calls == 16
+    assert 2 <= stub.max_in_flight <= 4
+    assert elapsed < 16 * 0.2 * 0.9  # loose: ~0.8 s expected (16/4 x 0.2); serial takes 3.2 s
+
+
+def test_async_scores_share_the_limit_and_work_across_event_loops(stub):
+    stub.delay_s = 0.1
+    coach = make_coach(stub, concurrency=3)
+
+    async def batch(n):
+        return await asyncio.gather(*(coach.ascore(request(i)) for i in range(n)))
+
+    first = asyncio.run(batch(9))
+    second = asyncio.run(batch(3))  # a fresh event loop gets its own client and semaphore
+    assert all(s.ok and s.score == 7.0 for s in first + second)
+    assert 2 <= stub.max_in_flight <= 3 and coach.usage.scores == 12
+
+
+def test_async_retries_and_format_retry(stub):
+    stub.script(Step(status=429), Step(content=""), Step(content="SCORE: 3"))
+    score = asyncio.run(make_coach(stub).ascore(request()))
+    assert (score.ok, score.score, score.attempts) == (True, 3.0, 3)
+
+
+def test_rpm_limit_spaces_requests(stub):
+    coach = make_coach(stub, rpm=600)  # one start every 0.1 s
+    started = time.monotonic()
+    for i in range(5):
+        coach.score(request(i))
+    assert time.monotonic() - started >= 0.4  # a lower bound: 4 gaps of 0.1 s
+
+
+def test_answer_correct_only_when_asked(stub):
+    stub.reply = "RATIONALE: right\nANSWER_CORRECT: yes\nSCORE: 9"
+    coach = make_coach(stub)
+    assert coach.score(request(ask_answer_correct=True)).answer_correct is True
+    assert coach.score(request(ask_answer_correct=False)).answer_correct is None
+
+
+def test_structured_output_sends_a_json_schema(stub):
+    stub.reply = '{"rationale": "fine", "answer_correct": true, "score": 8}'
+    score = make_coach(stub, structured_output=True).score(request(ask_answer_correct=True))
+    assert (score.score, score.answer_correct) == (8.0, True)
+    fmt = stub.requests[0]["response_format"]
+    assert fmt["type"] == "json_schema"
+    assert list(fmt["json_schema"]["schema"]["properties"]) == ["rationale", "answer_correct", "score"]
+
+
+def test_config_validation_and_presets(monkeypatch):
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="GEMINI_API_KEY is not set"):
+        LLMCoach.from_preset("gemini-2.5-flash")
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    flash, pro = LLMCoach.from_preset("gemini-2.5-flash"), LLMCoach.from_preset("gemini-2.5-pro", rpm=10)
+    assert (flash.config.model, pro.config.model, pro.config.rpm) == ("gemini-2.5-flash", "gemini-2.5-pro", 10)
+    assert "generativelanguage.googleapis.com" in flash.config.base_url
+    assert LLMCoach.from_preset("openai").config.api_key_env == "OPENAI_API_KEY"
+    assert LLMCoach.from_preset("vllm-local", model="tiny").config.api_key_env is None
+    with pytest.raises(ValueError, match="served model name"):
+        LLMCoach.from_preset("vllm-local")
+    with pytest.raises(ValueError, match="unknown coach preset"):
+        LLMCoach.from_preset("gemini-3")
+    with pytest.raises(ValueError, match="on_failure"):
+        LLMCoachConfig(model="m", base_url="http://x", on_failure="retry-forever")
+    assert set(PRESETS) >= {"gemini-2.5-flash", "gemini-2.5-pro", "openai", "vllm-local"}
+
+
+def test_cache_identity_names_model_and_template_version(stub):
+    ident = make_coach(stub).cache_identity(request())
+    assert "stub-model" in ident and "mathchat-1" in ident
+    assert "generic-1" in make_coach(stub).cache_identity(request(env_id="Other-v0"))
+
+
+def test_importing_the_coach_package_stays_light():
+    code = "import sys, mappa_envs.coach; print(sorted(m for m in ('openai', 'torch', 'httpx') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_mathchat_env_uses_scores_and_marks_failures_in_infos(stub):
+    import mappa_envs
+    from mappa_envs.core.pipeline import Task
+
+    stub.script(Step(content="SCORE: 8"), Step(status=500), Step(status=500))  # the 2nd action's score fails
+    env = mappa_envs.make("MathChat-v0", tasks=[Task(id="t", prompt="What is 6 x 7?", answer="42")], sandbox="local",
+                          coach=make_coach(stub, max_retries=1))
+    actions = {"problem_solver": ["6 x 7 = 42. \\boxed{42}"],
+               "code_executor": ["```python\nprint(6 * 7)\n```", "It printed 42. \\boxed{42}"],
+               "verifier": ["Agreed. \\boxed{42}"]}
+    env.reset(seed=0)
+    seen = []
+    for agent in env.agent_iter(max_iter=20):
+        if env.terminations[agent] or env.truncations[agent]:
+            env.step(None)
+            continue
+        env.step(actions[agent].pop(0))
+        seen.append((env.rewards[agent], env.infos[agent]["action"]["coach"]))
+    env.close()
+    rewards, verdicts = zip(*seen)
+    assert rewards == (8.0, 0.0, 7.0, 7.0)
+    assert verdicts[0]["ok"] and verdicts[0]["score"] == 8.0
+    assert not verdicts[1]["ok"] and verdicts[1]["score"] is None and "InternalServerError" in verdicts[1]["error"]
+    assert "latency_s" not in verdicts[0]  # infos stay free of wall-clock figures
+    assert "print(6 * 7)" in stub.requests[1]["messages"][1]["content"]
