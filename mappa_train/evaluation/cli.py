@@ -1,0 +1,100 @@
+"""`mappa eval`: evaluate agent teams on eval sets; the leaderboard; compare two runs.
+
+    mappa eval --team scripted --sets synthetic:16,amc --k 4 --data-dir DATA
+    mappa eval --team hf:runs/ckpt --name trained --sets aime2025 --k 8 --data-dir DATA
+    mappa eval --compare runs/eval/base runs/eval/trained
+    mappa eval --leaderboard runs/eval
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+TEAM_HELP = (
+    "the team to evaluate (repeat for several): 'scripted' or 'scripted:SKILL' (the env's built-in team), "
+    "'module:factory' (factory(env) -> TextPolicy), a model spec for every role (see docs/evaluation.md), "
+    "or one per role as 'ROLE=SPEC;ROLE=SPEC;...'"
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--team", action="append", help=TEAM_HELP)
+    mode.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
+                      help="per-problem deltas of RUN_B over RUN_A with a paired bootstrap CI")
+    mode.add_argument("--leaderboard", nargs="+", metavar="RUNS", help="print the Markdown table of these runs / folders of runs")
+    parser.add_argument("--name", action="append", help="run name per --team, in order (default: derived from the spec)")
+    parser.add_argument("--sets", default="synthetic",
+                        help="comma-separated eval sets: aime2025, amc, synthetic[:N], or AIME/AMC-format .json/.jsonl paths")
+    parser.add_argument("--k", type=int, default=1, help="samples per problem (avg@k, pass@k, maj@k)")
+    parser.add_argument("--seed", type=int, default=0, help="base seed; each (problem, sample) derives its own")
+    parser.add_argument("--max-problems", type=int, help="evaluate only the first N problems of each set")
+    parser.add_argument("--batch-size", type=int, default=8, help="episodes played at once (one batched generate per round)")
+    parser.add_argument("--out", type=Path, default=Path("runs/eval"), help="folder of runs: each team writes OUT/NAME/")
+    parser.add_argument("--data-dir", help="folder with aime_2025.json, amc_eval_32.json, ... (default: $MAPPA_DATA_DIR)")
+    parser.add_argument("--train-source", help="training source to check overlap against: a task file, 'synthetic', "
+                        "or 'none' (default: see docs/evaluation.md)")
+    parser.add_argument("--sandbox", default="local", choices=["auto", "docker", "local"])
+    parser.add_argument("--coach", default="rule", help="'rule' (offline) or an LLM coach spec (see docs/evaluation.md)")
+    parser.add_argument("--coach-cache", help="SQLite verdict cache of an LLM coach (default: OUT/coach_cache.sqlite; 'none': off)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--n-boot", type=int, default=10_000, help="--compare: bootstrap resamples")
+    parser.add_argument("--level", type=float, default=0.95, help="--compare: confidence level")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.compare:
+        return _compare(args)
+    if args.leaderboard:
+        from mappa_train.evaluation.leaderboard import write
+
+        return write(args.leaderboard, None)
+    return _evaluate(args)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from mappa_train.evaluation.compare import compare, format_comparison
+    from mappa_train.evaluation.report import load_results
+
+    a, b = (load_results(p) for p in args.compare)
+    print(format_comparison(a, b, compare(a, b, n_boot=args.n_boot, level=args.level, seed=args.seed)), end="")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from mappa_train.evaluation.evalsets import resolve
+    from mappa_train.evaluation.leaderboard import write
+    from mappa_train.evaluation.runner import evaluate
+    from mappa_train.evaluation.teams import make_coach, make_team, team_name
+
+    names = args.name or []
+    if len(names) > len(args.team):
+        raise SystemExit(f"--name given {len(names)} times for {len(args.team)} --team(s)")
+    sets = []
+    for name in filter(None, (s.strip() for s in args.sets.split(","))):
+        es = resolve(name, args.data_dir, args.train_source)
+        es.max_problems = args.max_problems
+        sets.append(es)
+    if not sets:
+        raise SystemExit("--sets is empty; name at least one eval set")
+    cache = None if args.coach_cache == "none" else (args.coach_cache or args.out / "coach_cache.sqlite")
+    env_kwargs = {"sandbox": args.sandbox, "coach": make_coach(args.coach, cache)}
+    config = {k: v for k, v in vars(args).items() if k not in ("team", "name", "compare", "leaderboard")}
+    runs: list[Path] = []
+    for i, spec in enumerate(args.team):
+        run_name = names[i] if i < len(names) else team_name(spec)
+        out = args.out / run_name
+        print(f"== {run_name}: {spec} -> {out}", file=sys.stderr)
+        results = evaluate(make_team(spec, seed=args.seed), eval_sets=sets, out_dir=out, run_name=run_name, team_spec=spec,
+                           k=args.k, seed=args.seed, batch_size=args.batch_size, env_kwargs=env_kwargs,
+                           config={**config, "out": str(out)}, plots=not args.no_plots,
+                           progress=lambda msg: print(msg, file=sys.stderr))
+        runs.append(out)
+        for set_name, s in results["sets"].items():
+            if "overlap" in s and s["overlap"]["n_overlap"]:
+                o = s["overlap"]
+                print(f"warning: {o['n_overlap']}/{o['n_eval']} problems of {set_name} are in the training source "
+                      f"{o['train_source']}", file=sys.stderr)
+    print(f"results: {', '.join(str(r / 'results.json') for r in runs)}; leaderboard of {args.out}:", file=sys.stderr)
+    return write([str(args.out)], str(args.out / "leaderboard.md"))

@@ -1,0 +1,242 @@
+"""Play a team on eval sets, k seeded samples per problem, and record every episode.
+
+One JSON line per finished episode goes to `transcripts.jsonl` (every action with what the agent
+last saw, its tool output and the coach's verdict, then the outcome). A re-run in the same
+directory reads that file first and plays only the episodes it lacks, so an interrupted eval picks
+up where it stopped. Episodes run in batches: every env waiting for an action is answered by one
+`team.respond` call, then the envs step (tool calls, coach) in a thread pool.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mappa_envs.policy import TextPolicy
+from mappa_train.evaluation.hygiene import find_overlap
+
+TRANSCRIPTS = "transcripts.jsonl"
+
+
+@dataclass
+class EvalSet:
+    """A named set of problems: an env id and the env kwargs that choose its task source.
+
+    `train_texts` (optional) returns the problem texts of the training source to check overlap
+    against, and `train_source` names that source in reports.
+    """
+
+    name: str
+    env_id: str
+    env_kwargs: dict = field(default_factory=dict)
+    train_source: str | None = None
+    train_texts: Callable[[], list[str]] | None = None
+    max_problems: int | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    set_name: str
+    task_index: int
+    task_id: str
+    sample: int
+    seed: int
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.set_name, self.task_id, self.sample)
+
+
+def episode_seed(base_seed: int, set_name: str, task_id: str, sample: int) -> int:
+    """A seed that depends on the problem and sample, not on the order episodes run in."""
+    ss = np.random.SeedSequence([base_seed, zlib.crc32(f"{set_name}/{task_id}".encode()), sample])
+    return int(ss.generate_state(1)[0])
+
+
+def load_transcripts(path: Path) -> list[dict]:
+    """Finished episodes in `path`. A torn last line (a run killed mid-write) is cut off the file."""
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+        path.write_text(text, encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def tasks_of(env) -> list:
+    """The task list of a PipelineEnv-based env (wrappers are looked through)."""
+    return list(env.unwrapped.scenario.tasks())
+
+
+def plan_jobs(eval_set: EvalSet, tasks: list, k: int, base_seed: int) -> list[Job]:
+    tasks = tasks[: eval_set.max_problems] if eval_set.max_problems else tasks
+    return [
+        Job(eval_set.name, i, t.id, s, episode_seed(base_seed, eval_set.name, t.id, s))
+        for i, t in enumerate(tasks)
+        for s in range(k)
+    ]
+
+
+class _Slot:
+    """One env and the episode it is playing."""
+
+    def __init__(self, env):
+        self.env = env
+        self.job: Job | None = None
+        self.extras: list[dict] = []  # per action: what the agent last saw, its length, token usage
+
+    def start(self, job: Job) -> None:
+        self.job, self.extras = job, []
+        self.env.reset(seed=job.seed, options={"task_index": job.task_index})
+        task_id = self.env.unwrapped.episode.task.id
+        if task_id != job.task_id:
+            raise RuntimeError(f"task_index {job.task_index} gave task {task_id!r}, expected {job.task_id!r}: the task source changed")
+
+    def waiting(self) -> tuple[str, list[dict]]:
+        agent = self.env.agent_selection
+        return agent, self.env.infos[agent]["messages"]
+
+    def step(self, agent: str, seen: list[dict], text: str, usage: dict | None) -> dict | None:
+        """Apply one action; returns the episode record when this action ended the episode."""
+        env = self.env
+        env.step(text)
+        self.extras.append({"seen": seen[-1]["content"] if seen else "", "chars": len(text),
+                            **({"usage": usage} if usage else {})})
+        if not all(env.terminations[a] or env.truncations[a] for a in env.agents):
+            return None
+        record = env.unwrapped.transcript()  # task, every action with tool output and coach verdict, outcome
+        record["actions"] = [{**a, **extra} for a, extra in zip(record["actions"], self.extras)]
+        job, self.job = self.job, None
+        return {"set": job.set_name, "task_id": job.task_id, "task_index": job.task_index, "sample": job.sample,
+                "seed": job.seed, **record, "truncated": any(env.truncations.values())}
+
+
+def play(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], batch_size: int = 8,
+         on_episode: Callable[[dict], None] | None = None) -> list[dict]:
+    """Play `jobs` with up to `batch_size` envs at once; returns the episode records in finish order."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    pending: Iterator[Job] = iter(jobs)
+    slots = [_Slot(make_env()) for _ in range(min(batch_size, len(jobs)))]
+    records: list[dict] = []
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, len(slots))) as pool:
+            for slot in slots:
+                _refill(slot, pending)
+            while active := [s for s in slots if s.job is not None]:
+                waiting = [s.waiting() for s in active]
+                texts = team.respond([m for _, m in waiting], [a for a, _ in waiting])
+                if len(texts) != len(active):
+                    raise RuntimeError(f"the team answered {len(texts)} of {len(active)} conversations")
+                usages = _usage(team, len(active))
+                steps = [pool.submit(s.step, a, m, t, u) for s, (a, m), t, u in zip(active, waiting, texts, usages)]
+                for slot, fut in zip(active, steps):
+                    record = fut.result()
+                    if record is not None:
+                        records.append(record)
+                        if on_episode:
+                            on_episode(record)
+                        _refill(slot, pending)
+    finally:
+        for slot in slots:
+            slot.env.close()
+    return records
+
+
+def _refill(slot: _Slot, pending: Iterator[Job]) -> None:
+    job = next(pending, None)
+    if job is not None:
+        slot.start(job)
+
+
+def _usage(team: TextPolicy, n: int) -> list[dict | None]:
+    """Token counts of the last `respond` call, when the policy reports them (`last_usage`)."""
+    usage = getattr(team, "last_usage", None)
+    if isinstance(usage, list) and len(usage) == n:
+        return [dict(u) if u else None for u in usage]
+    return [None] * n
+
+
+TeamSource = TextPolicy | Callable[[Any], TextPolicy]  # a team, or a builder given an env of the set
+
+
+def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k: int = 1, seed: int = 0,
+             batch_size: int = 8, env_kwargs: dict | None = None,
+             progress: Callable[[str], None] | None = None) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+    """Play every (problem, sample) of every set not already in `out_dir/transcripts.jsonl`.
+
+    `team` is a TextPolicy, or a callable that builds one from an env of the set (a scripted team
+    that knows the set's tasks). `env_kwargs` (coach, sandbox, ...) go to every env on top of each
+    set's own kwargs. Returns every set's finished episode records (old and new, in problem then
+    sample order) and the train/eval overlap of the sets that name a training source.
+    """
+    import mappa_envs
+
+    if k < 1:
+        raise ValueError(f"k (samples per problem) must be >= 1, got {k}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / TRANSCRIPTS
+    done = {(r["set"], r["task_id"], r["sample"]): r for r in load_transcripts(path)}
+    say = progress or (lambda _msg: None)
+    records: dict[str, list[dict]] = {}
+    overlaps: dict[str, dict] = {}
+    with path.open("a", encoding="utf-8") as sink:
+
+        def write(record: dict) -> None:
+            sink.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+            sink.flush()
+
+        for es in eval_sets:
+            kwargs = {**es.env_kwargs, **(env_kwargs or {})}
+
+            def make_env(es=es, kwargs=kwargs):
+                return mappa_envs.make(es.env_id, **kwargs)
+
+            probe = make_env()
+            try:
+                tasks = tasks_of(probe)
+                policy = team if isinstance(team, TextPolicy) else team(probe)
+            finally:
+                probe.close()
+            jobs = plan_jobs(es, tasks, k, seed)
+            if es.train_texts is not None:
+                chosen = tasks[: es.max_problems] if es.max_problems else tasks
+                overlaps[es.name] = find_overlap(es.name, [(t.id, t.prompt) for t in chosen], es.train_source or "?", es.train_texts()).to_dict()
+            for job in jobs:
+                old = done.get(job.key)
+                if old is not None and old["seed"] != job.seed:
+                    raise ValueError(
+                        f"{path} was written with another seed ({old['seed']} != {job.seed} for {job.key}); "
+                        "use a new output directory or the run's original --seed"
+                    )
+            todo = [j for j in jobs if j.key not in done]
+            say(f"{es.name}: {len(jobs) - len(todo)}/{len(jobs)} episodes already done, playing {len(todo)}")
+            new = play(policy, make_env, todo, batch_size, on_episode=write) if todo else []
+            fresh = {(r["set"], r["task_id"], r["sample"]): r for r in new}
+            records[es.name] = [done.get(j.key) or fresh[j.key] for j in jobs]
+    return records, overlaps
+
+
+def evaluate(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, run_name: str, team_spec: str = "",
+             k: int = 1, seed: int = 0, batch_size: int = 8, env_kwargs: dict | None = None, config: dict | None = None,
+             plots: bool = True, progress: Callable[[str], None] | None = None) -> dict:
+    """`run_eval`, then write `results.json` and the plots into `out_dir`; returns the results."""
+    from mappa_envs.mathchat import answers_match
+    from mappa_train.evaluation.report import build_results, write_results
+
+    records, overlaps = run_eval(team, eval_sets, out_dir, k, seed, batch_size, env_kwargs, progress)
+    results = build_results(run_name, team_spec, records, k, seed, config or {}, same=answers_match, overlaps=overlaps)
+    write_results(out_dir, results)
+    if plots:
+        from mappa_train.evaluation.plots import write_plots
+
+        write_plots(results, out_dir)
+    return results

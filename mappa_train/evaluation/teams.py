@@ -1,0 +1,78 @@
+"""Build the team and the coach of `mappa eval` from their command-line specs (docs/evaluation.md)."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from mappa_envs.policy import Team, TextPolicy
+from mappa_train.evaluation.runner import TeamSource
+
+
+def team_name(spec: str) -> str:
+    """A folder-safe run name derived from a team spec."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec).strip("_.")[:80] or "team"
+
+
+def make_team(spec: str, seed: int = 0) -> TeamSource:
+    """A TextPolicy, or a builder of one from an env, for `spec` (see `TEAM_HELP` in cli.py)."""
+    spec = spec.strip()
+    if "=" in spec.split(":", 1)[0]:  # "role=SPEC;role=SPEC": one policy per role
+        members = {}
+        for part in filter(None, (p.strip() for p in spec.split(";"))):
+            role, sep, sub = part.partition("=")
+            if not sep or not role.strip() or not sub.strip():
+                raise ValueError(f"team spec part {part!r}: expected ROLE=SPEC (e.g. verifier=scripted)")
+            members[role.strip()] = make_team(sub, seed)
+        if all(isinstance(m, TextPolicy) for m in members.values()):
+            return Team(members)
+        return lambda env: Team({r: m if isinstance(m, TextPolicy) else m(env) for r, m in members.items()})
+    kind, _, rest = spec.partition(":")
+    if kind == "scripted":
+        try:
+            skill = float(rest) if rest else 1.0
+        except ValueError:
+            raise ValueError(f"team spec {spec!r}: expected scripted or scripted:SKILL with SKILL in [0, 1]") from None
+        return lambda env: _scripted(env, skill, seed)
+    if re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", spec):  # module:factory, called with the env
+        from mappa_envs.registration import load_callable
+
+        factory = load_callable(spec)
+        return lambda env: factory(env)
+    raise ValueError(f"unknown team spec {spec!r}; expected scripted[:SKILL], module:factory, or ROLE=SPEC;... "
+                     "(see docs/evaluation.md)")
+
+
+def _scripted(env, skill: float, seed: int) -> TextPolicy:
+    import mappa_envs
+    from mappa_envs.registration import load_callable
+
+    env_id = env.unwrapped.scenario.env_id
+    target = mappa_envs.spec(env_id).scripted_policy
+    if target is None:
+        raise ValueError(f"{env_id} has no scripted team; evaluate a model or a module:factory policy")
+    return load_callable(target)(env, skill=skill, seed=seed)
+
+
+def make_coach(spec: str, cache: str | Path | None = None):
+    """'rule' (offline), an LLMCoach preset ('gemini-2.5-flash', 'vllm-local:MODEL', ...) or
+    'MODEL@BASE_URL' (any OpenAI-compatible endpoint; key from $OPENAI_API_KEY when set).
+    An LLM coach is wrapped in a CachedCoach at `cache` so re-runs re-score for free."""
+    from mappa_envs.coach import RuleCoach
+
+    if spec == "rule":
+        return RuleCoach()
+    from mappa_envs.coach.cache import CachedCoach
+    from mappa_envs.coach.llm import PRESETS, LLMCoach, LLMCoachConfig
+
+    preset, _, model = spec.partition(":")
+    if preset in PRESETS:
+        coach = LLMCoach.from_preset(preset, **({"model": model} if model else {}))
+    elif "@" in spec:
+        model, _, url = spec.partition("@")
+        coach = LLMCoach(LLMCoachConfig(model=model, base_url=url,
+                                        api_key_env="OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None))
+    else:
+        raise ValueError(f"unknown coach {spec!r}; use 'rule', one of {sorted(PRESETS)} (optionally PRESET:MODEL), "
+                         "or MODEL@BASE_URL")
+    return CachedCoach(coach, cache) if cache else coach

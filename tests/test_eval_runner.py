@@ -1,0 +1,162 @@
+"""`mappa eval` end to end on MathChat-v0 (local sandbox, rule coach): outputs, resume, seeding, hygiene."""
+import json
+from pathlib import Path
+
+import pytest
+
+from mappa_envs.cli import main
+from mappa_train.evaluation.evalsets import resolve
+from mappa_train.evaluation.runner import TRANSCRIPTS, evaluate, run_eval
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bench"
+
+
+class AlternatingTeam:
+    """Answers a problem right on its even-numbered visits and wrong on odd ones (no tool calls).
+
+    Jobs start in (problem, sample) order, so visit i of a problem is its sample i.
+    """
+
+    def __init__(self, tasks):
+        self.gold = {t.prompt: t.answer for t in tasks}
+        self.visits: dict[str, int] = {}
+        self.calls = 0
+
+    def respond(self, conversations, roles):
+        self.calls += 1
+        out = []
+        for conv, role in zip(conversations, roles):
+            problem = conv[1]["content"].removeprefix("Problem:\n").split("\n\n## Output of the", 1)[0]
+            if role != "verifier":
+                out.append(f"I am the {role}; no code needed.")
+                continue
+            visit = self.visits.get(problem, 0)
+            self.visits[problem] = visit + 1
+            answer = self.gold[problem] if visit % 2 == 0 else str(int(self.gold[problem]) + 1)
+            out.append(f"Checked. \\boxed{{{answer}}}")
+        return out
+
+
+def alternating_team(env):
+    return AlternatingTeam(env.unwrapped.scenario.tasks())
+
+
+class Refuse:
+    def respond(self, conversations, roles):
+        raise AssertionError("a resumed run must not play any episode")
+
+
+def synthetic(n):
+    return resolve(f"synthetic:{n}")
+
+
+def test_cli_eval_writes_transcripts_results_plots_and_leaderboard(tmp_path, capsys):
+    rc = main(["eval", "--team", "scripted", "--name", "oracle", "--sets", "synthetic:3", "--k", "2",
+               "--batch-size", "2", "--out", str(tmp_path)])
+    assert rc == 0
+    run = tmp_path / "oracle"
+    lines = (run / TRANSCRIPTS).read_text().splitlines()
+    assert len(lines) == 6
+    episode = json.loads(lines[0])
+    assert [a["role"] for a in episode["actions"]][:2] == ["problem_solver", "code_executor"]
+    executor = episode["actions"][1]
+    assert executor["tool_results"][0]["ok"] and executor["coach"]["score"] is not None and executor["seen"]
+    assert episode["outcome"]["correct"] is True and episode["ground_truth"] == episode["outcome"]["gold"]
+    results = json.loads((run / "results.json").read_text())
+    s = results["sets"]["synthetic:3"]
+    assert s["avg@k"]["mean"] == 1.0 and s["maj@k"]["mean"] == 1.0 and s["pass@k"]["2"]["mean"] == 1.0
+    assert set(s["coach_by_role"]) == {"problem_solver", "code_executor", "verifier"}
+    assert s["overlap"]["n_overlap"] == 0 and s["cost"]["coach_calls"] > 0
+    assert results["k"] == 2 and results["team"] == "scripted"
+    for png in ("accuracy_by_set.png", "coach_by_role.png"):
+        assert (run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    board = (tmp_path / "leaderboard.md").read_text()
+    assert "| synthetic:3 | oracle | scripted | 2 | 1.000 ± 0.000 |" in board
+    assert board in capsys.readouterr().out
+
+
+def test_metrics_of_a_mixed_team(tmp_path):
+    records, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=2)
+    by = records["synthetic:3"]
+    assert [(r["task_index"], r["sample"], r["outcome"]["correct"]) for r in by] == [
+        (0, 0, True), (0, 1, False), (1, 0, True), (1, 1, False), (2, 0, True), (2, 1, False)]
+    results = evaluate(alternating_team, [synthetic(3)], tmp_path, "mixed", k=2, plots=False)
+    s = results["sets"]["synthetic:3"]
+    assert s["avg@k"]["mean"] == 0.5 and s["pass@k"]["1"]["mean"] == 0.5
+    assert s["pass@k"]["2"]["mean"] == 1.0  # one right sample of two
+    assert s["maj@k"]["mean"] == 0.5  # a 1-1 tie between the right and a wrong answer
+
+
+def test_resume_skips_finished_episodes(tmp_path):
+    first, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=3)
+    again, _ = run_eval(Refuse(), [synthetic(3)], tmp_path, k=2, batch_size=3)  # nothing left to play
+    assert again == first
+    path = tmp_path / TRANSCRIPTS
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:4]) + "\n" + lines[4][:50])  # killed while writing episode 5
+    team = AlternatingTeam(_tasks(synthetic(3)))
+    resumed, _ = run_eval(team, [synthetic(3)], tmp_path, k=2, batch_size=3)
+    assert team.calls == 3  # two episodes, played side by side: three rounds of one batched call
+    assert resumed == first
+    assert len(path.read_text().splitlines()) == 6  # the torn line is gone
+
+
+def _tasks(es):
+    import mappa_envs
+
+    env = mappa_envs.make(es.env_id, **es.env_kwargs)
+    try:
+        return list(env.unwrapped.scenario.tasks())
+    finally:
+        env.close()
+
+
+def test_resume_refuses_another_seed(tmp_path):
+    run_eval(alternating_team, [synthetic(1)], tmp_path, k=1, seed=0)
+    with pytest.raises(ValueError, match="another seed"):
+        run_eval(Refuse(), [synthetic(1)], tmp_path, k=1, seed=1)
+
+
+def test_episodes_do_not_depend_on_batch_size(tmp_path):
+    one, _ = run_eval(alternating_team, [synthetic(2)], tmp_path / "a", k=2, batch_size=1)
+    many, _ = run_eval(alternating_team, [synthetic(2)], tmp_path / "b", k=2, batch_size=4)
+    assert one == many
+
+
+@pytest.mark.skipif(not (DATA / "amc.json").is_file(), reason=f"bench data not found at {DATA}")
+def test_overlap_with_the_training_source_is_warned_and_reported(tmp_path):
+    es = resolve("amc", DATA, train_source=str(DATA / "amc.json"))  # amc_eval_32 is a subset of amc.json
+    es.max_problems = 2
+    with pytest.warns(UserWarning, match="2/2 problems of eval set 'amc'"):
+        results = evaluate(alternating_team, [es], tmp_path, "leaky", k=1, plots=False)
+    overlap = results["sets"]["amc"]["overlap"]
+    assert overlap["n_overlap"] == 2 and overlap["fraction"] == 1.0 and overlap["train_source"].endswith("amc.json")
+
+
+@pytest.mark.skipif(not (DATA / "aime_2025.json").is_file(), reason=f"bench data not found at {DATA}")
+def test_named_sets_resolve_to_the_data_files():
+    es = resolve("aime2025", DATA)
+    assert es.env_kwargs == {"task_source": str(DATA / "aime_2025.json"), "split": "all"}
+    assert es.train_source == str(DATA / "AIME_1983_2024.json")  # the paper's training problems
+    assert len(_tasks(es)) == 30
+
+
+def test_bad_set_names_say_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.delenv("MAPPA_DATA_DIR", raising=False)
+    with pytest.raises(FileNotFoundError, match="--data-dir"):
+        resolve("aime2025")
+    with pytest.raises(ValueError, match="unknown eval set 'gsm8k'"):
+        resolve("gsm8k")
+    with pytest.raises(ValueError, match="synthetic:N"):
+        resolve("synthetic:zero")
+
+
+def test_cli_compare(tmp_path, capsys):
+    common = ["--sets", "synthetic:4", "--k", "2", "--out", str(tmp_path), "--no-plots"]
+    assert main(["eval", "--team", "tests.test_eval_runner:alternating_team", "--name", "base", *common]) == 0
+    assert main(["eval", "--team", "scripted", "--name", "trained", *common]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--compare", str(tmp_path / "base"), str(tmp_path / "trained"), "--n-boot", "500"]) == 0
+    out = capsys.readouterr().out
+    assert "| synthetic:4 | avg | 4 | 0.500 | 1.000 | +0.500 | [+0.500, +0.500] (95%) | B better |" in out
+    assert "4 of 4 problems changed" in out
