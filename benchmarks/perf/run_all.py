@@ -22,20 +22,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from mappa_train.evaluation.report import git_commit
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ["bench_sandbox.py", "bench_coach.py", "bench_rollout.py", "bench_learner.py"]
 QUICK_FLAGS = ("--quick", "--short")
 _FIGURE = re.compile(r"^\s*([A-Za-z][^:=|]{1,80}?)\s*[:=]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%µ]*)\s*$")
-
-
-def commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("-dirty" if dirty else "")
 
 
 def flatten(d: object, prefix: str = "") -> dict[str, float]:
@@ -121,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s) {unknown}; known: {BENCHMARKS}")
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
 
-    report = {"commit": commit(), "mode": "full" if args.full else "quick", "python": platform.python_version(),
+    report = {"commit": git_commit(ROOT) or "unknown", "mode": "full" if args.full else "quick", "python": platform.python_version(),
               "machine": f"{platform.machine()}, {_cpus()} CPUs", "benchmarks": {}}
     for name in names:
         print(f"== {name}", file=sys.stderr, flush=True)
