@@ -18,6 +18,12 @@ class Limits:
     max_file_mb: int = 512  # largest file a cell may write
     workspace_mb: int = 2048  # total workspace size
 
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "memory_mb", "cpus", "max_processes", "max_output_bytes", "max_file_mb", "workspace_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"sandbox limit {name} must be a positive number, got {value!r}")
+
 
 @dataclass
 class ExecResult:

@@ -1,0 +1,195 @@
+"""The local backend: kernels in a subprocess on this machine, inside bubblewrap when it is installed.
+
+What it isolates, with `bwrap` available (Linux; `apt-get install bubblewrap`):
+- new PID, network, IPC, UTS and (where possible) cgroup namespaces: no network at all (not even
+  the host's loopback), no view of or signals to host processes;
+- a file system built from read-only binds of /usr, /etc, the /bin-/lib links and the Python
+  installation; a private /tmp; the session's workspace, mounted at /workspace, is the only
+  writable host directory. Home directories and the project's own files are not visible;
+- when started as root, code runs as a fresh unprivileged uid per session with no capabilities,
+  which also gives each session its own process-count limit; otherwise as the calling user in a
+  new user namespace;
+- rlimits: address space (`memory_mb`, per process), CPU seconds per cell, file size
+  (`max_file_mb`), processes (`max_processes`); wall time per cell by the supervisor; no process
+  outlives its cell.
+
+What it does not isolate: the kernel is shared with the host (no seccomp filter, so a kernel
+exploit escapes); memory is limited per process, not in total, and `workspace_mb` is not enforced
+(the workspace is an ordinary directory; only single files are capped); CPU share is not limited
+(`cpus` sets BLAS thread counts only); world-readable files under /usr and /etc are readable.
+Use the Docker backend for cgroup limits on memory, CPU and processes.
+
+Without bwrap it runs a plain subprocess with the rlimits above and warns that code runs
+unisolated: it can read and write whatever the calling user can, and reach the network.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import PurePosixPath
+
+from mappa_envs.sandbox.client import (
+    DEFAULT_PREIMPORT,
+    Channel,
+    PipeTransport,
+    Session,
+    Slot,
+    WarmPool,
+    sandbox_env,
+    supervisor_argv,
+    supervisor_config,
+)
+from mappa_envs.sandbox.types import Limits, SandboxError
+
+_UID_BASE, _UID_SPAN = 3_000_000, 1_000_000  # per-session uids, far above any real account
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap") if sys.platform.startswith("linux") else None
+
+
+def _python_roots(python: str) -> list[str]:
+    """Directories the interpreter needs (its prefix, base prefix and real location), outside /usr."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    else:
+        import subprocess
+
+        out = subprocess.run([python, "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+                             capture_output=True, text=True, check=True).stdout
+        prefixes = set(out.split())
+    prefixes.add(os.path.dirname(os.path.dirname(os.path.realpath(python))))
+    roots = sorted({os.path.realpath(p) for p in prefixes} | {os.path.abspath(p) for p in prefixes})
+    keep = []
+    for r in roots:  # drop system dirs (bound anyway) and paths nested in another root
+        if r in ("/", "/usr", "/usr/local") or any(r.startswith(k + "/") for k in keep):
+            continue
+        keep.append(r)
+    return keep
+
+
+class LocalSandbox:
+    __doc__ = __doc__
+
+    name = "local"
+
+    def __init__(self, limits: Limits = Limits(), *, pool_size: int = 1, preimport: tuple[str, ...] = DEFAULT_PREIMPORT,
+                 python: str | None = None, isolation: str = "auto", workspace_root: str | None = None) -> None:
+        if isolation not in ("auto", "bwrap", "none"):
+            raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', got {isolation!r}")
+        if pool_size < 0:
+            raise ValueError(f"pool_size must be >= 0, got {pool_size}")
+        self.limits, self.preimport = limits, tuple(preimport)
+        self.python = python or sys.executable
+        self.workspace_root = workspace_root
+        bwrap = bwrap_path()
+        if isolation == "bwrap" and bwrap is None:
+            raise SandboxError("isolation='bwrap' needs bubblewrap: apt-get install bubblewrap (Linux only)")
+        self.isolation = "bwrap" if bwrap and isolation != "none" else "none"
+        if self.isolation == "none":
+            warnings.warn(
+                "local sandbox without bubblewrap: agent code runs UNISOLATED with your user's rights "
+                "(files, network); install bubblewrap or use the docker backend", RuntimeWarning, stacklevel=3)
+        self._bwrap_base = self._bwrap_argv(bwrap) if self.isolation == "bwrap" else None
+        self._sessions: set[Session] = set()
+        self._lock = threading.Lock()
+        self._pool = WarmPool(self._make_slot, pool_size, "local")
+
+    def _bwrap_argv(self, bwrap: str) -> list[str]:
+        argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+                "--unshare-uts", "--unshare-cgroup-try"]
+        if os.geteuid() == 0:  # stay in the host user namespace; the supervisor drops to a fresh uid itself
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            argv += ["--unshare-user"]
+        argv += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                argv += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                argv += ["--ro-bind", top, top]
+        made: set[str] = set()
+        for root in _python_roots(self.python):
+            parents = [str(p) for p in reversed(PurePosixPath(root).parents) if str(p) != "/"]
+            for parent in parents:  # bwrap would make missing parents 0700: the sandbox user could not pass
+                if parent not in made and not parent.startswith("/usr"):
+                    argv += ["--perms", "0755", "--dir", parent]
+                    made.add(parent)
+            argv += ["--ro-bind", root, root]
+        return argv + ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+
+    def _make_slot(self) -> Slot:
+        host_ws = tempfile.mkdtemp(prefix="mappa-ws-", dir=self.workspace_root)
+        extra: dict = {}
+        if self.isolation == "bwrap":
+            inner_ws = "/workspace"
+            extra["max_processes"] = self.limits.max_processes
+            if os.geteuid() == 0:
+                uid = _UID_BASE + secrets.randbelow(_UID_SPAN)
+                os.chown(host_ws, uid, uid)
+                extra.update(uid=uid, gid=uid)
+            argv = self._bwrap_base + ["--bind", host_ws, inner_ws, "--chdir", inner_ws, "--"]
+        else:
+            inner_ws, argv = host_ws, []
+        config = supervisor_config(self.limits, inner_ws, self.preimport, **extra)
+        argv += supervisor_argv(self.python, config)
+        env = sandbox_env(self.limits, inner_ws)
+
+        def start() -> Channel:
+            return Channel(PipeTransport(argv, env, cwd=host_ws))
+
+        channel = None
+        try:
+            channel = start()
+        except BaseException:
+            shutil.rmtree(host_ws, ignore_errors=True)
+            raise
+
+        def dispose() -> None:
+            slot.channel.close()
+            shutil.rmtree(host_ws, ignore_errors=True)
+
+        slot = Slot(channel=channel, start=start, dispose=dispose, workspace=host_ws)
+        return slot
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        s = self.open()
+        try:
+            yield s
+        finally:
+            s.close()
+
+    def open(self) -> Session:
+        """A session the caller closes (`session()` is the context-manager form)."""
+        s = Session(self._pool.get(), self.limits, on_close=self._forget)
+        with self._lock:
+            self._sessions.add(s)
+        return s
+
+    def _forget(self, s: Session) -> None:
+        with self._lock:
+            self._sessions.discard(s)
+
+    def close(self) -> None:
+        self._pool.close()
+        with self._lock:
+            sessions = list(self._sessions)
+        for s in sessions:
+            s.close()
+
+    def __enter__(self) -> "LocalSandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalSandbox(isolation={self.isolation!r}, limits={self.limits})"
