@@ -1,0 +1,264 @@
+"""DSBench-v0: Data Engineer -> Modeler -> Analyst on Kaggle-style modeling tasks.
+
+The three agents share one sandbox workspace per episode; each runs its Python in its own kernel.
+`prepare` places train.csv, test.csv and sample_submission.csv there once; the hidden answers stay on
+the host. After every action the new files are attributed to the acting role (`Episode.file_owners`),
+so when something is missing the outcome and the coach can name the file and who should have written
+it. After the Analyst, submission.csv is validated, joined to the answers by id, scored by the task's
+own metric and placed between a trivial baseline (0) and a strong reference (1): `Outcome.score`.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from mappa_envs.core.pipeline import Episode, EpisodeLimits, Outcome, PipelineEnv, Role, Task
+from mappa_envs.core.tools import extract_code_blocks
+from mappa_envs.dsbench import prompts
+from mappa_envs.dsbench.metrics import better, get_metric
+from mappa_envs.dsbench.scoring import SubmissionReport, read_answers, relative_quality, score_submission
+from mappa_envs.dsbench.tasks import DSTask
+from mappa_envs.sandbox.types import ExecResult
+
+ENGINEER, MODELER, ANALYST = "data_engineer", "modeler", "analyst"
+EXPECTED_FILES = {ENGINEER: prompts.ENGINEER_FILES, MODELER: prompts.MODELER_FILES, ANALYST: prompts.ANALYST_FILES}
+TASK_FILES = ("train.csv", "test.csv", "sample_submission.csv")
+
+
+@dataclass
+class DSBenchScenario:
+    task_list: Sequence[DSTask]
+    max_actions: int = 4
+    cache_dir: Path | None = None  # where lazily computed baseline/reference scores are kept
+    env_id: str = "DSBench-v0"
+    _answers: dict = field(default_factory=dict, repr=False)
+    _samples: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if not self.task_list:
+            raise ValueError("DSBench-v0 needs at least one task")
+        self.roles = (
+            Role(ENGINEER, prompts.DATA_ENGINEER, tools=True, max_actions=self.max_actions, kernel=ENGINEER),
+            Role(MODELER, prompts.MODELER, tools=True, max_actions=self.max_actions, sees=(ENGINEER,), kernel=MODELER),
+            Role(ANALYST, prompts.ANALYST, tools=True, max_actions=self.max_actions, sees=(ENGINEER, MODELER),
+                 kernel=ANALYST),
+        )
+        self._ds = {t.id: t for t in self.task_list}
+        self._tasks = [Task(t.id, t.description, answer=None, meta={"metric": t.metric, "source": t.source})
+                       for t in self.task_list]
+
+    # --- Scenario protocol -----------------------------------------------------------------------
+
+    def tasks(self) -> Sequence[Task]:
+        return self._tasks
+
+    def prepare(self, episode: Episode) -> None:
+        ds = self._ds[episode.task.id]
+        s = episode.session
+        s.write_file("train.csv", ds.train_csv.read_bytes())
+        s.write_file("test.csv", ds.test_csv.read_bytes())
+        s.write_file("sample_submission.csv", self._sample_submission(ds))
+        episode.file_owners.update({name: "task" for name in TASK_FILES})
+        episode.state["listing"] = set(s.list_files())
+
+    def task_prompt(self, task: Task) -> str:
+        return (f"{task.prompt}\n\nThe working directory holds train.csv, test.csv and sample_submission.csv. "
+                "The submission is scored on the hidden test answers.")
+
+    def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
+        self._attribute_new_files(episode, role)
+        has_code = bool(extract_code_blocks(action))
+        earlier = 0
+        for a in reversed(episode.actions):
+            if a.role != role.name:
+                break
+            earlier += 1
+        turn_over = not has_code or earlier + 1 >= role.max_actions
+        present = all(f in episode.file_owners for f in EXPECTED_FILES[role.name])
+        checks: dict[str, bool] = {}
+        if has_code or not present:  # a closing summary after the work is done is not penalized
+            checks["code_present"] = has_code
+        if present or turn_over:  # exploring before writing files is fine; ending the turn without them is not
+            checks["expected_files_present"] = present
+        if role.name == ENGINEER and present:
+            checks["features_consistent"] = self._features_consistent(episode) is None
+        if role.name == ANALYST and ("submission.csv" in episode.file_owners or turn_over):
+            report = self._submission(episode)
+            checks["submission_valid"] = report is not None and report.valid
+            if report is not None and report.valid:
+                checks["beats_baseline"] = better(report.metric, report.score, self._scores(episode)[0])
+        return checks
+
+    def outcome(self, episode: Episode) -> Outcome:
+        ds = self._ds[episode.task.id]
+        baseline, reference = self._scores(episode)
+        report = self._submission(episode)
+        missing = self._missing_files(episode, ANALYST)
+        details = {
+            "task_id": ds.id, "metric": ds.metric, "higher_is_better": get_metric(ds.metric).higher_is_better,
+            "metric_value": None, "baseline_score": baseline, "reference_score": reference, "quality": 0.0,
+            "submission_valid": bool(report and report.valid), "missing_files": missing, "failure": None,
+        }
+        if report is not None and report.valid:
+            quality = relative_quality(ds.metric, report.score, baseline, reference)
+            details.update(metric_value=report.score, quality=quality, warnings=report.warnings)
+            return Outcome(score=quality, correct=better(ds.metric, report.score, baseline), details=details)
+        error = report.error if report is not None else "submission.csv was not written"
+        root = next(iter(missing.items()), ("submission.csv", ANALYST))
+        details["failure"] = {
+            "file": "submission.csv", "error": error,
+            "owner": episode.file_owners.get("submission.csv", ANALYST),
+            "root_cause": {"file": root[0], "owner": root[1], "missing": root[0] in missing},
+        }
+        return Outcome(score=0.0, correct=False, details=details)
+
+    def coach_evidence(self, episode: Episode, role: Role) -> dict:
+        ds = self._ds[episode.task.id]
+        baseline, reference = self._scores(episode)
+        metrics: dict = {
+            "metric": ds.metric, "higher_is_better": get_metric(ds.metric).higher_is_better,
+            "baseline_score": baseline, "reference_score": reference,
+            "expected_files": {f: {"owner": r, "present": f in episode.file_owners,
+                                   "written_by": episode.file_owners.get(f)}
+                               for r in self._upto(role.name) for f in EXPECTED_FILES[r]},
+            "missing_files": self._missing_files(episode, role.name),
+        }
+        if role.name == ENGINEER and all(f in episode.file_owners for f in prompts.ENGINEER_FILES):
+            metrics["features_problem"] = self._features_consistent(episode)
+        if role.name == ANALYST:
+            report = self._submission(episode)
+            metrics["submission"] = report.to_dict() if report else None
+        if episode.outcome is not None:
+            metrics["outcome"] = {"score": episode.outcome.score, **episode.outcome.details}
+        return {"metrics": metrics}
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _upto(self, role: str) -> list[str]:
+        names = [r.name for r in self.roles]
+        return names[: names.index(role) + 1]
+
+    def _missing_files(self, episode: Episode, role: str) -> dict[str, str]:
+        """Expected files of `role` and the roles before it that are not in the workspace -> who owes them."""
+        return {f: r for r in self._upto(role) for f in EXPECTED_FILES[r] if f not in episode.file_owners}
+
+    def _attribute_new_files(self, episode: Episode, role: Role) -> None:
+        listing = set(episode.session.list_files())
+        for path in sorted(listing - episode.state["listing"]):
+            episode.file_owners.setdefault(path, role.name)
+        for path in episode.state["listing"] - listing:  # deleted: no longer in the inventory
+            episode.file_owners.pop(path, None)
+        episode.state["listing"] = listing
+
+    def _submission(self, episode: Episode) -> SubmissionReport | None:
+        """The verdict on the current submission.csv (cached by content), or None if there is none."""
+        if "submission.csv" not in episode.file_owners:
+            return None
+        data = episode.session.read_file("submission.csv")
+        key = hashlib.sha256(data).hexdigest()
+        cached = episode.state.get("submission")
+        if cached is None or cached[0] != key:
+            ds = self._ds[episode.task.id]
+            cached = (key, score_submission(ds, data, self._answers_for(ds)))
+            episode.state["submission"] = cached
+        return cached[1]
+
+    def _answers_for(self, ds: DSTask) -> pd.DataFrame:
+        if ds.id not in self._answers:
+            self._answers = {ds.id: read_answers(ds)}  # one task's answers in memory at a time
+        return self._answers[ds.id]
+
+    def _features_consistent(self, episode: Episode) -> str | None:
+        """None when the engineer's files line up with the task's; else what is wrong."""
+        ds = self._ds[episode.task.id]
+        try:
+            tables = {f: pd.read_csv(io.BytesIO(episode.session.read_file(f))) for f in prompts.ENGINEER_FILES}
+        except Exception as e:  # unreadable files are the engineer's problem to report, not ours to raise
+            return f"cannot read the feature files: {type(e).__name__}: {e}"
+        x_train, y_train, x_test = (tables[f] for f in prompts.ENGINEER_FILES)
+        n_test = len(self._answers_for(ds))
+        if len(x_test) != n_test:
+            return f"X_test.csv has {len(x_test)} rows, test.csv has {n_test}"
+        if len(x_train) != len(y_train):
+            return f"X_train.csv has {len(x_train)} rows, y_train.csv has {len(y_train)}"
+        if list(x_train.columns) != list(x_test.columns):
+            return "X_train.csv and X_test.csv have different columns"
+        absent = [t for t in ds.target_columns if t not in y_train.columns]
+        if absent:
+            return f"y_train.csv lacks the target column(s) {absent}"
+        return None
+
+    def _sample_submission(self, ds: DSTask) -> bytes:
+        if ds.sample_submission_csv is not None:
+            return ds.sample_submission_csv.read_bytes()
+        if ds.id not in self._samples:  # DSBench folders without one: the baseline's, as Kaggle ships
+            from mappa_envs.dsbench.reference import baseline_submission
+
+            train, test = (pd.read_csv(p, dtype={ds.id_column: str}) for p in (ds.train_csv, ds.test_csv))
+            self._samples[ds.id] = baseline_submission(ds, train, test).to_csv(index=False).encode()
+        return self._samples[ds.id]
+
+    def _scores(self, episode: Episode) -> tuple[float, float | None]:
+        ds = self._ds[episode.task.id]
+        if ds.baseline_score is None:
+            ds = self._ds[ds.id] = _scored(ds, self.cache_dir)
+        return ds.baseline_score, ds.reference_score
+
+
+def _scored(ds: DSTask, cache_dir: Path | None) -> DSTask:
+    """Compute (or read back) a task's baseline and reference scores."""
+    from mappa_envs.dsbench.builtin import default_cache_dir
+    from mappa_envs.dsbench.reference import reference_scores
+
+    stamp = f"{ds.answers_csv.stat().st_size}-{ds.answers_csv.stat().st_mtime_ns}"
+    path = Path(cache_dir or default_cache_dir()) / "dsbench-scores" / f"{ds.id}.json"
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("stamp") == stamp:
+            return ds.with_scores(saved["baseline"], saved["reference"])
+    baseline, reference, why = reference_scores(ds)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"stamp": stamp, "baseline": baseline, "reference": reference, "reference_error": why}))
+    return ds.with_scores(baseline, reference)
+
+
+def load_task_source(tasks: str | Path | Sequence[DSTask], split: str, cache_dir: str | Path | None) -> list[DSTask]:
+    """"builtin", a DSBench folder, or a list of `DSTask`."""
+    if isinstance(tasks, (str, Path)):
+        if str(tasks) == "builtin":
+            from mappa_envs.dsbench.builtin import builtin_tasks
+
+            return builtin_tasks(cache_dir)
+        from mappa_envs.dsbench.tasks import load_dsbench
+
+        return load_dsbench(tasks, split=split)
+    return list(tasks)
+
+
+class DSBenchEnv(PipelineEnv):
+    """DSBench-v0. See the module docstring.
+
+    Args:
+        tasks: "builtin" (offline tasks, the default), a DSBench data folder, or a list of `DSTask`.
+        split: for a DSBench folder: "train" (64 tasks), "eval" (8) or "all".
+        cache_dir: where built-in tasks and computed baseline/reference scores live.
+        max_actions: most actions each agent may take in its turn.
+        limits: truncation limits (default: 60 s per cell, room for every agent's full turn).
+        Everything else goes to `PipelineEnv` (coach, sandbox, reward_mode, render_mode, ...).
+    """
+
+    def __init__(self, tasks: str | Path | Sequence[DSTask] = "builtin", split: str = "eval",
+                 cache_dir: str | Path | None = None, max_actions: int = 4, limits: EpisodeLimits | None = None,
+                 **kwargs):
+        if max_actions < 1:
+            raise ValueError(f"max_actions={max_actions} must be at least 1")
+        task_list = load_task_source(tasks, split, cache_dir)
+        limits = limits or EpisodeLimits(cell_timeout_s=60.0, max_total_actions=3 * max_actions + 1)
+        scenario = DSBenchScenario(task_list, max_actions, Path(cache_dir).expanduser() if cache_dir else None)
+        super().__init__(scenario, limits=limits, **kwargs)
