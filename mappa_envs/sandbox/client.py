@@ -244,8 +244,9 @@ class WarmPool:
         self._ready: list[Slot] = []
         self._cond = threading.Condition()
         self._closed = False
+        self._thread = threading.Thread(target=self._fill, name=f"mappa-{name}-pool", daemon=True)
         if size > 0:
-            threading.Thread(target=self._fill, name=f"mappa-{name}-pool", daemon=True).start()
+            self._thread.start()
 
     def _fill(self) -> None:
         backoff = 1.0
@@ -293,6 +294,8 @@ class WarmPool:
             self._cond.notify_all()
         for slot in slots:
             slot.dispose()
+        if self._thread.is_alive():  # let a slot being started land (and be disposed) rather than leak
+            self._thread.join(timeout=READY_TIMEOUT_S)
 
 
 DEFAULT_PREIMPORT = ("numpy", "pandas", "scipy", "sklearn", "sklearn.ensemble", "sklearn.linear_model", "sklearn.model_selection")

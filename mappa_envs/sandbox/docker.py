@@ -77,14 +77,15 @@ def docker_status(image: str | None = None, docker_url: str | None = None) -> tu
     except Exception as e:
         return False, f"no Docker engine answers ({type(e).__name__}: {str(e)[:200]}); start dockerd, or use the local backend"
     try:
-        client.images.get(image)
+        found = client.images.get(image)
+        version = client.version().get("Version", "?")
     except Exception as e:
         if type(e).__name__ == "ImageNotFound":
             return False, f"the Docker engine has no image {image!r}; build it with `mappa sandbox build`"
         return False, f"could not inspect image {image!r}: {e}"
     finally:
         client.close()
-    return True, f"Docker engine answers and has image {image!r}"
+    return True, f"Docker engine {version} answers and has image {image!r} ({found.short_id}, {found.attrs.get('Size', 0) >> 20} MB)"
 
 
 def _start_time(pid: int) -> str:

@@ -93,14 +93,16 @@ def _prctl(option: int, arg: int) -> None:
 
 
 def _ppids() -> dict[int, int]:
-    """pid -> parent pid for every process this sandbox can see."""
+    """pid -> parent pid for every live (not zombie) process this sandbox can see."""
     out = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/stat", "rb") as f:
                     stat = f.read()
-                out[int(name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+                state, ppid = stat[stat.rindex(b")") + 2 :].split()[:2]
+                if state != b"Z":
+                    out[int(name)] = int(ppid)
             except (OSError, ValueError, IndexError):  # exited while we looked
                 pass
     return out
@@ -137,7 +139,7 @@ def _kill_tree(root: int, spare: set[int] = frozenset(), statuses: dict[int, int
     Killed processes stay zombies, still counted against the process limit, until reaped here, so a
     fork bomb has no free slot to refill while one pass kills it.
     """
-    killed = 0
+    killed: set[int] = set()
     for _ in range(50):
         pids = _descendants(root, spare)
         if not pids:
@@ -145,12 +147,12 @@ def _kill_tree(root: int, spare: set[int] = frozenset(), statuses: dict[int, int
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
+                killed.add(pid)
             except OSError:
                 pass
         time.sleep(0.001)
         _reap(statuses)
-    return killed
+    return len(killed)
 
 
 def _has_children() -> bool:

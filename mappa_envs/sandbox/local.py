@@ -123,7 +123,8 @@ class LocalSandbox:
                     argv += ["--perms", "0755", "--dir", parent]
                     made.add(parent)
             argv += ["--ro-bind", root, root]
-        return argv + ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        tmp_size = str(self.limits.workspace_mb << 20)
+        return argv + ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", tmp_size, "--tmpfs", "/tmp"]
 
     def _make_slot(self) -> Slot:
         host_ws = tempfile.mkdtemp(prefix="mappa-ws-", dir=self.workspace_root)
