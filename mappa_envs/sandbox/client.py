@@ -261,7 +261,8 @@ class WarmPool:
                 backoff = 1.0
             except Exception as e:  # keep trying: the next get() makes one itself and raises the real error
                 log.warning("sandbox pool could not start a slot (retrying in %.0f s): %s", backoff, e)
-                time.sleep(backoff)
+                with self._cond:
+                    self._cond.wait(backoff)  # close() wakes us
                 backoff = min(backoff * 2, 60.0)
                 continue
             with self._cond:

@@ -18,8 +18,8 @@ data-science stack imported, so opening a session costs no container start; kern
 of that supervisor (milliseconds), and cells travel over one `docker exec` stream per container
 (a round trip of about a millisecond, against ~70 ms for an exec per cell).
 
-Leaks: containers carry the label `mappa.sandbox` and their owner (host, pid, process start
-time). They are removed when their session closes, when the sandbox closes, at interpreter exit,
+Leaks: containers carry the labels `mappa.sandbox` (the sandbox's id) and `mappa.owner` (host,
+pid and start time of the owning process). They are removed when their session closes, when the sandbox closes, at interpreter exit,
 and, for owners that died without cleaning up, whenever a new DockerSandbox starts on the host.
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ import socket
 import struct
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -204,7 +205,7 @@ class DockerSandbox:
         if not ok:
             raise SandboxError(f"docker sandbox unavailable: {why}")
         self.client = _client(docker_url)
-        self.owner = _owner()
+        self.owner, self.id = _owner(), uuid.uuid4().hex[:12]
         reap_orphans(self.client)
         self._sessions: set[Session] = set()
         self._lock = threading.Lock()
@@ -216,7 +217,7 @@ class DockerSandbox:
         mb = self.limits.memory_mb + self.limits.workspace_mb  # tmpfs files are charged to the container's memory
         return self.client.containers.run(
             self.image, ["python3", "-c", _INIT], detach=True, user=self.user,
-            labels={LABEL: "1", OWNER_LABEL: self.owner},
+            labels={LABEL: self.id, OWNER_LABEL: self.owner},
             network_mode="none", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
             tmpfs={WORKSPACE: f"size={self.limits.workspace_mb}m,uid={self.user.split(':')[0]},gid={self.user.split(':')[-1]},mode=0700",
                    "/tmp": f"size={min(256, self.limits.workspace_mb)}m,mode=1777"},
