@@ -1,0 +1,305 @@
+"""The learner: one DeepSpeed engine per policy, a frozen reference model, and the PPO-clip update.
+
+A `Sample` is one action: the exact prompt tokens the policy saw and the exact tokens it sampled
+(`Transition.prompt_ids + action_ids`). The learner scores samples (actor or reference log-probs of
+the action tokens) and trains on them; the RL math lives in `mappa_train.algo`.
+
+Batches are micro-batched by token budget. Packed micro-batches put several samples in one row with
+positions restarting per sample and a block-diagonal causal mask, so no compute goes to padding;
+padded micro-batches are the usual [rows, longest] layout (both give the same log-probs).
+
+Distributed (torchrun or Ray, `deepspeed.init_distributed`): each rank is given its share of the
+samples. Ranks agree on the number of mini-batches and micro-batches (ZeRO-3 gathers parameters
+collectively, so every rank must run every forward); a rank with nothing left runs a one-token
+dummy pass with zero loss. The loss of each micro-batch is divided by the action-token count of
+the whole mini-batch over all ranks, so the update is the exact token mean however data is split.
+On CPU: `DS_ACCELERATOR=cpu`, gloo, and torch's AdamW (no JIT-built fused kernels).
+"""
+from __future__ import annotations
+
+import math
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from mappa_train import algo
+from mappa_train.config import AlgoConfig, LearnerConfig
+
+
+@dataclass
+class Sample:
+    """One action to train on. Tensors are per action token (len(action_ids))."""
+
+    prompt_ids: list[int]
+    action_ids: list[int]
+    old_logp: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.action_ids)
+
+
+def init_distributed() -> tuple[int, int]:
+    """Start torch.distributed through DeepSpeed (gloo on CPU); one process gets a private port."""
+    import deepspeed
+    import torch.distributed as dist
+    from deepspeed.accelerator import get_accelerator
+
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:  # a plain single process: make it a world of one
+            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                              MASTER_PORT=str(_free_port()))
+        backend = "gloo" if get_accelerator().device_name() == "cpu" else get_accelerator().communication_backend_name()
+        deepspeed.init_distributed(dist_backend=backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ds_config(cfg: LearnerConfig, dtype: str) -> dict:
+    """The DeepSpeed config for `cfg`. Gradient accumulation is driven here, micro-batch by micro-batch."""
+    zero: dict = {"stage": cfg.zero_stage}
+    if cfg.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": cfg.grad_clip,
+        "zero_optimization": zero,
+        "bf16": {"enabled": dtype == "bfloat16"},
+        # torch's AdamW unless offloading (DeepSpeed's CPU Adam is the fast path there)
+        "optimizer": {"type": "AdamW", "params": {"lr": cfg.lr, "weight_decay": cfg.weight_decay,
+                                                  "betas": [0.9, 0.95], "torch_adam": not cfg.offload_optimizer}},
+        "steps_per_print": 1 << 30,
+    }
+
+
+def lr_at(step: int, cfg: LearnerConfig, total_steps: int) -> float:
+    """LR for training step `step` (0-based): linear warm-up, then constant or cosine to 10%."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+class PolicyLearner:
+    """A policy's DeepSpeed engine and frozen reference model."""
+
+    def __init__(self, model_path: str | Path, cfg: LearnerConfig, algo_cfg: AlgoConfig, *, dtype: str = "float32",
+                 attn_implementation: str = "sdpa", temperature: float = 1.0, pad_id: int = 0, seed: int = 0):
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+
+        self.cfg, self.algo, self.temperature, self.pad_id = cfg, algo_cfg, temperature, pad_id
+        self.attn = attn_implementation
+        self.rank, self.world = init_distributed()
+        torch.manual_seed(seed)
+        torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+        load = dict(dtype=torch_dtype, attn_implementation=attn_implementation)
+        model = AutoModelForCausalLM.from_pretrained(model_path, **load)
+        model.config.use_cache = False
+        if cfg.grad_checkpointing:
+            model.gradient_checkpointing_enable()
+        config = ds_config(cfg, dtype)
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+        ref = AutoModelForCausalLM.from_pretrained(model_path, **load).eval().requires_grad_(False)
+        if cfg.zero_stage == 3:  # partition the reference model too: ZeRO-3 inference
+            ref_config = {k: config[k] for k in ("train_micro_batch_size_per_gpu", "zero_optimization", "bf16")}
+            ref_config["zero_optimization"] = {"stage": 3}
+            ref, *_ = deepspeed.initialize(model=ref, config=ref_config)
+        self.ref = ref if cfg.zero_stage == 3 else ref.to(self.engine.device)
+
+    # ---- scoring ---------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def logprobs(self, samples: list[Sample], reference: bool = False) -> list[torch.Tensor]:
+        """Log-probs of each sample's action tokens under the actor (or the reference). [n_action] each."""
+        model = self.ref if reference else self.engine
+        model.eval()
+        out: list[torch.Tensor] = []
+        for micro in self._micro_batches(samples, self._global_max(len(self._split(samples)))):
+            if micro:
+                out += [lp.float().cpu() for lp in self._forward(model, micro)]
+            else:  # keep step with ranks that still have data (ZeRO-3 gathers collectively)
+                self._dummy(model)
+        return out
+
+    # ---- training --------------------------------------------------------------------------------
+
+    def train(self, samples: list[Sample], lr: float) -> dict[str, float]:
+        """PPO-clip update on this rank's samples (each with old_logp and advantages); returns metrics."""
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
+        self.engine.train()
+        total = self._global_sum(len(samples))
+        n_minibatches = max(1, math.ceil(total / self.cfg.train_batch_size))
+        stats = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "tokens": 0.0}
+        grad_norms = []
+        for _ in range(self.algo.epochs):
+            for mb in _chunks(samples, n_minibatches):
+                n_tokens = self._global_sum(sum(len(s.action_ids) for s in mb))
+                micros = self._micro_batches(mb, self._global_max(len(self._split(mb))))
+                for i, micro in enumerate(micros):
+                    self.engine.set_gradient_accumulation_boundary(i == len(micros) - 1)
+                    loss, part = self._loss(micro, max(n_tokens, 1))
+                    self.engine.backward(loss * self.world)  # DeepSpeed averages gradients over ranks
+                    for k in stats:
+                        stats[k] += part[k]
+                if self.cfg.zero_stage == 0:  # DeepSpeed reports the norm only for ZeRO optimizers
+                    grads = [p.grad.norm() for p in self.engine.module.parameters() if p.grad is not None]
+                    grad_norms.append(float(torch.stack(grads).norm()) if grads else 0.0)
+                self.engine.step()
+                if self.cfg.zero_stage > 0 and self.engine.get_global_grad_norm() is not None:
+                    grad_norms.append(float(self.engine.get_global_grad_norm()))
+        tokens = max(self._global_sum(stats.pop("tokens")), 1.0)
+        result = {k: self._global_sum(v) / tokens for k, v in stats.items()}
+        result.update(lr=lr, grad_norm=sum(grad_norms) / max(1, len(grad_norms)), optimizer_steps=float(n_minibatches * self.algo.epochs),
+                      tokens=tokens / self.algo.epochs)
+        return result
+
+    def _loss(self, micro: list[Sample], n_tokens: float) -> tuple[torch.Tensor, dict[str, float]]:
+        if not micro:  # this rank has no data for the micro-step the others run: a zero-loss pass
+            return self._dummy(self.engine) * 0.0, {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "tokens": 0.0}
+        logps = self._forward(self.engine, micro)
+        logp = _pad([lp for lp in logps])  # [R, A]: action tokens only
+        device = logp.device
+        mask = _pad([torch.ones(len(s.action_ids)) for s in micro]).to(device)
+        old = _pad([s.old_logp for s in micro]).to(device)
+        adv = _pad([s.advantages for s in micro]).to(device)
+        loss = algo.ppo_clip_loss(logp.float(), old, adv, mask, eps=self.algo.clip_eps, n_tokens=n_tokens)
+        with torch.no_grad():
+            ratio = torch.exp(logp.float() - old)
+            clipped = ((ratio - 1).abs() > self.algo.clip_eps).float()
+            part = {"loss": float(loss) * n_tokens, "clip_frac": float((clipped * mask).sum()),
+                    "approx_kl": float(((old - logp.float()) * mask).sum()), "tokens": float(mask.sum())}
+        return loss, part
+
+    # ---- forward passes --------------------------------------------------------------------------
+
+    def _forward(self, model, micro: list[Sample]) -> list[torch.Tensor]:
+        """Per-sample log-probs of the action tokens, from one packed or padded forward pass."""
+        device = self.engine.device
+        if self.cfg.packed:
+            ids = torch.tensor([t for s in micro for t in s.prompt_ids + s.action_ids], device=device)[None]
+            positions = torch.cat([torch.arange(len(s)) for s in micro]).to(device)[None]
+            kwargs = {"position_ids": positions}
+            if self.attn != "flash_attention_2":  # flash-attention finds the packed samples from position_ids
+                segment = torch.cat([torch.full((len(s),), i) for i, s in enumerate(micro)]).to(device)
+                causal = torch.ones(len(segment), len(segment), dtype=torch.bool, device=device).tril()
+                kwargs["attention_mask"] = (causal & (segment[:, None] == segment[None, :]))[None, None]
+            token_logp = self._token_logp(model(input_ids=ids, **kwargs).logits, ids)[0]  # [L]
+            out, start = [], 0
+            for s in micro:
+                a, end = len(s.prompt_ids), start + len(s)
+                out.append(token_logp[start + a - 1:end - 1])  # logits at t score token t+1
+                start = end
+            return out
+        width = max(len(s) for s in micro)
+        ids = torch.full((len(micro), width), self.pad_id, device=device)
+        attention = torch.zeros((len(micro), width), dtype=torch.long, device=device)
+        for r, s in enumerate(micro):
+            ids[r, :len(s)] = torch.tensor(s.prompt_ids + s.action_ids)
+            attention[r, :len(s)] = 1
+        token_logp = self._token_logp(model(input_ids=ids, attention_mask=attention).logits, ids)  # [R, width-1]
+        return [token_logp[r, len(s.prompt_ids) - 1:len(s) - 1] for r, s in enumerate(micro)]
+
+    def _dummy(self, model) -> torch.Tensor:
+        return model(input_ids=torch.tensor([[self.pad_id]], device=self.engine.device)).logits.sum()
+
+    def _token_logp(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """log p(ids[:, t+1] | ids[:, :t+1]) at the sampling temperature. [R, L, V] -> [R, L-1]."""
+        logits = logits[:, :-1].float() / self.temperature
+        targets = ids[:, 1:]
+        return -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none").view(targets.shape)
+
+    def _split(self, samples: list[Sample]) -> list[list[Sample]]:
+        """Micro-batches: by token budget when packed (a sample longer than it goes alone), by rows when padded."""
+        if not self.cfg.packed:
+            n = self.cfg.micro_batch_size
+            return [samples[i:i + n] for i in range(0, len(samples), n)]
+        out: list[list[Sample]] = []
+        for s in samples:
+            if out and sum(map(len, out[-1])) + len(s) <= self.cfg.micro_batch_tokens:
+                out[-1].append(s)
+            else:
+                out.append([s])
+        return out
+
+    def _micro_batches(self, samples: list[Sample], count: int) -> list[list[Sample]]:
+        micros = self._split(samples)
+        return micros + [[] for _ in range(count - len(micros))]
+
+    # ---- collectives -----------------------------------------------------------------------------
+
+    def _global_sum(self, x: float) -> float:
+        return self._all_reduce(x, "sum")
+
+    def _global_max(self, x: int) -> int:
+        return int(self._all_reduce(x, "max"))
+
+    def _all_reduce(self, x: float, op: str) -> float:
+        if self.world == 1:
+            return float(x)
+        import torch.distributed as dist
+
+        t = torch.tensor([float(x)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+        return float(t.item())
+
+    # ---- weights ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Full (gathered) weights on CPU, for syncing the generator. Collective under ZeRO-3."""
+        import deepspeed
+
+        module = self.engine.module
+        if self.cfg.zero_stage != 3:
+            return {k: v.detach().cpu() for k, v in module.state_dict().items()}
+        out = {}
+        for name, p in module.named_parameters():
+            with deepspeed.zero.GatheredParameters([p]):
+                out[name] = p.detach().cpu().clone()
+        for name, b in module.named_buffers():
+            out[name] = b.detach().cpu()
+        return out
+
+    def save_pretrained(self, out_dir: str | Path) -> None:
+        """Write the policy as a plain transformers model (rank 0 writes; collective under ZeRO-3)."""
+        state = self.state_dict()
+        if self.rank == 0:
+            self.engine.module.save_pretrained(out_dir, state_dict=state)
+
+    def save_checkpoint(self, ckpt_dir: str | Path) -> None:
+        """Model and optimizer state of every rank (collective)."""
+        self.engine.save_checkpoint(str(ckpt_dir), tag="state")
+
+    def load_checkpoint(self, ckpt_dir: str | Path) -> None:
+        path, _ = self.engine.load_checkpoint(str(ckpt_dir), tag="state")
+        if path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint under {ckpt_dir}")
+
+
+def _chunks(items: list, n: int) -> list[list]:
+    """`items` in `n` contiguous, nearly equal chunks (some may be empty)."""
+    size, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (i < extra)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
+    """Right-pad 1-D tensors with zeros into [R, longest]."""
+    return torch.nn.utils.rnn.pad_sequence([r if r.dim() else r[None] for r in rows], batch_first=True)
