@@ -38,12 +38,12 @@ class Metric:
 def _columns(y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
     """Both as 2-D arrays of equal shape (rows x columns)."""
     t, p = np.asarray(y_true), np.asarray(y_pred)
+    if t.size == 0 or p.size == 0:
+        raise ValueError("no rows to score")
     t = t.reshape(len(t), -1) if t.ndim != 2 else t
     p = p.reshape(len(p), -1) if p.ndim != 2 else p
     if t.shape != p.shape:
         raise ValueError(f"y_true has shape {t.shape} but y_pred has shape {p.shape}")
-    if len(t) == 0:
-        raise ValueError("no rows to score")
     return t, p
 
 

@@ -42,7 +42,7 @@ def baseline_submission(task: DSTask, train: pd.DataFrame, test: pd.DataFrame) -
         elif metric.predicts == RANKED_LABELS:
             out[col] = " ".join(map(str, y.value_counts().index[:3]))
         else:  # text extraction: the whole input text
-            text_col = next((c for c in test.columns if c != task.id_column and test[c].dtype == object), None)
+            text_col = next((c for c in test.columns if c != task.id_column and not pd.api.types.is_numeric_dtype(test[c])), None)
             out[col] = test[text_col].fillna("") if text_col else ""
     return out
 

@@ -26,7 +26,7 @@ def engineer_code(task: DSTask, forget: Sequence[str] = ()) -> str:
         f"ID, TARGETS = {task.id_column!r}, {list(task.target_columns)!r}",
         "features = [c for c in test.columns if c != ID]",
         "both = pd.concat([train[features], test[features]], keys=['train', 'test'])",
-        "categorical = [c for c in features if both[c].dtype == object]",
+        "categorical = [c for c in features if not pd.api.types.is_numeric_dtype(both[c])]",
         "both = pd.get_dummies(both, columns=categorical, dummy_na=True, dtype=float)",
         "both = both.fillna(both.loc['train'].median()).fillna(0)",
         "X_train, X_test = both.loc['train'].copy(), both.loc['test'].copy()",
