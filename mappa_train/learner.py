@@ -38,6 +38,7 @@ class Sample:
     action_ids: list[int]
     old_logp: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None  # needed only with algo.kl_in_loss
 
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.action_ids)
@@ -177,6 +178,9 @@ class PolicyLearner:
         old = _pad([s.old_logp for s in micro]).to(device)
         adv = _pad([s.advantages for s in micro]).to(device)
         loss = algo.ppo_clip_loss(logp.float(), old, adv, mask, eps=self.algo.clip_eps, n_tokens=n_tokens)
+        if self.algo.kl_in_loss:
+            ref = _pad([s.ref_logp for s in micro]).to(device)
+            loss = loss + algo.kl_loss(logp.float(), ref, mask, beta=self.algo.beta, n_tokens=n_tokens)
         with torch.no_grad():
             ratio = torch.exp(logp.float() - old)
             clipped = ((ratio - 1).abs() > self.algo.clip_eps).float()
@@ -265,10 +269,12 @@ class PolicyLearner:
         module = self.engine.module
         if self.cfg.zero_stage != 3:
             return {k: v.detach().cpu() for k, v in module.state_dict().items()}
-        out = {}
-        for name, p in module.named_parameters():
-            with deepspeed.zero.GatheredParameters([p]):
-                out[name] = p.detach().cpu().clone()
+        out, seen = {}, {}
+        for name, p in module.named_parameters(remove_duplicate=False):  # tied aliases too (vLLM wants them)
+            if id(p) not in seen:
+                with deepspeed.zero.GatheredParameters([p]):
+                    seen[id(p)] = p.detach().cpu().clone()
+            out[name] = seen[id(p)]
         for name, b in module.named_buffers():
             out[name] = b.detach().cpu()
         return out

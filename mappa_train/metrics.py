@@ -1,0 +1,111 @@
+"""Run metrics: JSON lines (the record), TensorBoard and optional W&B (views), and a learning-curve PNG.
+
+Rows are `{"kind": "train" | "eval", "step": N, ...numbers}`; `step` counts finished updates, so the
+evaluation before the first update is step 0. On resume from a checkpoint taken after `step`
+updates, rows the killed run wrote past that point are dropped, so every step appears once.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from mappa_train.config import LogConfig
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsLogger:
+    """Appends rows to <out_dir>/metrics.jsonl and mirrors numbers to TensorBoard / W&B."""
+
+    def __init__(self, out_dir: str | Path, cfg: LogConfig, resume_step: int = 0, run_config: dict | None = None):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.out_dir / METRICS_FILE
+        rows = [r for r in read_metrics(self.path) if _kept(r, resume_step)]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        self.tb = self.wandb = None
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(self.out_dir / "tb"), purge_step=resume_step or None)
+        if cfg.wandb_project:
+            try:
+                import wandb
+            except ImportError as e:
+                raise ImportError("log.wandb_project is set but wandb is not installed: pip install wandb") from e
+            self.wandb = wandb.init(project=cfg.wandb_project, dir=str(self.out_dir), config=run_config,
+                                    id=self.out_dir.name, resume="allow")
+
+    def log(self, kind: str, step: int, metrics: dict[str, float]) -> None:
+        row = {"kind": kind, "step": step, **metrics}
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        numbers = {f"{kind}/{k}": v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+        if self.tb is not None:
+            for k, v in numbers.items():
+                self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(numbers, step=step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _kept(row: dict, resume_step: int) -> bool:
+    # an eval at step N runs before update N+1, so the resumed run repeats it: keep only earlier ones
+    return row["step"] <= resume_step if row["kind"] == "train" else row["step"] < resume_step
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """Rows of a metrics.jsonl; a torn last line (a killed writer) is ignored."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str = "MAPPA training") -> Path:
+    """Learning curves: eval accuracy, per-role coach score, KL and loss against training step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(metrics_path)
+    train = [r for r in rows if r["kind"] == "train"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    panels = [
+        (axes[0, 0], evals, [k for k in (evals[0] if evals else {}) if k.endswith("accuracy")], "held-out accuracy"),
+        (axes[0, 1], train, sorted({k for r in train for k in r if k.startswith("coach/")}), "coach score (0-10) by role"),
+        (axes[1, 0], train, ["kl"], "KL to reference (k1, per token)"),
+        (axes[1, 1], train, ["loss"], "policy loss"),
+    ]
+    for ax, data, keys, name in panels:
+        for key in keys:
+            points = [(r["step"], r[key]) for r in data if isinstance(r.get(key), (int, float))]
+            if points:
+                ax.plot(*zip(*points), marker="o", markersize=3, label=key.removeprefix("coach/"))
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        if len(keys) > 1:
+            ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return Path(out_png)
