@@ -17,6 +17,7 @@ from pathlib import Path
 
 import mappa_envs
 from mappa_envs.registration import load_callable
+from mappa_envs.sandbox import make_sandbox
 from mappa_envs.wrappers import TranscriptRecorder, VectorRunner
 
 
@@ -41,9 +42,13 @@ def policies(env_id: str, env, seed: int) -> dict:
 
 
 def bench(env_id: str, args) -> list[dict]:
+    # One sandbox for all instances, a warm session per instance. Nothing preimported: code that needs
+    # pandas imports it itself, and preimporting costs seconds per session on a small machine.
+    sandbox = make_sandbox(args.sandbox, preimport=(), pool_size=args.envs)
     try:
-        envs = [mappa_envs.make(env_id, sandbox=args.sandbox, **json.loads(args.env_kwargs)) for _ in range(args.envs)]
+        envs = [mappa_envs.make(env_id, sandbox=sandbox, **json.loads(args.env_kwargs)) for _ in range(args.envs)]
     except Exception as e:  # report and carry on: one env's missing data must not hide the others
+        sandbox.close()
         return [{"env": env_id, "policy": "-", "error": f"{type(e).__name__}: {e}"}]
     rows = []
     try:
@@ -63,6 +68,7 @@ def bench(env_id: str, args) -> list[dict]:
     finally:
         for e in envs:
             e.close()
+        sandbox.close()
     return rows
 
 

@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import mappa_envs
+from mappa_envs.sandbox import make_sandbox
 
 
 @torch.no_grad()
@@ -80,7 +81,9 @@ def main(argv: list[str] | None = None) -> dict:
     tok = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    env = mappa_envs.make("MathChat-v0", task_source="synthetic", reward_mode=args.reward_mode, sandbox="local")
+    # MathChat's code needs only the standard library: skip the sandbox's default numpy/pandas/sklearn preimport.
+    sandbox = make_sandbox("local", preimport=())
+    env = mappa_envs.make("MathChat-v0", task_source="synthetic", reward_mode=args.reward_mode, sandbox=sandbox)
     history = []
     for it in range(args.iterations):
         model.eval()
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
                         "rewards": [s["reward"] for s in batch], "roles": [s["agent"] for s in batch]})
         print(json.dumps({k: v for k, v in history[-1].items() if k not in ("rewards", "roles")}))
     env.close()
+    sandbox.close()
     return {"history": history}
 
 

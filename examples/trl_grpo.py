@@ -22,6 +22,7 @@ from pathlib import Path
 
 import mappa_envs
 from mappa_envs.registration import load_callable
+from mappa_envs.sandbox import make_sandbox
 
 
 class EnvReward:
@@ -95,7 +96,9 @@ def main(argv: list[str] | None = None) -> dict:
         from mappa_train.tiny_model import build_tiny_model
 
         args.model = build_tiny_model(args.out / "tiny_model")
-    env = mappa_envs.make("MathChat-v0", task_source="synthetic", num_tasks=args.prompts, sandbox="local")
+    # MathChat's code needs only the standard library: skip the sandbox's default numpy/pandas/sklearn preimport.
+    sandbox = make_sandbox("local", preimport=())
+    env = mappa_envs.make("MathChat-v0", task_source="synthetic", num_tasks=args.prompts, sandbox=sandbox)
     reward = EnvReward(env, args.reward)
     tokenizer = AutoTokenizer.from_pretrained(args.model, padding_side="left")
     config = GRPOConfig(
@@ -108,6 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
                           train_dataset=prompt_dataset(env, args.prompts), processing_class=tokenizer)
     trainer.train()
     env.close()
+    sandbox.close()
     logs = [h for h in trainer.state.log_history if "reward" in h]
     summary = {"steps": trainer.state.global_step, "episodes": len(reward.episodes),
                "mean_reward": [round(h["reward"], 3) for h in logs], "reward_shape": args.reward}

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import mappa_envs
+from mappa_envs.sandbox import make_sandbox
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ROLES = ("problem_solver", "code_executor", "verifier")
@@ -17,6 +18,11 @@ def load(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def make_env(**kwargs):
+    """MathChat-v0 on the real local sandbox; its code needs no numpy/pandas preimport (seconds per session)."""
+    return mappa_envs.make("MathChat-v0", task_source="synthetic", sandbox=make_sandbox("local", preimport=()), **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +40,7 @@ def test_reinforce_credits_aec_rewards_to_the_right_actions(tiny_model, tmp_path
     args = reinforce.argparse.Namespace(max_new_tokens=8, max_prompt_tokens=128)
     tok = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
-    env = mappa_envs.make("MathChat-v0", task_source="synthetic", num_tasks=4, sandbox="local")
+    env = make_env(num_tasks=4)
     try:
         steps, outcome = reinforce.play(env, model, tok, seed=0, args=args)
         recorded = env.unwrapped.transcript()["actions"]  # what the env itself paid, action by action
@@ -43,6 +49,7 @@ def test_reinforce_credits_aec_rewards_to_the_right_actions(tiny_model, tmp_path
         assert all(a["coach"]["ok"] for a in recorded) and "correct" in outcome
     finally:
         env.close()
+        env.unwrapped.sandbox.close()
 
 
 def test_reinforce_example_trains(tiny_model, tmp_path):
@@ -57,7 +64,7 @@ def test_reinforce_example_trains(tiny_model, tmp_path):
 
 def test_trl_env_reward_scores_through_the_env(tmp_path):
     trl_grpo = load("trl_grpo")
-    env = mappa_envs.make("MathChat-v0", task_source="synthetic", num_tasks=2, sandbox="local")
+    env = make_env(num_tasks=2)
     try:
         data = trl_grpo.prompt_dataset(env, 2)
         assert data[0]["prompt"][0]["role"] == "system" and data[0]["task_id"]
@@ -75,6 +82,7 @@ def test_trl_env_reward_scores_through_the_env(tmp_path):
             trl_grpo.EnvReward(env, "turn")
     finally:
         env.close()
+        env.unwrapped.sandbox.close()
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import mappa_envs
 from mappa_envs.core.pipeline import EpisodeLimits
 from mappa_envs.mathchat.scripted import for_env
 from mappa_envs.policy import Team
+from mappa_envs.sandbox import make_sandbox
 from mappa_envs.wrappers import OutcomeReward, ScaleReward, TextEnv, TranscriptRecorder, VectorRunner, reward, text_env, transcript, vector
 
 ROLES = ["problem_solver", "code_executor", "verifier"]
@@ -18,9 +19,23 @@ ROLES = ["problem_solver", "code_executor", "verifier"]
 SCRIPTED_ROLES = ["problem_solver", "code_executor", "code_executor", "verifier"]
 
 
+# MathChat's code needs only the standard library; the sandbox's default numpy/pandas/sklearn preimport
+# costs seconds per session on a small machine, so these tests share one real local sandbox without it.
+_real_make_sandbox = make_sandbox
+SANDBOX = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sandbox():
+    global SANDBOX
+    SANDBOX = make_sandbox("local", preimport=(), pool_size=2)
+    yield SANDBOX
+    SANDBOX.close()
+
+
 def make(**kwargs):
     kwargs.setdefault("num_tasks", 8)
-    kwargs.setdefault("sandbox", "local")
+    kwargs.setdefault("sandbox", SANDBOX)
     return mappa_envs.make("MathChat-v0", task_source="synthetic", **kwargs)
 
 
@@ -40,7 +55,10 @@ def play_aec(env, policy, seed=0):
 
 
 @pytest.mark.parametrize("module", [reward, text_env, vector, transcript], ids=lambda m: m.__name__)
-def test_doctests(module):
+def test_doctests(module, monkeypatch):
+    # The examples build envs with their own default local sandbox; only the preimport is skipped (see above).
+    monkeypatch.setattr(mappa_envs.sandbox, "make_sandbox",
+                        lambda backend="local", **kw: _real_make_sandbox(backend, **{"preimport": (), **kw}))
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
 
