@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from mappa_envs.cli import main
+from mappa_envs.sandbox import make_sandbox
 from mappa_train.evaluation.evalsets import resolve
 from mappa_train.evaluation.runner import TRANSCRIPTS, evaluate, run_eval
 
@@ -50,9 +51,17 @@ def synthetic(n):
     return resolve(f"synthetic:{n}")
 
 
+@pytest.fixture(scope="module")
+def envkw():
+    """A real local sandbox shared by the tests' envs; nothing pre-imported, so sessions start fast."""
+    sandbox = make_sandbox("local", pool_size=2, preimport=())
+    yield {"sandbox": sandbox}
+    sandbox.close()
+
+
 def test_cli_eval_writes_transcripts_results_plots_and_leaderboard(tmp_path, capsys):
     rc = main(["eval", "--team", "scripted", "--name", "oracle", "--sets", "synthetic:3", "--k", "2",
-               "--batch-size", "2", "--out", str(tmp_path)])
+               "--batch-size", "2", "--out", str(tmp_path), "--preimport", ""])
     assert rc == 0
     run = tmp_path / "oracle"
     lines = (run / TRANSCRIPTS).read_text().splitlines()
@@ -75,36 +84,36 @@ def test_cli_eval_writes_transcripts_results_plots_and_leaderboard(tmp_path, cap
     assert board in capsys.readouterr().out
 
 
-def test_metrics_of_a_mixed_team(tmp_path):
-    records, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=2)
+def test_metrics_of_a_mixed_team(tmp_path, envkw):
+    records, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=2, env_kwargs=envkw)
     by = records["synthetic:3"]
     assert [(r["task_index"], r["sample"], r["outcome"]["correct"]) for r in by] == [
         (0, 0, True), (0, 1, False), (1, 0, True), (1, 1, False), (2, 0, True), (2, 1, False)]
-    results = evaluate(alternating_team, [synthetic(3)], tmp_path, "mixed", k=2, plots=False)
+    results = evaluate(alternating_team, [synthetic(3)], tmp_path, "mixed", k=2, env_kwargs=envkw, plots=False)
     s = results["sets"]["synthetic:3"]
     assert s["avg@k"]["mean"] == 0.5 and s["pass@k"]["1"]["mean"] == 0.5
     assert s["pass@k"]["2"]["mean"] == 1.0  # one right sample of two
     assert s["maj@k"]["mean"] == 0.5  # a 1-1 tie between the right and a wrong answer
 
 
-def test_resume_skips_finished_episodes(tmp_path):
-    first, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=3)
-    again, _ = run_eval(Refuse(), [synthetic(3)], tmp_path, k=2, batch_size=3)  # nothing left to play
+def test_resume_skips_finished_episodes(tmp_path, envkw):
+    first, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=3, env_kwargs=envkw)
+    again, _ = run_eval(Refuse(), [synthetic(3)], tmp_path, k=2, batch_size=3, env_kwargs=envkw)  # nothing left to play
     assert again == first
     path = tmp_path / TRANSCRIPTS
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:4]) + "\n" + lines[4][:50])  # killed while writing episode 5
-    team = AlternatingTeam(_tasks(synthetic(3)))
-    resumed, _ = run_eval(team, [synthetic(3)], tmp_path, k=2, batch_size=3)
+    team = AlternatingTeam(_tasks(synthetic(3), envkw))
+    resumed, _ = run_eval(team, [synthetic(3)], tmp_path, k=2, batch_size=3, env_kwargs=envkw)
     assert team.calls == 3  # two episodes, played side by side: three rounds of one batched call
     assert resumed == first
     assert len(path.read_text().splitlines()) == 6  # the torn line is gone
 
 
-def _tasks(es):
+def _tasks(es, envkw):
     import mappa_envs
 
-    env = mappa_envs.make(es.env_id, **es.env_kwargs)
+    env = mappa_envs.make(es.env_id, **es.env_kwargs, **envkw)
     try:
         return list(env.unwrapped.scenario.tasks())
     finally:
@@ -112,33 +121,33 @@ def _tasks(es):
 
 
 def test_resume_refuses_another_seed(tmp_path):
-    run_eval(alternating_team, [synthetic(1)], tmp_path, k=1, seed=0)
+    run_eval(alternating_team, [synthetic(1)], tmp_path, k=1, seed=0)  # builds (and closes) its own local sandbox
     with pytest.raises(ValueError, match="another seed"):
         run_eval(Refuse(), [synthetic(1)], tmp_path, k=1, seed=1)
 
 
-def test_episodes_do_not_depend_on_batch_size(tmp_path):
-    one, _ = run_eval(alternating_team, [synthetic(2)], tmp_path / "a", k=2, batch_size=1)
-    many, _ = run_eval(alternating_team, [synthetic(2)], tmp_path / "b", k=2, batch_size=4)
+def test_episodes_do_not_depend_on_batch_size(tmp_path, envkw):
+    one, _ = run_eval(alternating_team, [synthetic(2)], tmp_path / "a", k=2, batch_size=1, env_kwargs=envkw)
+    many, _ = run_eval(alternating_team, [synthetic(2)], tmp_path / "b", k=2, batch_size=4, env_kwargs=envkw)
     assert one == many
 
 
 @pytest.mark.skipif(not (DATA / "amc.json").is_file(), reason=f"bench data not found at {DATA}")
-def test_overlap_with_the_training_source_is_warned_and_reported(tmp_path):
+def test_overlap_with_the_training_source_is_warned_and_reported(tmp_path, envkw):
     es = resolve("amc", DATA, train_source=str(DATA / "amc.json"))  # amc_eval_32 is a subset of amc.json
     es.max_problems = 2
     with pytest.warns(UserWarning, match="2/2 problems of eval set 'amc'"):
-        results = evaluate(alternating_team, [es], tmp_path, "leaky", k=1, plots=False)
+        results = evaluate(alternating_team, [es], tmp_path, "leaky", k=1, env_kwargs=envkw, plots=False)
     overlap = results["sets"]["amc"]["overlap"]
     assert overlap["n_overlap"] == 2 and overlap["fraction"] == 1.0 and overlap["train_source"].endswith("amc.json")
 
 
 @pytest.mark.skipif(not (DATA / "aime_2025.json").is_file(), reason=f"bench data not found at {DATA}")
-def test_named_sets_resolve_to_the_data_files():
+def test_named_sets_resolve_to_the_data_files(envkw):
     es = resolve("aime2025", DATA)
     assert es.env_kwargs == {"task_source": str(DATA / "aime_2025.json"), "split": "all"}
     assert es.train_source == str(DATA / "AIME_1983_2024.json")  # the paper's training problems
-    assert len(_tasks(es)) == 30
+    assert len(_tasks(es, envkw)) == 30
 
 
 def test_bad_set_names_say_what_to_do(tmp_path, monkeypatch):
@@ -152,11 +161,11 @@ def test_bad_set_names_say_what_to_do(tmp_path, monkeypatch):
 
 
 def test_cli_compare(tmp_path, capsys):
-    common = ["--sets", "synthetic:4", "--k", "2", "--out", str(tmp_path), "--no-plots"]
+    common = ["--sets", "synthetic:3", "--k", "2", "--out", str(tmp_path), "--no-plots", "--preimport", ""]
     assert main(["eval", "--team", "tests.test_eval_runner:alternating_team", "--name", "base", *common]) == 0
     assert main(["eval", "--team", "scripted", "--name", "trained", *common]) == 0
     capsys.readouterr()
     assert main(["eval", "--compare", str(tmp_path / "base"), str(tmp_path / "trained"), "--n-boot", "500"]) == 0
     out = capsys.readouterr().out
-    assert "| synthetic:4 | avg | 4 | 0.500 | 1.000 | +0.500 | [+0.500, +0.500] (95%) | B better |" in out
-    assert "4 of 4 problems changed" in out
+    assert "| synthetic:3 | avg | 3 | 0.500 | 1.000 | +0.500 | [+0.500, +0.500] (95%) | B better |" in out
+    assert "3 of 3 problems changed" in out

@@ -36,6 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-source", help="training source to check overlap against: a task file, 'synthetic', "
                         "or 'none' (default: see docs/evaluation.md)")
     parser.add_argument("--sandbox", default="local", choices=["auto", "docker", "local"])
+    parser.add_argument("--preimport", help="comma-separated modules each sandbox interpreter imports before the "
+                        "first cell ('' for none; default: the sandbox's data-science stack)")
     parser.add_argument("--coach", default="rule", help="'rule' (offline) or an LLM coach spec (see docs/evaluation.md)")
     parser.add_argument("--coach-cache", help="SQLite verdict cache of an LLM coach (default: OUT/coach_cache.sqlite; 'none': off)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -63,14 +65,13 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from mappa_envs.sandbox import make_sandbox
     from mappa_train.evaluation.evalsets import resolve
     from mappa_train.evaluation.leaderboard import write
-    from mappa_train.evaluation.runner import evaluate
-    from mappa_train.evaluation.teams import make_coach, make_team, team_name
+    from mappa_train.evaluation.teams import make_coach
 
-    names = args.name or []
-    if len(names) > len(args.team):
-        raise SystemExit(f"--name given {len(names)} times for {len(args.team)} --team(s)")
+    if len(args.name or []) > len(args.team):
+        raise SystemExit(f"--name given {len(args.name)} times for {len(args.team)} --team(s)")
     sets = []
     for name in filter(None, (s.strip() for s in args.sets.split(","))):
         es = resolve(name, args.data_dir, args.train_source)
@@ -79,7 +80,21 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not sets:
         raise SystemExit("--sets is empty; name at least one eval set")
     cache = None if args.coach_cache == "none" else (args.coach_cache or args.out / "coach_cache.sqlite")
-    env_kwargs = {"sandbox": args.sandbox, "coach": make_coach(args.coach, cache)}
+    options = {} if args.preimport is None else {"preimport": tuple(filter(None, args.preimport.split(",")))}
+    sandbox = make_sandbox(args.sandbox, pool_size=args.batch_size, **options)  # shared by every env
+    try:
+        runs = _run_teams(args, sets, {"sandbox": sandbox, "coach": make_coach(args.coach, cache)})
+    finally:
+        sandbox.close()
+    print(f"results: {', '.join(str(r / 'results.json') for r in runs)}; leaderboard of {args.out}:", file=sys.stderr)
+    return write([str(args.out)], str(args.out / "leaderboard.md"))
+
+
+def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict) -> list[Path]:
+    from mappa_train.evaluation.runner import evaluate
+    from mappa_train.evaluation.teams import make_team, team_name
+
+    names = args.name or []
     config = {k: v for k, v in vars(args).items() if k not in ("team", "name", "compare", "leaderboard")}
     runs: list[Path] = []
     for i, spec in enumerate(args.team):
@@ -92,9 +107,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                            progress=lambda msg: print(msg, file=sys.stderr))
         runs.append(out)
         for set_name, s in results["sets"].items():
-            if "overlap" in s and s["overlap"]["n_overlap"]:
-                o = s["overlap"]
+            o = s.get("overlap")
+            if o and o["n_overlap"]:
                 print(f"warning: {o['n_overlap']}/{o['n_eval']} problems of {set_name} are in the training source "
                       f"{o['train_source']}", file=sys.stderr)
-    print(f"results: {', '.join(str(r / 'results.json') for r in runs)}; leaderboard of {args.out}:", file=sys.stderr)
-    return write([str(args.out)], str(args.out / "leaderboard.md"))
+    return runs

@@ -174,13 +174,23 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
 
     `team` is a TextPolicy, or a callable that builds one from an env of the set (a scripted team
     that knows the set's tasks). `env_kwargs` (coach, sandbox, ...) go to every env on top of each
-    set's own kwargs. Returns every set's finished episode records (old and new, in problem then
+    set's own kwargs; a sandbox given by name (default "local") is built once for all of them and
+    closed at the end. Returns every set's finished episode records (old and new, in problem then
     sample order) and the train/eval overlap of the sets that name a training source.
     """
-    import mappa_envs
-
     if k < 1:
         raise ValueError(f"k (samples per problem) must be >= 1, got {k}")
+    kwargs = dict(env_kwargs or {})
+    if isinstance(kwargs.get("sandbox"), (str, type(None))):
+        # One sandbox for every env, with a session warming for each batch slot; otherwise each env
+        # starts its own and every reset waits for a cold interpreter.
+        from mappa_envs.sandbox import make_sandbox
+
+        kwargs["sandbox"] = make_sandbox(kwargs.get("sandbox") or "local", pool_size=batch_size)
+        try:
+            return run_eval(team, eval_sets, out_dir, k, seed, batch_size, kwargs, progress)
+        finally:
+            kwargs["sandbox"].close()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / TRANSCRIPTS
@@ -195,10 +205,11 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
             sink.flush()
 
         for es in eval_sets:
-            kwargs = {**es.env_kwargs, **(env_kwargs or {})}
 
-            def make_env(es=es, kwargs=kwargs):
-                return mappa_envs.make(es.env_id, **kwargs)
+            def make_env(es=es):
+                import mappa_envs
+
+                return mappa_envs.make(es.env_id, **{**es.env_kwargs, **kwargs})
 
             probe = make_env()
             try:
