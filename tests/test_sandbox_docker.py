@@ -11,20 +11,26 @@ pytestmark = pytest.mark.docker
 
 
 def _ours(client, sb):
-    return client.containers.list(all=True, filters={"label": f"{LABEL}={sb.id}"})
+    return client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL}={sb.id}"})
 
 
-def test_containers_are_locked_down(docker_sandbox):
-    with docker_sandbox.session():
-        container = next(c for c in _ours(docker_sandbox.client, docker_sandbox) if c.status == "running")
-        host = container.attrs["HostConfig"]
-        assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
-        assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
-        assert host["PidsLimit"] == TEST_LIMITS["max_processes"]
-        assert host["Memory"] == (TEST_LIMITS["memory_mb"] + TEST_LIMITS["workspace_mb"]) << 20
-        assert host["NanoCpus"] == 10**9
-        assert container.attrs["Config"]["User"] == "1000:1000"
-        assert container.labels[OWNER_LABEL] == docker_sandbox.owner
+def test_containers_are_locked_down():
+    require_docker()
+    sb = make_sandbox("docker", pool_size=0, preimport=(), **TEST_LIMITS)
+    try:
+        with sb.session():
+            (listed,) = _ours(sb.client, sb)
+            container = sb.client.containers.get(listed.id)
+            host = container.attrs["HostConfig"]
+            assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
+            assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+            assert host["PidsLimit"] == TEST_LIMITS["max_processes"]
+            assert host["Memory"] == host["MemorySwap"] == (TEST_LIMITS["memory_mb"] + TEST_LIMITS["workspace_mb"]) << 20
+            assert host["NanoCpus"] == 10**9
+            assert container.attrs["Config"]["User"] == "1000:1000"
+            assert container.labels[OWNER_LABEL] == sb.owner
+    finally:
+        sb.close()
 
 
 def test_inside_the_container(docker_sandbox):
@@ -62,7 +68,7 @@ def test_containers_of_dead_owners_are_reaped(docker_sandbox):
     alive = client.containers.create(docker_sandbox.image, ["true"], labels={LABEL: "1", OWNER_LABEL: docker_sandbox.owner})
     try:
         assert reap_orphans(client) >= 1
-        ids = {c.id for c in client.containers.list(all=True, filters={"label": LABEL})}
+        ids = {c.id for c in client.containers.list(all=True, sparse=True, filters={"label": LABEL})}
         assert orphan.id not in ids and alive.id in ids
     finally:
         alive.remove(force=True)

@@ -14,7 +14,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Protocol
@@ -237,11 +238,15 @@ class Session:
 
 
 class WarmPool:
-    """Keeps `size` slots started in a background thread, so opening a session costs no start-up."""
+    """Hands out sessions: keeps `size` slots started in a background thread, so opening a session
+    costs no start-up, and tracks open sessions so that `close()` reaches every one of them."""
 
-    def __init__(self, make: Callable[[], Slot], size: int, name: str) -> None:
-        self._make, self._size = make, size
+    def __init__(self, make: Callable[[], Slot], size: int, limits: Limits, name: str) -> None:
+        if size < 0:
+            raise ValueError(f"pool_size must be >= 0, got {size}")
+        self._make, self._size, self.limits = make, size, limits
         self._ready: list[Slot] = []
+        self._sessions: set[Session] = set()
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._fill, name=f"mappa-{name}-pool", daemon=True)
@@ -259,7 +264,7 @@ class WarmPool:
             try:
                 slot = self._make()
                 backoff = 1.0
-            except Exception as e:  # keep trying: the next get() makes one itself and raises the real error
+            except Exception as e:  # keep trying: the next open() starts one itself and raises the real error
                 log.warning("sandbox pool could not start a slot (retrying in %.0f s): %s", backoff, e)
                 with self._cond:
                     self._cond.wait(backoff)  # close() wakes us
@@ -272,7 +277,12 @@ class WarmPool:
                 self._ready.append(slot)
                 self._cond.notify_all()
 
-    def get(self) -> Slot:
+    def wait_full(self, timeout: float) -> bool:
+        """Block until `size` slots are ready (False if `timeout` passes first)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._closed or len(self._ready) >= self._size, timeout)
+
+    def _get(self) -> Slot:
         """A started slot: from the pool when one is ready (checked alive), else started now."""
         while True:
             with self._cond:
@@ -288,11 +298,32 @@ class WarmPool:
             except ChannelClosed:  # died while it waited (killed from outside, say): drop it
                 slot.dispose()
 
+    def open(self) -> Session:
+        s = Session(self._get(), self.limits, on_close=self._forget)
+        with self._cond:
+            self._sessions.add(s)
+        return s
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        s = self.open()
+        try:
+            yield s
+        finally:
+            s.close()
+
+    def _forget(self, s: Session) -> None:
+        with self._cond:
+            self._sessions.discard(s)
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
             slots, self._ready = self._ready, []
+            sessions = list(self._sessions)
             self._cond.notify_all()
+        for s in sessions:
+            s.close()
         for slot in slots:
             slot.dispose()
         if self._thread.is_alive():  # let a slot being started land (and be disposed) rather than leak

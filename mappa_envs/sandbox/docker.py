@@ -29,13 +29,11 @@ import os
 import select
 import socket
 import struct
-import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from mappa_envs.sandbox.client import (
     DEFAULT_PREIMPORT,
@@ -114,10 +112,10 @@ def _owner_alive(owner: str) -> bool:
 def reap_orphans(client) -> int:
     """Remove sandbox containers whose owning process is gone (it crashed or was killed)."""
     removed = 0
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
-        if not _owner_alive(c.labels.get(OWNER_LABEL, "")):
+    for c in client.api.containers(all=True, filters={"label": LABEL}):  # plain listing: no inspect races
+        if not _owner_alive((c.get("Labels") or {}).get(OWNER_LABEL, "")):
             try:
-                c.remove(force=True)
+                client.api.remove_container(c["Id"], force=True)
                 removed += 1
             except Exception:  # someone else removed it first
                 pass
@@ -197,8 +195,6 @@ class DockerSandbox:
 
     def __init__(self, limits: Limits = Limits(), *, pool_size: int = 2, preimport: tuple[str, ...] = DEFAULT_PREIMPORT,
                  image: str | None = None, docker_url: str | None = None, user: str = "1000:1000") -> None:
-        if pool_size < 0:
-            raise ValueError(f"pool_size must be >= 0, got {pool_size}")
         self.limits, self.preimport, self.user = limits, tuple(preimport), user
         self.image = image or DEFAULT_IMAGE
         ok, why = docker_status(self.image, docker_url)
@@ -207,11 +203,9 @@ class DockerSandbox:
         self.client = _client(docker_url)
         self.owner, self.id = _owner(), uuid.uuid4().hex[:12]
         reap_orphans(self.client)
-        self._sessions: set[Session] = set()
-        self._lock = threading.Lock()
         self._removals = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mappa-docker-rm")
         _LIVE.add(self)
-        self._pool = WarmPool(self._make_slot, pool_size, "docker")
+        self._pool = WarmPool(self._make_slot, pool_size, limits, "docker")
 
     def _run_container(self):
         mb = self.limits.memory_mb + self.limits.workspace_mb  # tmpfs files are charged to the container's memory
@@ -262,32 +256,21 @@ class DockerSandbox:
         except Exception:  # already gone
             pass
 
-    @contextmanager
-    def session(self) -> Iterator[Session]:
-        s = self.open()
-        try:
-            yield s
-        finally:
-            s.close()
+    def session(self) -> AbstractContextManager[Session]:
+        """One workspace and its kernels, closed (and thrown away) when the `with` block ends."""
+        return self._pool.session()
 
     def open(self) -> Session:
         """A session the caller closes (`session()` is the context-manager form)."""
-        s = Session(self._pool.get(), self.limits, on_close=self._forget)
-        with self._lock:
-            self._sessions.add(s)
-        return s
+        return self._pool.open()
 
-    def _forget(self, s: Session) -> None:
-        with self._lock:
-            self._sessions.discard(s)
+    def wait_warm(self, timeout: float = 120.0) -> bool:
+        """Block until the warm pool is full, e.g. before timing anything; False on timeout."""
+        return self._pool.wait_full(timeout)
 
     def close(self) -> None:
         """Remove every container this sandbox started (pooled and in use) and wait until they are gone."""
         self._pool.close()
-        with self._lock:
-            sessions = list(self._sessions)
-        for s in sessions:
-            s.close()
         self._removals.shutdown(wait=True)
         _LIVE.discard(self)
 

@@ -29,10 +29,8 @@ import secrets
 import shutil
 import sys
 import tempfile
-import threading
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import PurePosixPath
 
 from mappa_envs.sandbox.client import (
@@ -84,8 +82,6 @@ class LocalSandbox:
                  python: str | None = None, isolation: str = "auto", workspace_root: str | None = None) -> None:
         if isolation not in ("auto", "bwrap", "none"):
             raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', got {isolation!r}")
-        if pool_size < 0:
-            raise ValueError(f"pool_size must be >= 0, got {pool_size}")
         self.limits, self.preimport = limits, tuple(preimport)
         self.python = python or sys.executable
         self.workspace_root = workspace_root
@@ -98,9 +94,7 @@ class LocalSandbox:
                 "local sandbox without bubblewrap: agent code runs UNISOLATED with your user's rights "
                 "(files, network); install bubblewrap or use the docker backend", RuntimeWarning, stacklevel=3)
         self._bwrap_base = self._bwrap_argv(bwrap) if self.isolation == "bwrap" else None
-        self._sessions: set[Session] = set()
-        self._lock = threading.Lock()
-        self._pool = WarmPool(self._make_slot, pool_size, "local")
+        self._pool = WarmPool(self._make_slot, pool_size, limits, "local")
 
     def _bwrap_argv(self, bwrap: str) -> list[str]:
         argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
@@ -160,31 +154,20 @@ class LocalSandbox:
         slot = Slot(channel=channel, start=start, dispose=dispose, workspace=host_ws)
         return slot
 
-    @contextmanager
-    def session(self) -> Iterator[Session]:
-        s = self.open()
-        try:
-            yield s
-        finally:
-            s.close()
+    def session(self) -> AbstractContextManager[Session]:
+        """One workspace and its kernels, closed (and thrown away) when the `with` block ends."""
+        return self._pool.session()
 
     def open(self) -> Session:
         """A session the caller closes (`session()` is the context-manager form)."""
-        s = Session(self._pool.get(), self.limits, on_close=self._forget)
-        with self._lock:
-            self._sessions.add(s)
-        return s
+        return self._pool.open()
 
-    def _forget(self, s: Session) -> None:
-        with self._lock:
-            self._sessions.discard(s)
+    def wait_warm(self, timeout: float = 120.0) -> bool:
+        """Block until the warm pool is full, e.g. before timing anything; False on timeout."""
+        return self._pool.wait_full(timeout)
 
     def close(self) -> None:
         self._pool.close()
-        with self._lock:
-            sessions = list(self._sessions)
-        for s in sessions:
-            s.close()
 
     def __enter__(self) -> "LocalSandbox":
         return self
