@@ -42,6 +42,12 @@ class Step:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 512  # the default backlog of 5 drops bursts of new connections (async clients)
+
+
 class StubServer:
     """Serves /v1/chat/completions and /v1/models on 127.0.0.1 from a background thread."""
 
@@ -55,9 +61,7 @@ class StubServer:
         self._steps: deque[Step] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._server.block_on_close = False
+        self._server = _Server(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
@@ -184,3 +188,22 @@ def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
 def _error_body(status: int) -> bytes:
     kind = {429: "rate_limit_exceeded", 404: "not_found"}.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return json.dumps({"error": {"message": f"stub error {status}", "type": kind, "code": status}}).encode()
+
+
+def main() -> None:
+    """`python tests/openai_stub.py --delay-s 0.1`: serve until killed (first stdout line: the URL).
+
+    For benchmarks, so the server does not share the client's process (and GIL)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("--delay-s", type=float, default=0.0, help="latency added to every request")
+    parser.add_argument("--reply", default="RATIONALE: fine\nSCORE: 7", help="the assistant message")
+    args = parser.parse_args()
+    with StubServer(reply=args.reply, delay_s=args.delay_s) as stub:
+        print(stub.url, flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -64,6 +64,7 @@ class LLMCoachConfig:
     neutral_score: float = 5.0  # the placeholder `on_failure="neutral"` puts in an ok=False score
     structured_output: bool = False  # ask for JSON via response_format=json_schema (OpenAI, Gemini, vLLM)
     reasoning_effort: str | None = None  # passed through when set (Gemini 2.5 / OpenAI reasoning models)
+    extra_body: dict | None = None  # endpoint-specific request fields, e.g. vLLM {"structured_outputs": {"regex": ...}}
     price_prompt_per_mtok: float = 0.0  # USD per million prompt tokens, for cost accounting
     price_completion_per_mtok: float = 0.0  # USD per million completion tokens (thinking included)
     max_field_chars: int = 8000  # longer prompt fields keep their head and tail
@@ -146,7 +147,8 @@ class LLMCoach:
         c = self.config
         return json.dumps({"model": c.model, "template": load_template(request.env_id).version, "format": FORMAT_VERSION,
                            "temperature": c.temperature, "max_tokens": c.max_tokens,
-                           "structured": c.structured_output, "reasoning_effort": c.reasoning_effort}, sort_keys=True)
+                           "structured": c.structured_output, "reasoning_effort": c.reasoning_effort,
+                           "extra_body": c.extra_body}, sort_keys=True)
 
     def score(self, request: CoachRequest) -> CoachScore:
         call = _Call(self, request)
@@ -253,6 +255,8 @@ class _Call:
             kwargs["response_format"] = json_schema(self.request.ask_answer_correct)
         if c.reasoning_effort is not None:
             kwargs["reasoning_effort"] = c.reasoning_effort
+        if c.extra_body:
+            kwargs["extra_body"] = c.extra_body
         return kwargs
 
     def took(self, response) -> None:
