@@ -1,0 +1,150 @@
+"""DSBench-v0 end to end through env.step(): the scripted team on every built-in task, failure cascades,
+the coach's evidence, hidden answers, and PettingZoo's api_test. Uses the real local sandbox."""
+import pytest
+from pettingzoo.test import api_test
+
+import mappa_envs
+from mappa_envs.coach.rule import RuleCoach
+from mappa_envs.dsbench.builtin import SPECS
+from mappa_envs.dsbench.env import DSBenchEnv
+from mappa_envs.dsbench.scripted import ScriptedDSPolicy
+from mappa_envs.sandbox import make_sandbox
+
+
+class RecordingCoach(RuleCoach):
+    """The rule coach, keeping every request it scored."""
+
+    def __init__(self):
+        self.requests = []
+
+    def score(self, request):
+        self.requests.append(request)
+        return super().score(request)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sb = make_sandbox("local", timeout_s=120)
+    yield sb
+    sb.close()
+
+
+def play(env, task_id, policy=None):
+    """One episode with the scripted team; returns the outcome and the infos at the end."""
+    policy = policy or ScriptedDSPolicy(env.scenario.task_list)
+    env.reset(options={"task_id": task_id})
+    final_infos = {}
+    for agent in env.agent_iter():
+        _, _, term, trunc, _ = env.last()
+        if term or trunc:
+            final_infos = final_infos or dict(env.infos)
+            env.step(None)
+            continue
+        conversation = env.infos[agent]["messages"]
+        env.step(policy.respond([conversation], [agent])[0])
+    return env.episode.outcome, final_infos
+
+
+def check_solved(env, task_id):
+    outcome, infos = play(env, task_id)
+    d = outcome.details
+    assert d["submission_valid"] and d["failure"] is None, (task_id, d)
+    assert outcome.correct and 0 < outcome.score <= 1, (task_id, d)  # beats the baseline
+    assert env.episode.file_owners["submission.csv"] == "analyst"
+    assert infos["analyst"]["outcome"]["metric_value"] == d["metric_value"]
+    return infos
+
+
+def test_scripted_team_solves_a_task_and_every_action_is_coached(sandbox):
+    coach = RecordingCoach()
+    env = DSBenchEnv(sandbox=sandbox, coach=coach)
+    try:
+        infos = check_solved(env, "wine-cultivar")
+        owners = env.episode.file_owners
+        assert owners == {"train.csv": "task", "test.csv": "task", "sample_submission.csv": "task",
+                          "X_train.csv": "data_engineer", "y_train.csv": "data_engineer",
+                          "X_test.csv": "data_engineer", "model.pkl": "modeler", "submission.csv": "analyst"}
+        assert [r.role for r in coach.requests] == ["data_engineer"] * 2 + ["modeler"] * 2 + ["analyst"] * 2
+        first = coach.requests[0]
+        assert first.checks == {"code_present": True, "expected_files_present": True, "features_consistent": True}
+        final = coach.requests[-1]
+        assert final.is_final_action and final.checks["submission_valid"] and final.checks["beats_baseline"]
+        assert final.metrics["outcome"]["metric"] == "accuracy" and final.files == owners
+        assert final.metrics["submission"]["valid"]
+        # the modeler sees the engineer's turn, tool output included
+        assert "X_train (125, 14)" in infos["modeler"]["messages"][1]["content"]
+        # the hidden answers never enter the workspace
+        assert "test_answer.csv" not in env.episode.session.list_files()
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task_id", [s.id for s in SPECS])
+def test_scripted_team_solves_every_builtin_task(sandbox, task_id):
+    env = DSBenchEnv(sandbox=sandbox)
+    try:
+        check_solved(env, task_id)
+    finally:
+        env.close()
+
+
+def test_engineer_forgets_test_features_and_the_blame_reaches_the_outcome_and_the_coach(sandbox):
+    coach = RecordingCoach()
+    env = DSBenchEnv(sandbox=sandbox, coach=coach, reward_mode="process+outcome")
+    try:
+        tasks = env.scenario.task_list
+        outcome, infos = play(env, "diabetes-progression", ScriptedDSPolicy(tasks, forget=("X_test.csv",)))
+        d = outcome.details
+        assert outcome.score == 0.0 and outcome.correct is False and not d["submission_valid"]
+        assert d["missing_files"] == {"X_test.csv": "data_engineer", "submission.csv": "analyst"}
+        assert d["failure"]["error"] == "submission.csv was not written"
+        assert d["failure"]["root_cause"] == {"file": "X_test.csv", "owner": "data_engineer", "missing": True}
+        assert infos["data_engineer"]["outcome"]["failure"]["root_cause"]["owner"] == "data_engineer"
+
+        engineer_end = [r for r in coach.requests if r.role == "data_engineer"][-1]
+        assert engineer_end.checks["expected_files_present"] is False
+        assert engineer_end.metrics["missing_files"] == {"X_test.csv": "data_engineer"}
+        analyst_cell, analyst_end = [r for r in coach.requests if r.role == "analyst"]
+        assert "X_test.csv" in analyst_cell.tool_results[0]["error"]  # FileNotFoundError in the analyst's cell
+        assert analyst_end.is_final_action and analyst_end.checks["submission_valid"] is False
+        assert analyst_end.metrics["missing_files"]["X_test.csv"] == "data_engineer"
+        assert analyst_end.metrics["expected_files"]["X_test.csv"] == {"owner": "data_engineer", "present": False,
+                                                                        "written_by": None}
+        assert analyst_end.metrics["outcome"]["failure"]["root_cause"]["file"] == "X_test.csv"
+        assert "X_test.csv" not in analyst_end.files and analyst_end.files["model.pkl"] == "modeler"
+        # the modeler did its part and the rule coach sees that
+        assert all(r.checks.get("expected_files_present") for r in coach.requests if r.role == "modeler")
+    finally:
+        env.close()
+
+
+def test_invalid_submission_is_a_failed_record_naming_the_error(sandbox):
+    env = DSBenchEnv(sandbox=sandbox, max_actions=1)
+    try:
+        env.reset(options={"task_id": "wine-cultivar"})
+        env.step("Nothing to engineer.")
+        env.step("Nothing to model.")
+        env.step("```python\nimport pandas as pd\npd.read_csv('test.csv')[['id']].assign(cultivar='Barolo')"
+                 ".iloc[:10].to_csv('submission.csv', index=False)\n```")
+        d = env.episode.outcome.details
+        assert not d["submission_valid"] and "10 rows for 53 test ids" in d["failure"]["error"]
+        assert d["failure"]["owner"] == "analyst" and d["failure"]["root_cause"]["file"] == "X_train.csv"
+        assert env.episode.actions[-1].checks["submission_valid"] is False
+    finally:
+        env.close()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="max_actions"):
+        DSBenchEnv(max_actions=0)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        DSBenchEnv(tasks="/nonexistent/dsbench")
+
+
+def test_api_test_passes_for_the_registered_env():
+    env = mappa_envs.make("DSBench-v0")
+    try:
+        api_test(env, num_cycles=10)
+    finally:
+        env.close()
