@@ -57,11 +57,13 @@ def test_cached_verdicts_cost_nothing():
 
 
 def test_summarize_dsbench_set():
-    recs = [record("t1", 0, None, None, outcome={"score": 0.8, "correct": None, "submission_valid": True}),
-            record("t1", 1, None, None, outcome={"score": 0.4, "correct": None, "submission_valid": True}),
-            record("t2", 0, None, None, outcome={"score": 0.0, "correct": None, "submission_valid": False})]
+    # DSBench's `correct` means "beats the baseline"; it is reported as such, not as accuracy
+    recs = [record("t1", 0, None, None, outcome={"score": 0.8, "correct": True, "submission_valid": True}),
+            record("t1", 1, None, None, outcome={"score": 0.4, "correct": False, "submission_valid": True}),
+            record("t2", 0, None, None, outcome={"score": 0.0, "correct": False, "submission_valid": False})]
     s = summarize_set(recs, k=2)
-    assert "avg@k" not in s
+    assert "avg@k" not in s and "maj@k" not in s
+    assert s["beats_baseline"]["mean"] == pytest.approx((0.5 + 0) / 2)
     assert s["valid_rate"]["mean"] == pytest.approx(0.5)  # t1 always valid, t2 never
     assert s["quality"]["mean"] == pytest.approx((0.6 + 0.0) / 2)
     assert s["per_task"]["t1"]["score"] == pytest.approx(0.6)
@@ -125,3 +127,12 @@ def test_plots_are_valid_pngs(tmp_path):
     for f in files:
         assert f.read_bytes()[:8] == PNG_MAGIC
         assert matplotlib.image.imread(f).shape[0] > 100  # decodes to a real image
+
+
+def test_leaderboard_has_a_dsbench_table():
+    ds = [record("t1", 0, None, None, outcome={"score": 0.75, "correct": True, "submission_valid": True})]
+    res = build_results("ds-run", "scripted", {"dsbench": ds, "amc": math_records(BASE)}, k=1, seed=0, config={})
+    math_table, ds_table = leaderboard([res]).strip().split("\n\n")
+    assert "| amc | ds-run |" in math_table and "dsbench" not in math_table
+    assert ds_table.splitlines()[0].startswith("| eval set | run | team | k | valid submissions | relative quality | beats baseline |")
+    assert ds_table.splitlines()[2].startswith("| dsbench | ds-run | scripted | 1 | 1.000 (n=1) | 0.750 (n=1) | 1.000 (n=1) |")

@@ -8,6 +8,7 @@ from mappa_envs.cli import main
 from mappa_envs.sandbox import make_sandbox
 from mappa_train.evaluation.evalsets import resolve
 from mappa_train.evaluation.runner import TRANSCRIPTS, evaluate, run_eval
+from mappa_train.evaluation.teams import make_team
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bench"
 
@@ -169,3 +170,23 @@ def test_cli_compare(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| synthetic:3 | avg | 3 | 0.500 | 1.000 | +0.500 | [+0.500, +0.500] (95%) | B better |" in out
     assert "3 of 3 problems changed" in out
+
+
+def test_dsbench_builtin_task(tmp_path):
+    es = resolve("dsbench")
+    es.max_problems = 1
+    sandbox = make_sandbox("local", pool_size=1)
+    try:
+        with pytest.warns(UserWarning, match="1/1 problems of eval set 'dsbench'"):  # built-in tasks have no holdout
+            results = evaluate(make_team("mappa_envs.dsbench.scripted:for_env"), [es], tmp_path, "ds", k=1,
+                               env_kwargs={"sandbox": sandbox})
+    finally:
+        sandbox.close()
+    s = results["sets"]["dsbench"]
+    assert s["valid_rate"]["mean"] == 1.0 and 0 < s["quality"]["mean"] <= 1 and "avg@k" not in s
+    assert set(s["coach_by_role"]) == {"data_engineer", "modeler", "analyst"}
+    (task,) = s["per_task"]
+    assert (tmp_path / "quality_dsbench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "accuracy_by_set.png").exists()  # no rule-checked answers to plot
+    episode = json.loads((tmp_path / TRANSCRIPTS).read_text())
+    assert episode["outcome"]["submission_valid"] and episode["task_id"] == task

@@ -45,17 +45,17 @@ def leaderboard(results: list[dict]) -> str:
             head = [name, res["run"], res.get("team", ""), str(res["k"])]
             tail = [_coach(s), str(s["episodes"]), _overlap(s), (res.get("commit") or "")[:12]]
             if "valid_rate" in s:
-                ds_rows.append((name, -s["quality"]["mean"], head + [_fmt(s["valid_rate"]), _fmt(s["quality"])] + tail))
+                ds = [_fmt(s["valid_rate"]), _fmt(s["quality"]), _fmt(s.get("beats_baseline"))]
+                ds_rows.append((name, -s["quality"]["mean"], head + ds + tail))
             elif "avg@k" in s:
-                k = str(res["k"])
-                ds = [_fmt(s["avg@k"]), _fmt(s["maj@k"]), _fmt(s["pass@k"].get(k))]
-                math_rows.append((name, -s["avg@k"]["mean"], head + ds + tail))
+                acc = [_fmt(s["avg@k"]), _fmt(s["maj@k"]), _fmt(s["pass@k"].get(str(res["k"])))]
+                math_rows.append((name, -s["avg@k"]["mean"], head + acc + tail))
     common = ["coach by role", "episodes", "train overlap", "commit"]
     parts = []
     if math_rows:
         parts.append(_table(["eval set", "run", "team", "k", "avg@k", "maj@k", "pass@k"] + common, math_rows))
     if ds_rows:
-        parts.append(_table(["eval set", "run", "team", "k", "valid submissions", "relative quality"] + common, ds_rows))
+        parts.append(_table(["eval set", "run", "team", "k", "valid submissions", "relative quality", "beats baseline"] + common, ds_rows))
     return "\n\n".join(parts) + "\n" if parts else "No eval results found.\n"
 
 

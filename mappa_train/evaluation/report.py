@@ -27,7 +27,11 @@ def summarize_set(records: list[dict], k: int, same: Callable[[object, object], 
         by_task[r["task_id"]].append(r)
     per_task = {pid: {"n": len(rs), "score": sum(float(r["outcome"]["score"]) for r in rs) / len(rs)} for pid, rs in by_task.items()}
 
-    if any(o.get("correct") is not None for o in outcomes):
+    if any(_valid(o) is not None for o in outcomes):  # DSBench: submissions scored between baseline and reference
+        out["valid_rate"] = _per_problem_mean(records, lambda r: float(bool(_valid(r["outcome"])))).to_dict()
+        out["quality"] = out["score"]  # the outcome score is the relative quality in [0, 1]
+        out["beats_baseline"] = _per_problem_mean(records, lambda r: float(bool(r["outcome"].get("correct")))).to_dict()
+    elif any(o.get("correct") is not None for o in outcomes):  # rule-checked answers
         samples = [Sample(r["task_id"], bool(r["outcome"].get("correct")), _answer(r["outcome"])) for r in records]
         table = per_problem(samples, k, same)
         out["avg@k"] = mean_se([p["avg"] for p in table.values()]).to_dict()
@@ -37,10 +41,6 @@ def summarize_set(records: list[dict], k: int, same: Callable[[object, object], 
         out["maj@k"] = mean_se([p["maj"] for p in table.values()]).to_dict()
         for pid, p in table.items():
             per_task[pid].update(correct=p["c"], avg=p["avg"], maj=p["maj"])
-
-    if any(_valid(o) is not None for o in outcomes):
-        out["valid_rate"] = _per_problem_mean(records, lambda r: float(bool(_valid(r["outcome"])))).to_dict()
-        out["quality"] = out["score"]  # DSBench's outcome score is the relative quality in [0, 1]
     out["per_task"] = per_task
     out["problems"] = len(per_task)
     out["coach_by_role"] = _coach_by_role(records)

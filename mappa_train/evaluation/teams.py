@@ -30,10 +30,10 @@ def make_team(spec: str, seed: int = 0) -> TeamSource:
     kind, _, rest = spec.partition(":")
     if kind == "scripted":
         try:
-            skill = float(rest) if rest else 1.0
+            options = {"skill": float(rest), "seed": seed} if rest else {}
         except ValueError:
             raise ValueError(f"team spec {spec!r}: expected scripted or scripted:SKILL with SKILL in [0, 1]") from None
-        return lambda env: _scripted(env, skill, seed)
+        return lambda env: _scripted(env, options)
     if re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", spec):  # module:factory, called with the env
         from mappa_envs.registration import load_callable
 
@@ -43,7 +43,7 @@ def make_team(spec: str, seed: int = 0) -> TeamSource:
                      "(see docs/evaluation.md)")
 
 
-def _scripted(env, skill: float, seed: int) -> TextPolicy:
+def _scripted(env, options: dict) -> TextPolicy:
     import mappa_envs
     from mappa_envs.registration import load_callable
 
@@ -51,7 +51,7 @@ def _scripted(env, skill: float, seed: int) -> TextPolicy:
     target = mappa_envs.spec(env_id).scripted_policy
     if target is None:
         raise ValueError(f"{env_id} has no scripted team; evaluate a model or a module:factory policy")
-    return load_callable(target)(env, skill=skill, seed=seed)
+    return load_callable(target)(env, **options)
 
 
 def make_coach(spec: str, cache: str | Path | None = None):
