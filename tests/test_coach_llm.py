@@ -157,7 +157,9 @@ def test_async_scores_share_the_limit_and_work_across_event_loops(stub):
     coach = make_coach(stub, concurrency=3)
 
     async def batch(n):
-        return await asyncio.gather(*(coach.ascore(request(i)) for i in range(n)))
+        scores = await asyncio.gather(*(coach.ascore(request(i)) for i in range(n)))
+        await coach.aclose()
+        return scores
 
     first = asyncio.run(batch(9))
     second = asyncio.run(batch(3))  # a fresh event loop gets its own client and semaphore

@@ -177,8 +177,16 @@ class LLMCoach:
         return self._finish(call)
 
     def close(self) -> None:
+        """Close the sync client's connections (async ones: `await aclose()` in their loop)."""
         if self._client is not None:
             self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the current event loop's async client."""
+        with self._lock:
+            state = self._loops.pop(asyncio.get_running_loop(), None)
+        if state is not None:
+            await state[0].close()
 
     def __enter__(self) -> LLMCoach:
         return self
