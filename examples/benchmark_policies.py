@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--transcripts", type=Path, help="append one JSON line per episode here")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.episodes < 1 or args.envs < 1:
+        p.error(f"--episodes and --envs must be >= 1, got {args.episodes} and {args.envs}")
     unknown = sorted(set(args.only or []) - set(mappa_envs.registry))
     if unknown:
         p.error(f"unknown env ids {unknown}; registered: {sorted(mappa_envs.registry)}")

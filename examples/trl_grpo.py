@@ -45,17 +45,17 @@ class EnvReward:
         env.reset(options={"task_id": task_id})
         env.step(text)  # the completion is the first role's action
         action_reward = float(env.rewards[self.first_role])
-        team_total = sum(env.rewards.values())
+        team_total, outcome = sum(env.rewards.values()), {}
         for agent in env.agent_iter():  # the scripted team plays the remaining roles
             _, _, terminated, truncated, info = env.last()
             if terminated or truncated:
+                outcome = info.get("outcome", outcome)
                 env.step(None)
                 continue
             env.step(self.team.respond([info["messages"]], [agent])[0])
             team_total += sum(env.rewards.values())
-        outcome = env.unwrapped.episode.outcome
         self.episodes.append({"task_id": task_id, "action_reward": action_reward, "team_total": team_total,
-                              "correct": outcome.correct if outcome else None})
+                              "correct": outcome.get("correct")})
         return action_reward if self.shape == "action" else team_total
 
 

@@ -49,7 +49,7 @@ class TranscriptRecorder(BaseWrapper):
         self.env.reset(seed=seed, options=options)
         first = self.env.agents[0]
         self._episode = {"env_id": self.env.metadata.get("name"), "task_id": self.env.infos[first].get("task_id"),
-                         "seed": seed, "finished": False, "actions": [], "outcome": None,
+                         "seed": seed, "finished": False, "truncated": False, "actions": [], "outcome": None,
                          "returns": {a: 0.0 for a in self.env.agents}}
 
     def step(self, action: Any) -> None:
