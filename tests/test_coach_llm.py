@@ -254,3 +254,16 @@ def test_mathchat_env_uses_scores_and_marks_failures_in_infos(stub):
     assert not verdicts[1]["ok"] and verdicts[1]["score"] is None and "InternalServerError" in verdicts[1]["error"]
     assert "latency_s" not in verdicts[0]  # infos stay free of wall-clock figures
     assert "print(6 * 7)" in stub.requests[1]["messages"][1]["content"]
+
+
+def test_keyword_construction_for_yaml_configs(stub, monkeypatch):
+    coach = LLMCoach(model="stub-model", base_url=stub.url, api_key_env=None, rpm=120)
+    assert coach.config.rpm == 120 and coach.score(request()).ok
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+    assert LLMCoach(preset="gemini-2.5-pro", concurrency=4).config.concurrency == 4
+    with pytest.raises(ValueError, match="unknown setting.*'temprature'"):
+        LLMCoach(preset="gemini-2.5-pro", temprature=0.5)
+    with pytest.raises(ValueError, match="model= and base_url="):
+        LLMCoach(model="m")
+    with pytest.raises(ValueError, match="not both"):
+        LLMCoach(coach.config, rpm=5)

@@ -23,6 +23,7 @@ budget, and every call adds its tokens and cost to `usage`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -118,7 +119,13 @@ class LLMCoach:
 
     name = "llm"
 
-    def __init__(self, config: LLMCoachConfig):
+    def __init__(self, config: LLMCoachConfig | None = None, *, preset: str | None = None, **fields: Any):
+        """Either a full `config`, or `preset` and/or `LLMCoachConfig` fields as keywords (YAML-friendly):
+        `LLMCoach(preset="gemini-2.5-flash", rpm=10)`, `LLMCoach(model="m", base_url="http://...")`."""
+        if config is None:
+            config = _config(preset, fields)
+        elif preset is not None or fields:
+            raise ValueError("LLMCoach: pass either config=LLMCoachConfig(...) or preset/fields as keywords, not both")
         self.config = config
         if config.api_key_env is None:
             self._api_key = "EMPTY"
@@ -138,9 +145,7 @@ class LLMCoach:
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> LLMCoach:
         """A coach from one of `PRESETS` ("gemini-2.5-flash", "gemini-2.5-pro", "openai", "vllm-local")."""
-        if preset not in PRESETS:
-            raise ValueError(f"unknown coach preset {preset!r}; choose one of {sorted(PRESETS)}")
-        return cls(LLMCoachConfig(**{**PRESETS[preset], **overrides}))
+        return cls(preset=preset, **overrides)
 
     def cache_identity(self, request: CoachRequest) -> str:
         """What, besides the request, determines this coach's verdict (the CachedCoach key)."""
@@ -237,6 +242,19 @@ class LLMCoach:
         return CoachScore(score=c.neutral_score if neutral else None, ok=False, error=call.error,
                           rationale=f"placeholder {c.neutral_score:g} after a failure: not a verdict" if neutral else "",
                           **common)
+
+
+def _config(preset: str | None, fields: dict[str, Any]) -> LLMCoachConfig:
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"unknown coach preset {preset!r}; choose one of {sorted(PRESETS)}")
+    known = {f.name for f in dataclasses.fields(LLMCoachConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(f"LLMCoach: unknown setting(s) {unknown}; valid ones: {sorted(known)}")
+    settings = {**PRESETS.get(preset, {}), **fields}
+    if "model" not in settings or "base_url" not in settings:
+        raise ValueError("LLMCoach: give a preset (one of %s) or both model= and base_url=" % sorted(PRESETS))
+    return LLMCoachConfig(**settings)
 
 
 class _Call:
