@@ -20,9 +20,11 @@ def play(env, script: dict[str, list], seed=0):
     """Step the env with `script[agent]` actions in order; return per-step (agent, reward, info)."""
     env.reset(seed=seed)
     steps, queues = [], {a: list(v) for a, v in script.items()}
+    env.final_returns = {}
     for agent in env.agent_iter(max_iter=50):
-        _, _, terminated, truncated, _ = env.last()
+        _, reward, terminated, truncated, _ = env.last()
         if terminated or truncated:
+            env.final_returns[agent] = reward
             env.step(None)
             continue
         env.step(queues[agent].pop(0))
@@ -153,7 +155,7 @@ def test_reward_modes():
     outcome_env = make_env(reward_mode="outcome")
     outcome = play(outcome_env, GOOD)
     assert [r for _, r, _ in outcome[:-1]] == [0.0, 0.0, 0.0] and outcome[-1][1] == 10.0
-    assert outcome_env._cumulative_rewards == {"problem_solver": 10.0, "code_executor": 10.0, "verifier": 10.0}
+    assert outcome_env.final_returns == {"problem_solver": 10.0, "code_executor": 10.0, "verifier": 10.0}
     both = play(make_env(reward_mode="process+outcome"), GOOD)
     assert both[-1][1] == pytest.approx(process[-1][1] + 10.0)
     with pytest.raises(ValueError, match="reward_mode"):

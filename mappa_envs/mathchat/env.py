@@ -23,6 +23,7 @@ class MathChatScenario:
     task_list: Sequence[Task]
     executor_max_actions: int = 3
     env_id: str = "MathChat-v0"
+    preimport: tuple[str, ...] = ()  # stdlib math needs nothing; sympy/numpy load on first use
 
     def __post_init__(self):
         self.roles = (
