@@ -79,7 +79,6 @@ def test_scripted_team_solves_a_task_and_every_action_is_coached(sandbox):
         env.close()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("task_id", [s.id for s in SPECS])
 def test_scripted_team_solves_every_builtin_task(sandbox, task_id):
     env = DSBenchEnv(sandbox=sandbox)
