@@ -175,3 +175,19 @@ def test_docker_image_has_the_data_science_stack_preimported():
             assert r.stdout == "2.0\n", r
     finally:
         sb.close()
+
+
+def test_workspaces_of_dead_owners_are_reaped_at_start(tmp_path):
+    from mappa_envs.sandbox.local import reap_workspaces
+
+    dead = tmp_path / "mappa-ws-999999999.1-abc"
+    dead.mkdir()
+    sb = make_sandbox("local", pool_size=0, preimport=(), workspace_root=str(tmp_path), **TEST_LIMITS)
+    try:
+        with sb.session() as s:
+            assert not dead.exists()
+            assert reap_workspaces(str(tmp_path)) == 0  # a live owner's workspace is kept
+            assert s.list_files() == [] and (tmp_path / s.workspace.rsplit("/", 1)[1]).exists()
+    finally:
+        sb.close()
+    assert list(tmp_path.iterdir()) == []

@@ -6,6 +6,7 @@ one supervisor, the `Session` users hold, and the `WarmPool` that keeps slots st
 """
 from __future__ import annotations
 
+import atexit
 import base64
 import logging
 import os
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -237,6 +239,16 @@ class Session:
         self._slot.dispose()
 
 
+_POOLS: "weakref.WeakSet[WarmPool]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_pools() -> None:
+    """At interpreter exit, stop every supervisor and remove every workspace or container still held."""
+    for pool in list(_POOLS):
+        pool.close()
+
+
 class WarmPool:
     """Hands out sessions: keeps `size` slots started in a background thread, so opening a session
     costs no start-up, and tracks open sessions so that `close()` reaches every one of them."""
@@ -252,6 +264,7 @@ class WarmPool:
         self._thread = threading.Thread(target=self._fill, name=f"mappa-{name}-pool", daemon=True)
         if size > 0:
             self._thread.start()
+        _POOLS.add(self)
 
     def _fill(self) -> None:
         backoff = 1.0
@@ -361,3 +374,14 @@ def sandbox_env(limits: Limits, home: str) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp",
         "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
     }
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot): with its pid, this names a process uniquely.
+    None when no such process exists."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2 :].split()[19].decode()
+    except (OSError, IndexError):
+        return None

@@ -24,14 +24,12 @@ and, for owners that died without cleaning up, whenever a new DockerSandbox star
 """
 from __future__ import annotations
 
-import atexit
 import os
 import select
 import socket
 import struct
 import time
 import uuid
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
@@ -42,6 +40,7 @@ from mappa_envs.sandbox.client import (
     Session,
     Slot,
     WarmPool,
+    process_start,
     sandbox_env,
     supervisor_argv,
     supervisor_config,
@@ -55,7 +54,6 @@ WORKSPACE = "/workspace"
 # survives a `kill(-1, SIGKILL)` from inside, which is how a dead supervisor's leftovers are cleared.
 _INIT = "import os, time\nwhile True:\n    try:\n        os.wait()\n    except ChildProcessError:\n        time.sleep(1)\n"
 _KILL_ALL = "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept ProcessLookupError:\n    pass\n"
-_LIVE: "weakref.WeakSet[DockerSandbox]" = weakref.WeakSet()
 
 
 def _client(docker_url: str | None):
@@ -87,26 +85,16 @@ def docker_status(image: str | None = None, docker_url: str | None = None) -> tu
     return True, f"Docker engine {version} answers and has image {image!r} ({found.short_id}, {found.attrs.get('Size', 0) >> 20} MB)"
 
 
-def _start_time(pid: int) -> str:
-    """The process's start time in clock ticks since boot: with the pid, it names a process uniquely."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2 :].split()[19].decode()
-    except (OSError, IndexError):
-        return "0"
-
-
 def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+    return f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid())}"
 
 
 def _owner_alive(owner: str) -> bool:
     host, _, rest = owner.partition(":")
     pid, _, started = rest.partition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+    if host != socket.gethostname() or not pid.isdigit() or not os.path.isdir("/proc"):
         return True  # another machine's (or unreadable): not ours to judge
-    return os.path.exists(f"/proc/{pid}") and _start_time(int(pid)) == started
+    return process_start(int(pid)) == started
 
 
 def reap_orphans(client) -> int:
@@ -204,7 +192,6 @@ class DockerSandbox:
         self.owner, self.id = _owner(), uuid.uuid4().hex[:12]
         reap_orphans(self.client)
         self._removals = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mappa-docker-rm")
-        _LIVE.add(self)
         self._pool = WarmPool(self._make_slot, pool_size, limits, "docker")
 
     def _run_container(self):
@@ -272,7 +259,6 @@ class DockerSandbox:
         """Remove every container this sandbox started (pooled and in use) and wait until they are gone."""
         self._pool.close()
         self._removals.shutdown(wait=True)
-        _LIVE.discard(self)
 
     def __enter__(self) -> "DockerSandbox":
         return self
@@ -283,8 +269,3 @@ class DockerSandbox:
     def __repr__(self) -> str:
         return f"DockerSandbox(image={self.image!r}, limits={self.limits})"
 
-
-@atexit.register
-def _close_all() -> None:
-    for sb in list(_LIVE):
-        sb.close()

@@ -24,6 +24,7 @@ unisolated: it can read and write whatever the calling user can, and reach the n
 """
 from __future__ import annotations
 
+import glob
 import os
 import secrets
 import shutil
@@ -40,6 +41,7 @@ from mappa_envs.sandbox.client import (
     Session,
     Slot,
     WarmPool,
+    process_start,
     sandbox_env,
     supervisor_argv,
     supervisor_config,
@@ -73,6 +75,24 @@ def _python_roots(python: str) -> list[str]:
     return keep
 
 
+def _owner_prefix(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"mappa-ws-{pid}.{process_start(pid)}-"
+
+
+def reap_workspaces(root: str | None = None) -> int:
+    """Delete workspaces whose owning process is gone (it crashed or was killed before closing)."""
+    removed = 0
+    if not os.path.isdir("/proc"):  # no way to tell live owners from dead ones
+        return 0
+    for path in glob.glob(os.path.join(root or tempfile.gettempdir(), "mappa-ws-*.*-*")):
+        pid = os.path.basename(path)[len("mappa-ws-") :].split(".", 1)[0]
+        if pid.isdigit() and not os.path.basename(path).startswith(_owner_prefix(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 class LocalSandbox:
     __doc__ = __doc__
 
@@ -94,6 +114,7 @@ class LocalSandbox:
                 "local sandbox without bubblewrap: agent code runs UNISOLATED with your user's rights "
                 "(files, network); install bubblewrap or use the docker backend", RuntimeWarning, stacklevel=3)
         self._bwrap_base = self._bwrap_argv(bwrap) if self.isolation == "bwrap" else None
+        reap_workspaces(workspace_root)
         self._pool = WarmPool(self._make_slot, pool_size, limits, "local")
 
     def _bwrap_argv(self, bwrap: str) -> list[str]:
@@ -121,7 +142,7 @@ class LocalSandbox:
         return argv + ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", tmp_size, "--tmpfs", "/tmp"]
 
     def _make_slot(self) -> Slot:
-        host_ws = tempfile.mkdtemp(prefix="mappa-ws-", dir=self.workspace_root)
+        host_ws = tempfile.mkdtemp(prefix=_owner_prefix(), dir=self.workspace_root)
         extra: dict = {}
         if self.isolation == "bwrap":
             inner_ws = "/workspace"
