@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 TEAM_HELP = (
-    "the team to evaluate (repeat for several): 'scripted' or 'scripted:SKILL' (the env's built-in team), "
-    "'module:factory' (factory(env) -> TextPolicy), a model spec for every role (see docs/evaluation.md), "
-    "or one per role as 'ROLE=SPEC;ROLE=SPEC;...'"
+    "the team to evaluate (repeat for several): a model for every role ('hf:PATH', 'vllm:PATH', "
+    "'openai:MODEL@BASE_URL'), 'scripted' or 'scripted:SKILL' (the env's built-in team), 'module:factory' "
+    "(factory(env) -> TextPolicy), or one per role as 'ROLE=SPEC;ROLE=SPEC;...'"
 )
 
 
@@ -35,6 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", help="folder with aime_2025.json, amc_eval_32.json, ... (default: $MAPPA_DATA_DIR)")
     parser.add_argument("--train-source", help="training source to check overlap against: a task file, 'synthetic', "
                         "or 'none' (default: see docs/evaluation.md)")
+    parser.add_argument("--temperature", type=float, default=0.6, help="model teams: sampling temperature (0 = greedy)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="model teams: nucleus sampling")
+    parser.add_argument("--max-new-tokens", type=int, default=1024, help="model teams: most tokens per action")
     parser.add_argument("--sandbox", default="local", choices=["auto", "docker", "local"])
     parser.add_argument("--preimport", help="comma-separated modules each sandbox interpreter imports before the "
                         "first cell ('' for none; default: the sandbox's data-science stack)")
@@ -93,7 +96,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict) -> list[Path]:
     from mappa_train.evaluation.runner import evaluate
     from mappa_train.evaluation.teams import make_team, team_name
+    from mappa_train.generation import SamplingParams
 
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
     names = args.name or []
     config = {k: v for k, v in vars(args).items() if k not in ("team", "name", "compare", "leaderboard")}
     runs: list[Path] = []
@@ -101,7 +106,7 @@ def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict) -> list[P
         run_name = names[i] if i < len(names) else team_name(spec)
         out = args.out / run_name
         print(f"== {run_name}: {spec} -> {out}", file=sys.stderr)
-        results = evaluate(make_team(spec, seed=args.seed), eval_sets=sets, out_dir=out, run_name=run_name, team_spec=spec,
+        results = evaluate(make_team(spec, args.seed, sampling), eval_sets=sets, out_dir=out, run_name=run_name, team_spec=spec,
                            k=args.k, seed=args.seed, batch_size=args.batch_size, env_kwargs=env_kwargs,
                            config={**config, "out": str(out)}, plots=not args.no_plots,
                            progress=lambda msg: print(msg, file=sys.stderr))

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from mappa_envs.policy import Team, TextPolicy
 from mappa_train.evaluation.runner import TeamSource
+from mappa_train.generation import SamplingParams
+
+MODEL_KINDS = ("hf", "vllm", "openai")
 
 
 def team_name(spec: str) -> str:
@@ -14,20 +18,30 @@ def team_name(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec).strip("_.")[:80] or "team"
 
 
-def make_team(spec: str, seed: int = 0) -> TeamSource:
-    """A TextPolicy, or a builder of one from an env, for `spec` (see `TEAM_HELP` in cli.py)."""
+def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParams(temperature=0.6, max_new_tokens=1024),
+              _models: dict | None = None) -> TeamSource:
+    """A TextPolicy, or a builder of one from an env, for `spec` (see `TEAM_HELP` in cli.py).
+
+    Model specs: `hf:PATH` (transformers), `vllm:PATH` (an in-process vLLM engine),
+    `openai:MODEL@BASE_URL` (any OpenAI-compatible endpoint), sampled with `sampling`.
+    """
     spec = spec.strip()
+    models = {} if _models is None else _models  # one model per distinct spec, however many roles use it
     if "=" in spec.split(":", 1)[0]:  # "role=SPEC;role=SPEC": one policy per role
         members = {}
         for part in filter(None, (p.strip() for p in spec.split(";"))):
             role, sep, sub = part.partition("=")
             if not sep or not role.strip() or not sub.strip():
                 raise ValueError(f"team spec part {part!r}: expected ROLE=SPEC (e.g. verifier=scripted)")
-            members[role.strip()] = make_team(sub, seed)
+            members[role.strip()] = make_team(sub, seed, sampling, models)
         if all(isinstance(m, TextPolicy) for m in members.values()):
             return Team(members)
         return lambda env: Team({r: m if isinstance(m, TextPolicy) else m(env) for r, m in members.items()})
     kind, _, rest = spec.partition(":")
+    if kind in MODEL_KINDS:
+        if spec not in models:
+            models[spec] = PerCallSeed(_model_policy(kind, rest, sampling), seed)
+        return models[spec]
     if kind == "scripted":
         try:
             options = {"skill": float(rest), "seed": seed} if rest else {}
@@ -39,8 +53,38 @@ def make_team(spec: str, seed: int = 0) -> TeamSource:
 
         factory = load_callable(spec)
         return lambda env: factory(env)
-    raise ValueError(f"unknown team spec {spec!r}; expected scripted[:SKILL], module:factory, or ROLE=SPEC;... "
-                     "(see docs/evaluation.md)")
+    raise ValueError(f"unknown team spec {spec!r}; expected hf:PATH, vllm:PATH, openai:MODEL@URL, scripted[:SKILL], "
+                     "module:factory, or ROLE=SPEC;... (see docs/evaluation.md)")
+
+
+def _model_policy(kind: str, target: str, sampling: SamplingParams) -> TextPolicy:
+    from mappa_train.policies import EndpointPolicy, GeneratorPolicy
+
+    if not target:
+        raise ValueError(f"team spec {kind}: names no model (e.g. hf:path/to/model, openai:MODEL@BASE_URL)")
+    if kind == "openai":
+        from mappa_train.generation.openai_chat import OpenAIChat
+
+        model, sep, url = target.partition("@")
+        if not sep or not model or not url:
+            raise ValueError(f"team spec openai:{target}: expected openai:MODEL@BASE_URL, e.g. openai:qwen@http://127.0.0.1:8000/v1")
+        return EndpointPolicy(OpenAIChat(model, base_url=url), sampling)
+    from mappa_train.generation import make_generator
+
+    return GeneratorPolicy(make_generator(kind, target), sampling)
+
+
+class PerCallSeed:
+    """Give every batched call its own sampling seed (seed, seed + 1, ...), so a re-run of the same
+    command samples the same texts; a resumed run continues from a different call count."""
+
+    def __init__(self, policy, seed: int):
+        self.policy, self.seed, self.calls = policy, seed, 0
+
+    def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
+        self.policy.params = replace(self.policy.params, seed=self.seed + self.calls)
+        self.calls += 1
+        return self.policy.respond(conversations, roles)
 
 
 def _scripted(env, options: dict) -> TextPolicy:

@@ -1,0 +1,78 @@
+"""Model-backed teams in `mappa eval`: an OpenAI-compatible endpoint (a real loopback server), a
+per-role team mixing it with the scripted team, and a tiny transformers model built offline."""
+import json
+import re
+
+import pytest
+
+from mappa_envs.cli import main
+from mappa_train.evaluation.teams import PerCallSeed, make_team
+from tests.openai_stub import StubServer
+
+FAST = ["--sets", "synthetic:2", "--no-plots", "--preimport", ""]
+
+
+def stub_reply(body: dict) -> str:
+    """The verifier boxes a number found in the problem; everyone else talks."""
+    system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+    if "verifier" in system.lower():
+        return f"Looks right. \\boxed{{{re.findall(r'[0-9]+', user)[0]}}}"
+    return "Let me think about this problem."
+
+
+def results_of(path):
+    return json.loads((path / "results.json").read_text())
+
+
+def test_openai_endpoint_team(tmp_path):
+    with StubServer(respond=stub_reply) as stub:
+        rc = main(["eval", "--team", f"openai:stub-model@{stub.url}", "--name", "endpoint", "--k", "2", "--seed", "5",
+                   "--temperature", "0.3", "--max-new-tokens", "64", "--batch-size", "4", "--out", str(tmp_path), *FAST])
+        requests = list(stub.requests)
+    assert rc == 0
+    assert len(requests) == 2 * 2 * 3  # problems x samples x roles, no tool calls
+    assert {r["model"] for r in requests} == {"stub-model"}
+    assert {r["temperature"] for r in requests} == {0.3} and {r["max_tokens"] for r in requests} == {64}
+    # three batched calls (one per role) of four conversations: seed + call, plus the conversation index
+    assert sorted(r["seed"] for r in requests) == sorted(5 + call + i for call in range(3) for i in range(4))
+    s = results_of(tmp_path / "endpoint")["sets"]["synthetic:2"]
+    assert s["episodes"] == 4 and s["maj@k"]["n"] == 2
+    episode = json.loads((tmp_path / "endpoint" / "transcripts.jsonl").read_text().splitlines()[0])
+    assert episode["actions"][-1]["text"].startswith("Looks right.")
+
+
+def test_per_role_team_shares_one_model_per_spec(tmp_path):
+    with StubServer(respond=stub_reply) as stub:
+        model = f"openai:stub@{stub.url}"
+        team = f"problem_solver={model};code_executor=scripted;verifier={model}"
+        assert main(["eval", "--team", team, "--name", "mixed", "--out", str(tmp_path), *FAST]) == 0
+        roles = [r["messages"][0]["content"] for r in stub.requests]
+    assert len(roles) == 2 * 2  # the solver and the verifier of two episodes; the executor is scripted
+    s = results_of(tmp_path / "mixed")["sets"]["synthetic:2"]
+    assert set(s["coach_by_role"]) == {"problem_solver", "code_executor", "verifier"}
+    assert s["cost"]["actions"] >= 8  # the scripted executor also ran its code
+    models: dict = {}
+    make_team(f"problem_solver={model};verifier={model}", _models=models)
+    assert len(models) == 1 and isinstance(next(iter(models.values())), PerCallSeed)
+
+
+def test_bad_model_specs_say_what_to_write():
+    with pytest.raises(ValueError, match="openai:MODEL@BASE_URL"):
+        make_team("openai:just-a-model")
+    with pytest.raises(ValueError, match="names no model"):
+        make_team("hf:")
+    with pytest.raises(ValueError, match="unknown team spec 'gpt'"):
+        make_team("gpt")
+
+
+@pytest.mark.slow
+def test_hf_team_on_a_tiny_model(tmp_path_factory, tmp_path):
+    from mappa_train.tiny_model import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny"))
+    rc = main(["eval", "--team", f"hf:{path}", "--name", "tiny", "--k", "1", "--max-new-tokens", "8",
+               "--max-problems", "1", "--out", str(tmp_path), *FAST])
+    assert rc == 0
+    s = results_of(tmp_path / "tiny")["sets"]["synthetic:2"]
+    assert s["episodes"] == 1 and s["avg@k"]["mean"] == 0.0  # an untrained model answers nothing right
+    assert s["cost"]["policy_chars"] > 0
