@@ -1,5 +1,7 @@
 """DSBench-v0 end to end through env.step(): the scripted team on every built-in task, failure cascades,
 the coach's evidence, hidden answers, and PettingZoo's api_test. Uses the real local sandbox."""
+import shutil
+
 import pytest
 from pettingzoo.test import api_test
 
@@ -9,6 +11,7 @@ from mappa_envs.dsbench.builtin import SPECS
 from mappa_envs.dsbench.env import DSBenchEnv
 from mappa_envs.dsbench.scripted import ScriptedDSPolicy
 from mappa_envs.sandbox import make_sandbox
+from tests.test_dsbench_tasks import BENCH, META_FILES, fake_dsbench, needs_bench
 
 
 class RecordingCoach(RuleCoach):
@@ -145,5 +148,24 @@ def test_api_test_passes_for_the_registered_env():
     env = mappa_envs.make("DSBench-v0")
     try:
         api_test(env, num_cycles=10)
+    finally:
+        env.close()
+
+
+@needs_bench
+def test_a_dsbench_folder_plays_end_to_end(sandbox, tmp_path):
+    root = fake_dsbench(tmp_path / "dsbench", rows=40)
+    for name in META_FILES:
+        shutil.copy(BENCH / name, root / name)
+    env = DSBenchEnv(tasks=root, split="eval", cache_dir=tmp_path / "cache", sandbox=sandbox)
+    try:
+        assert len(env.scenario.tasks()) == 8
+        outcome, _ = play(env, "playground-series-s4e1")
+        assert outcome.details["submission_valid"], outcome.details
+        assert outcome.details["metric"] == "roc_auc" and outcome.details["baseline_score"] == 0.5
+        # no sample_submission.csv in the folder: the baseline's is placed in the workspace
+        sample = env.episode.session.read_file("sample_submission.csv").decode().splitlines()
+        assert sample[0] == "id,Exited" and len(sample) == 41
+        assert (tmp_path / "cache" / "dsbench-scores" / "playground-series-s4e1.json").is_file()
     finally:
         env.close()
