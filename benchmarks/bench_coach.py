@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 import openai
 
 from mappa_envs.coach import CachedCoach, CoachRequest, LLMCoach, LLMCoachConfig
+from mappa_envs.coach.parse import parse_reply
 from mappa_envs.coach.prompts import load_template, render_messages
 
 STUB = Path(__file__).resolve().parents[1] / "tests" / "openai_stub.py"
@@ -70,33 +72,40 @@ def throughput(url: str, concurrency: int, n: int) -> tuple[float, float]:
 
 
 def overhead(url: str, n: int) -> dict[str, float]:
-    """Milliseconds per sequential call with zero server latency (the raw client sends the same messages)."""
+    """Median milliseconds per call, zero server latency. Raw and coach calls alternate so load
+    spikes on a shared machine hit both alike; the raw client sends the coach's exact messages."""
     coach = make_coach(url, 1)
     raw = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
-    messages = render_messages(load_template("MathChat-v0"), request(0))  # the same payload the coach sends
-    raw.chat.completions.create(model="stub", messages=messages)  # warm the connection
+    template = load_template("MathChat-v0")
+    messages = render_messages(template, request(0))
+    raw.chat.completions.create(model="stub", messages=messages)  # warm both connections
     coach.score(request(0))
-    figures = {}
-    started = time.perf_counter()
-    for _ in range(n):
-        raw.chat.completions.create(model="stub", messages=messages)
-    figures["raw openai call"] = 1e3 * (time.perf_counter() - started) / n
-    started = time.perf_counter()
+    times: dict[str, list[float]] = {"raw openai call": [], "LLMCoach.score": [], "render + parse only": []}
     for i in range(n):
+        t0 = time.perf_counter()
+        raw.chat.completions.create(model="stub", messages=messages)
+        t1 = time.perf_counter()
         coach.score(request(i))
-    figures["LLMCoach.score"] = 1e3 * (time.perf_counter() - started) / n
+        t2 = time.perf_counter()
+        parse_reply(render_messages(template, request(i))[1]["content"][-40:] + "\nSCORE: 7")
+        t3 = time.perf_counter()
+        times["raw openai call"].append(t1 - t0)
+        times["LLMCoach.score"].append(t2 - t1)
+        times["render + parse only"].append(t3 - t2)
     with tempfile.TemporaryDirectory() as tmp:
         cached = CachedCoach(coach, Path(tmp) / "c.sqlite")
         for i in range(n):
             cached.score(request(i))
-        started = time.perf_counter()
+        hits = []
         for i in range(n):
+            t0 = time.perf_counter()
             cached.score(request(i))
-        figures["CachedCoach hit"] = 1e3 * (time.perf_counter() - started) / n
+            hits.append(time.perf_counter() - t0)
+        times["CachedCoach hit"] = hits
         cached.close()
     coach.close()
     raw.close()
-    return figures
+    return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
 
 
 def main() -> None:
@@ -126,9 +135,9 @@ def main() -> None:
     with stub_server(0.0) as url:
         figures = overhead(url, n_calls)
     report["overhead_ms"] = figures
-    print(f"\nper-call time, zero server latency, {n_calls} sequential calls:")
+    print(f"\nper-call time (median of {n_calls}), zero server latency:")
     for name, ms in figures.items():
-        print(f"  {name:<16} {ms:7.3f} ms  ({ms / figures['raw openai call']:.2f}x raw)")
+        print(f"  {name:<20} {ms:7.3f} ms  ({ms / figures['raw openai call']:.2f}x raw)")
     print(f"  LLMCoach on top of the raw client: {figures['LLMCoach.score'] - figures['raw openai call']:.3f} ms per call")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

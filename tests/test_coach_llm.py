@@ -156,15 +156,17 @@ def test_async_scores_share_the_limit_and_work_across_event_loops(stub):
     stub.delay_s = 0.1
     coach = make_coach(stub, concurrency=3)
 
-    async def batch(n):
+    async def batch(n, close):
         scores = await asyncio.gather(*(coach.ascore(request(i)) for i in range(n)))
-        await coach.aclose()
+        if close:
+            await coach.aclose()
         return scores
 
-    first = asyncio.run(batch(9))
-    second = asyncio.run(batch(3))  # a fresh event loop gets its own client and semaphore
+    first = asyncio.run(batch(9, close=True))
+    second = asyncio.run(batch(3, close=False))  # a fresh event loop gets its own client and semaphore
     assert all(s.ok and s.score == 7.0 for s in first + second)
     assert 2 <= stub.max_in_flight <= 3 and coach.usage.scores == 12
+    assert not coach._loops  # each loop's client was closed with it (asyncio.run finalizes it)
 
 
 def test_async_retries_and_format_retry(stub):

@@ -159,26 +159,28 @@ class LLMCoach:
         call = _Call(self, request)
         client = self._sync_client()
         while call.pending:
-            time.sleep(self._rpm.reserve())
+            _sleep(self._rpm.reserve())
             with self._threads:
                 try:
                     call.took(client.chat.completions.create(**call.kwargs))
                 except Exception as exc:
                     call.failed(exc)
-            time.sleep(call.delay)
+            _sleep(call.delay)
         return self._finish(call)
 
     async def ascore(self, request: CoachRequest) -> CoachScore:
         call = _Call(self, request)
-        client, semaphore = self._async_state()
+        client, semaphore = await self._async_state()
         while call.pending:
-            await asyncio.sleep(self._rpm.reserve())
+            if wait := self._rpm.reserve():
+                await asyncio.sleep(wait)
             async with semaphore:
                 try:
                     call.took(await client.chat.completions.create(**call.kwargs))
                 except Exception as exc:
                     call.failed(exc)
-            await asyncio.sleep(call.delay)
+            if call.delay:
+                await asyncio.sleep(call.delay)
         return self._finish(call)
 
     def close(self) -> None:
@@ -187,11 +189,10 @@ class LLMCoach:
             self._client.close()
 
     async def aclose(self) -> None:
-        """Close the current event loop's async client."""
-        with self._lock:
-            state = self._loops.pop(asyncio.get_running_loop(), None)
+        """Close the current event loop's async client now (otherwise it closes when the loop shuts down)."""
+        state = self._loops.get(asyncio.get_running_loop())
         if state is not None:
-            await state[0].close()
+            await state[2].aclose()
 
     def __enter__(self) -> LLMCoach:
         return self
@@ -208,16 +209,30 @@ class LLMCoach:
                                              timeout=self.config.timeout_s, max_retries=0)
             return self._client
 
-    def _async_state(self):
+    async def _async_state(self):
         loop = asyncio.get_running_loop()
         with self._lock:
-            if loop not in self._loops:  # asyncio clients and semaphores belong to one event loop
+            state = self._loops.get(loop)
+            created = state is None
+            if created:  # asyncio clients and semaphores belong to one event loop
                 import openai
 
                 client = openai.AsyncOpenAI(base_url=self.config.base_url, api_key=self._api_key,
                                             timeout=self.config.timeout_s, max_retries=0)
-                self._loops[loop] = (client, asyncio.Semaphore(self.config.concurrency))
-            return self._loops[loop]
+                state = self._loops[loop] = (client, asyncio.Semaphore(self.config.concurrency), self._closer(client))
+        if created:
+            await state[2].__anext__()
+        return state[0], state[1]
+
+    async def _closer(self, client):
+        """Closes `client` with its event loop: `asyncio.run` finalizes async generators before it
+        closes the loop, so this `finally` runs while the loop can still close connections."""
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._loops.pop(asyncio.get_running_loop(), None)
+            await client.close()
 
     def _finish(self, call: _Call) -> CoachScore:
         c = self.config
@@ -337,6 +352,11 @@ class _Call:
 
     def _fail(self, error: str) -> None:
         self.error, self.pending, self.delay = error, False, 0.0
+
+
+def _sleep(seconds: float) -> None:
+    if seconds > 0:  # time.sleep(0) still yields the CPU, which costs milliseconds on a busy machine
+        time.sleep(seconds)
 
 
 class _RateLimiter:
