@@ -76,3 +76,17 @@ def test_hf_team_on_a_tiny_model(tmp_path_factory, tmp_path):
     s = results_of(tmp_path / "tiny")["sets"]["synthetic:2"]
     assert s["episodes"] == 1 and s["avg@k"]["mean"] == 0.0  # an untrained model answers nothing right
     assert s["cost"]["policy_chars"] > 0
+
+
+def test_llm_coach_verdicts_are_cached_across_runs(tmp_path):
+    with StubServer(reply="The action is sound.\nSCORE: 7") as stub:
+        common = ["eval", "--team", "scripted", "--coach", f"coach-model@{stub.url}", "--out", str(tmp_path), *FAST]
+        assert main([*common, "--name", "first"]) == 0
+        calls = stub.calls
+        assert main([*common, "--name", "again"]) == 0  # the same actions: every verdict comes from the cache
+        assert stub.calls == calls
+    first, again = (results_of(tmp_path / n)["sets"]["synthetic:2"] for n in ("first", "again"))
+    assert first["cost"]["coach_calls"] == calls and first["cost"]["coach_prompt_tokens"] > 0
+    assert again["cost"]["coach_calls"] == 0 and again["cost"]["coach_cached"] == calls
+    assert again["coach_by_role"] == first["coach_by_role"] and first["coach_by_role"]["verifier"]["mean"] == 7.0
+    assert (tmp_path / "coach_cache.sqlite").is_file()
