@@ -57,9 +57,13 @@ def read_answers(task: DSTask) -> pd.DataFrame:
 def canonical_labels(values: pd.Series) -> np.ndarray:
     """Labels as strings that compare equal however pandas parsed them: True/"True", 3/3.0/"3"."""
     if pd.api.types.is_bool_dtype(values):
-        return values.map(lambda v: str(bool(v))).to_numpy(dtype=object)
+        return np.where(values.to_numpy(dtype=bool), "True", "False").astype(object)
     if pd.api.types.is_numeric_dtype(values):
-        return values.map(lambda v: str(int(v)) if float(v).is_integer() else str(float(v))).to_numpy(dtype=object)
+        v = values.to_numpy(dtype=float)
+        integral = np.isfinite(v) & (v == np.round(v))
+        out = v.astype(str).astype(object)
+        out[integral] = v[integral].astype(np.int64).astype(str)
+        return out
     return values.astype(str).str.strip().to_numpy(dtype=object)
 
 
