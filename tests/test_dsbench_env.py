@@ -9,7 +9,7 @@ import mappa_envs
 from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.dsbench.builtin import SPECS
 from mappa_envs.dsbench.env import DSBenchEnv
-from mappa_envs.dsbench.scripted import ScriptedDSPolicy
+from mappa_envs.dsbench.scripted import ScriptedDSPolicy, analyst_code, engineer_code, modeler_code
 from mappa_envs.sandbox import make_sandbox
 from tests.test_dsbench_tasks import BENCH, META_FILES, fake_dsbench, needs_bench
 
@@ -101,7 +101,7 @@ def test_engineer_forgets_test_features_and_the_blame_reaches_the_outcome_and_th
         assert outcome.score == 0.0 and outcome.correct is False and not d["submission_valid"]
         assert d["missing_files"] == {"X_test.csv": "data_engineer", "submission.csv": "analyst"}
         assert d["failure"]["error"] == "submission.csv was not written"
-        assert d["failure"]["root_cause"] == {"file": "X_test.csv", "owner": "data_engineer", "missing": True}
+        assert d["failure"]["root_cause"] == {"file": "X_test.csv", "owner": "data_engineer", "reason": "missing"}
         assert infos["data_engineer"]["outcome"]["failure"]["root_cause"]["owner"] == "data_engineer"
 
         engineer_end = [r for r in coach.requests if r.role == "data_engineer"][-1]
@@ -133,6 +133,26 @@ def test_invalid_submission_is_a_failed_record_naming_the_error(sandbox):
         assert not d["submission_valid"] and "10 rows for 53 test ids" in d["failure"]["error"]
         assert d["failure"]["owner"] == "analyst" and d["failure"]["root_cause"]["file"] == "X_train.csv"
         assert env.episode.actions[-1].checks["submission_valid"] is False
+    finally:
+        env.close()
+
+
+def test_inconsistent_features_are_blamed_on_the_engineer(sandbox):
+    coach = RecordingCoach()
+    env = DSBenchEnv(sandbox=sandbox, coach=coach, max_actions=1)
+    try:
+        env.reset(options={"task_id": "wine-cultivar"})
+        task = next(t for t in env.scenario.task_list if t.id == "wine-cultivar")
+        truncated = engineer_code(task) + "\nX_test.iloc[:20].to_csv('X_test.csv', index=False)"
+        for code in (truncated, modeler_code(task), analyst_code(task)):
+            env.step(f"```python\n{code}\n```")
+        engineer = coach.requests[0]
+        assert engineer.checks["features_consistent"] is False
+        assert engineer.metrics["features_problem"] == {"file": "X_test.csv", "problem": "X_test.csv has 20 rows, test.csv has 53"}
+        d = env.episode.outcome.details
+        assert "20 rows for 53 test ids" in d["failure"]["error"]
+        assert d["failure"]["root_cause"] == {"file": "X_test.csv", "owner": "data_engineer",
+                                              "reason": "X_test.csv has 20 rows, test.csv has 53"}
     finally:
         env.close()
 

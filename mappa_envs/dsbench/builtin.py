@@ -90,10 +90,17 @@ def _diabetes(rng: np.random.Generator) -> pd.DataFrame:
     return df
 
 
-def _affairs(rng: np.random.Generator) -> pd.DataFrame:
-    from statsmodels.datasets import fair
+def _statsmodels_dataset(name: str) -> pd.DataFrame:
+    try:
+        import statsmodels.datasets as datasets
+    except ImportError:
+        raise ImportError("the built-in DSBench tasks use datasets that ship with statsmodels: "
+                          "pip install statsmodels") from None
+    return getattr(datasets, name).load_pandas().data
 
-    df = fair.load_pandas().data
+
+def _affairs(rng: np.random.Generator) -> pd.DataFrame:
+    df = _statsmodels_dataset("fair")
     df = df.iloc[np.sort(rng.choice(len(df), 4000, replace=False))].reset_index(drop=True)
     jobs = {1: "student", 2: "farming", 3: "white-collar", 4: "teacher", 5: "managerial", 6: "professional"}
     df["occupation"] = df["occupation"].map(jobs)
@@ -104,9 +111,7 @@ def _affairs(rng: np.random.Generator) -> pd.DataFrame:
 
 
 def _party(rng: np.random.Generator) -> pd.DataFrame:
-    from statsmodels.datasets import anes96
-
-    df = anes96.load_pandas().data.drop(columns=["popul"])
+    df = _statsmodels_dataset("anes96").drop(columns=["popul"])
     df["vote"] = np.where(df["vote"] == 1, "Dole", "Clinton")
     df["party_id"] = df.pop("PID").astype(int)
     return df

@@ -110,13 +110,20 @@ class DSBenchScenario:
             details.update(metric_value=report.score, quality=quality, warnings=report.warnings)
             return Outcome(score=quality, correct=better(ds.metric, report.score, baseline), details=details)
         error = report.error if report is not None else "submission.csv was not written"
-        root = next(iter(missing.items()), ("submission.csv", ANALYST))
-        details["failure"] = {
-            "file": "submission.csv", "error": error,
-            "owner": episode.file_owners.get("submission.csv", ANALYST),
-            "root_cause": {"file": root[0], "owner": root[1], "missing": root[0] in missing},
-        }
+        owner = episode.file_owners.get("submission.csv", ANALYST)
+        details["failure"] = {"file": "submission.csv", "error": error, "owner": owner,
+                              "root_cause": self._root_cause(episode, missing, error, owner)}
         return Outcome(score=0.0, correct=False, details=details)
+
+    def _root_cause(self, episode: Episode, missing: dict[str, str], error: str, owner: str) -> dict:
+        """The earliest broken link: a missing file, then inconsistent features, then the submission itself."""
+        if missing:
+            file, role = next(iter(missing.items()))
+            return {"file": file, "owner": role, "reason": "missing"}
+        problem = self._features_consistent(episode)
+        if problem is not None:
+            return {"file": problem[0], "owner": ENGINEER, "reason": problem[1]}
+        return {"file": "submission.csv", "owner": owner, "reason": error}
 
     def coach_evidence(self, episode: Episode, role: Role) -> dict:
         ds = self._ds[episode.task.id]
@@ -130,7 +137,8 @@ class DSBenchScenario:
             "missing_files": self._missing_files(episode, role.name),
         }
         if role.name == ENGINEER and all(f in episode.file_owners for f in prompts.ENGINEER_FILES):
-            metrics["features_problem"] = self._features_consistent(episode)
+            problem = self._features_consistent(episode)
+            metrics["features_problem"] = None if problem is None else {"file": problem[0], "problem": problem[1]}
         if role.name == ANALYST:
             report = self._submission(episode)
             metrics["submission"] = report.to_dict() if report else None
@@ -174,24 +182,28 @@ class DSBenchScenario:
             self._answers = {ds.id: read_answers(ds)}  # one task's answers in memory at a time
         return self._answers[ds.id]
 
-    def _features_consistent(self, episode: Episode) -> str | None:
-        """None when the engineer's files line up with the task's; else what is wrong."""
+    def _features_consistent(self, episode: Episode) -> tuple[str, str] | None:
+        """None when the engineer's files line up with the task's; else (file, what is wrong with it)."""
         ds = self._ds[episode.task.id]
-        try:
-            tables = {f: pd.read_csv(io.BytesIO(episode.session.read_file(f))) for f in prompts.ENGINEER_FILES}
-        except Exception as e:  # unreadable files are the engineer's problem to report, not ours to raise
-            return f"cannot read the feature files: {type(e).__name__}: {e}"
+        tables = {}
+        for f in prompts.ENGINEER_FILES:
+            if f not in episode.file_owners:
+                return f, "missing"
+            try:
+                tables[f] = pd.read_csv(io.BytesIO(episode.session.read_file(f)))
+            except Exception as e:  # any unreadable file is the engineer's problem to hear about, not ours to raise
+                return f, f"unreadable: {type(e).__name__}: {e}"
         x_train, y_train, x_test = (tables[f] for f in prompts.ENGINEER_FILES)
         n_test = len(self._answers_for(ds))
         if len(x_test) != n_test:
-            return f"X_test.csv has {len(x_test)} rows, test.csv has {n_test}"
+            return "X_test.csv", f"X_test.csv has {len(x_test)} rows, test.csv has {n_test}"
         if len(x_train) != len(y_train):
-            return f"X_train.csv has {len(x_train)} rows, y_train.csv has {len(y_train)}"
+            return "y_train.csv", f"X_train.csv has {len(x_train)} rows, y_train.csv has {len(y_train)}"
         if list(x_train.columns) != list(x_test.columns):
-            return "X_train.csv and X_test.csv have different columns"
+            return "X_test.csv", "X_train.csv and X_test.csv have different columns"
         absent = [t for t in ds.target_columns if t not in y_train.columns]
         if absent:
-            return f"y_train.csv lacks the target column(s) {absent}"
+            return "y_train.csv", f"y_train.csv lacks the target column(s) {absent}"
         return None
 
     def _sample_submission(self, ds: DSTask) -> bytes:
