@@ -4,7 +4,8 @@
 
 Throughput: N scores through `LLMCoach.score` (threads) and `ascore` (asyncio) with the server
 answering each request after `--latency` seconds; the ideal is concurrency / latency requests per
-second. Overhead: per-call time with zero server latency for the raw `openai` client, `LLMCoach`
+second, and "vs raw" compares with the bare openai client sending the same messages at the same
+concurrency (what the coach itself costs; on a loaded 2-core machine the client's CPU is the limit). Overhead: per-call time with zero server latency for the raw `openai` client, `LLMCoach`
 (prompt rendering, parsing, accounting on top), and a `CachedCoach` hit (no HTTP at all).
 """
 from __future__ import annotations
@@ -53,22 +54,50 @@ def make_coach(url: str, concurrency: int) -> LLMCoach:
     return LLMCoach(LLMCoachConfig(model="stub", base_url=url, api_key_env=None, concurrency=concurrency, max_retries=0))
 
 
-def throughput(url: str, concurrency: int, n: int) -> tuple[float, float]:
-    """Requests per second through the sync (threads) and async paths."""
+def throughput(url: str, concurrency: int, n: int) -> dict[str, float]:
+    """Requests per second: the coach and the bare openai client (same messages, same concurrency),
+    through threads (sync) and asyncio (async)."""
     coach = make_coach(url, concurrency)
     reqs = [request(i) for i in range(n)]
-    started = time.perf_counter()
+    template = load_template("MathChat-v0")
+    payloads = [render_messages(template, r) for r in reqs]
+    raw = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+    rates = {}
+
+    def timed(name, fn):
+        started = time.perf_counter()
+        fn()
+        rates[name] = n / (time.perf_counter() - started)
+
     with ThreadPoolExecutor(concurrency) as pool:
-        assert all(s.ok for s in pool.map(coach.score, reqs))
-    sync_rate = n / (time.perf_counter() - started)
+        timed("raw_sync", lambda: list(pool.map(lambda m: raw.chat.completions.create(model="stub", messages=m), payloads)))
+        timed("coach_sync", lambda: [s.ok or sys.exit("a score failed") for s in pool.map(coach.score, reqs)])
 
-    async def run():
-        return await asyncio.gather(*(coach.ascore(r) for r in reqs))
+    async def raw_async():
+        client, sem = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0), asyncio.Semaphore(concurrency)
 
-    started = time.perf_counter()
-    assert all(s.ok for s in asyncio.run(run()))
+        async def one(m):
+            async with sem:
+                await client.chat.completions.create(model="stub", messages=m)
+
+        await client.chat.completions.create(model="stub", messages=payloads[0])  # one connection warm, as below
+        started = time.perf_counter()
+        await asyncio.gather(*(one(m) for m in payloads))
+        rates["raw_async"] = n / (time.perf_counter() - started)
+        await client.close()
+
+    async def coach_async():
+        await coach.ascore(reqs[0])
+        started = time.perf_counter()
+        scores = await asyncio.gather(*(coach.ascore(r) for r in reqs))
+        rates["coach_async"] = n / (time.perf_counter() - started)
+        assert all(s.ok for s in scores)
+
+    asyncio.run(raw_async())
+    asyncio.run(coach_async())
+    raw.close()
     coach.close()
-    return sync_rate, n / (time.perf_counter() - started)
+    return rates
 
 
 def overhead(url: str, n: int) -> dict[str, float]:
@@ -120,18 +149,22 @@ def main() -> None:
 
     with stub_server(args.latency) as url:
         print(f"throughput vs concurrency, server latency {args.latency * 1e3:.0f} ms (ideal = concurrency / latency)")
-        print(f"{'concurrency':>11} {'requests':>8} {'ideal/s':>8} {'sync/s':>8} {'async/s':>8} {'sync eff':>8} {'async eff':>9}")
+        print(f"{'concurrency':>11} {'requests':>8} {'ideal/s':>8} {'sync/s':>8} {'async/s':>8} {'sync eff':>8} "
+              f"{'async eff':>9} {'sync vs raw':>11} {'async vs raw':>12}")
         base = None
         for c in levels:
-            n = max(16, 4 * c)
-            sync_rate, async_rate = throughput(url, c, n)
+            n = max(32, 8 * c)
+            r = throughput(url, c, n)
             ideal = c / args.latency
-            base = base or (sync_rate, async_rate)
-            report["throughput"][str(c)] = {"requests": n, "ideal_per_s": ideal, "sync_per_s": sync_rate,
-                                            "async_per_s": async_rate, "sync_speedup": sync_rate / base[0],
-                                            "async_speedup": async_rate / base[1]}
-            print(f"{c:>11} {n:>8} {ideal:>8.1f} {sync_rate:>8.1f} {async_rate:>8.1f} "
-                  f"{sync_rate / ideal:>8.0%} {async_rate / ideal:>9.0%}")
+            base = base or r
+            report["throughput"][str(c)] = {"requests": n, "ideal_per_s": ideal, **{f"{k}_per_s": v for k, v in r.items()},
+                                            "sync_speedup": r["coach_sync"] / base["coach_sync"],
+                                            "async_speedup": r["coach_async"] / base["coach_async"],
+                                            "sync_vs_raw": r["coach_sync"] / r["raw_sync"],
+                                            "async_vs_raw": r["coach_async"] / r["raw_async"]}
+            print(f"{c:>11} {n:>8} {ideal:>8.1f} {r['coach_sync']:>8.1f} {r['coach_async']:>8.1f} "
+                  f"{r['coach_sync'] / ideal:>8.0%} {r['coach_async'] / ideal:>9.0%} "
+                  f"{r['coach_sync'] / r['raw_sync']:>10.2f}x {r['coach_async'] / r['raw_async']:>11.2f}x")
     with stub_server(0.0) as url:
         figures = overhead(url, n_calls)
     report["overhead_ms"] = figures
