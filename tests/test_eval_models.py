@@ -66,16 +66,35 @@ def test_bad_model_specs_say_what_to_write():
 
 
 @pytest.mark.slow
-def test_hf_team_on_a_tiny_model(tmp_path_factory, tmp_path):
+def test_hf_team_and_a_trained_run_folder(tmp_path):
     from mappa_train.tiny_model import build_tiny_model
 
-    path = build_tiny_model(tmp_path_factory.mktemp("tiny"))
-    rc = main(["eval", "--team", f"hf:{path}", "--name", "tiny", "--k", "1", "--max-new-tokens", "8",
-               "--max-problems", "1", "--out", str(tmp_path), *FAST])
+    model = build_tiny_model(tmp_path / "tiny")
+    rc = main(["eval", "--team", f"hf:{model}", "--name", "tiny", "--k", "1", "--max-new-tokens", "8",
+               "--max-problems", "1", "--out", str(tmp_path / "eval"), *FAST])
     assert rc == 0
-    s = results_of(tmp_path / "tiny")["sets"]["synthetic:2"]
+    s = results_of(tmp_path / "eval" / "tiny")["sets"]["synthetic:2"]
     assert s["episodes"] == 1 and s["avg@k"]["mean"] == 0.0  # an untrained model answers nothing right
     assert s["cost"]["policy_chars"] > 0
+
+    # a `mappa train` output folder: final/<policy>/ and config.json; this one "trained" on the eval stream
+    run = tmp_path / "train"
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "shared").symlink_to(model)
+    env = {"id": "MathChat-v0", "kwargs": {"task_source": "synthetic", "split": "eval", "num_tasks": 2}}
+    (run / "config.json").write_text(json.dumps({"env": env, "model": {"policies": "shared"}}))
+    with pytest.warns(UserWarning, match="1/1 problems of eval set 'synthetic:2'"):
+        rc = main(["eval", "--team", f"run:{run}", "--name", "trained", "--k", "1", "--max-new-tokens", "8",
+                   "--max-problems", "1", "--out", str(tmp_path / "eval"), *FAST])
+    assert rc == 0
+    overlap = results_of(tmp_path / "eval" / "trained")["sets"]["synthetic:2"]["overlap"]
+    assert overlap["train_source"] == str(run / "config.json") and overlap["n_overlap"] == 1
+
+
+def test_run_folder_without_a_final_model_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="holds no trained model"):
+        make_team(f"run:{tmp_path}")
 
 
 def test_llm_coach_verdicts_are_cached_across_runs(tmp_path):

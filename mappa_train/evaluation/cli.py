@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 TEAM_HELP = (
@@ -95,7 +96,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict) -> list[Path]:
     from mappa_train.evaluation.runner import evaluate
-    from mappa_train.evaluation.teams import make_team, team_name
+    from mappa_train.evaluation.teams import make_team, team_name, training_env
     from mappa_train.generation import SamplingParams
 
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p)
@@ -106,7 +107,12 @@ def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict) -> list[P
         run_name = names[i] if i < len(names) else team_name(spec)
         out = args.out / run_name
         print(f"== {run_name}: {spec} -> {out}", file=sys.stderr)
-        results = evaluate(make_team(spec, args.seed, sampling), eval_sets=sets, out_dir=out, run_name=run_name, team_spec=spec,
+        trained = training_env(spec)
+        team_sets = sets
+        if trained and args.train_source is None:  # check overlap against what this team was trained on
+            source, env_id, kwargs = trained
+            team_sets = [replace(es, train_source=source, train_kwargs=kwargs) if es.env_id == env_id else es for es in sets]
+        results = evaluate(make_team(spec, args.seed, sampling), eval_sets=team_sets, out_dir=out, run_name=run_name, team_spec=spec,
                            k=args.k, seed=args.seed, batch_size=args.batch_size, env_kwargs=env_kwargs,
                            config={**config, "out": str(out)}, plots=not args.no_plots,
                            progress=lambda msg: print(msg, file=sys.stderr))

@@ -9,13 +9,12 @@
 | `dsbench`            | DSBench-v0  | the built-in offline tasks                           | `builtin` (the same tasks: no holdout) |
 | `dsbench:DIR`        | DSBench-v0  | the eval split of a DSBench data folder              | `DIR` (its train split) |
 
-`<data-dir>` is `--data-dir`, else `$MAPPA_DATA_DIR`; a default training file that does not exist
-is not checked. `train_source` overrides the default ("none" turns the check off).
+`<data-dir>` is `--data-dir`, else `$MAPPA_DATA_DIR`, else `data/bench` (where the training configs
+expect the files); a default training file that does not exist is not checked. `train_source` overrides the default ("none" turns the check off).
 """
 from __future__ import annotations
 
 import os
-from functools import partial
 from pathlib import Path
 
 from mappa_train.evaluation.runner import EvalSet
@@ -24,12 +23,14 @@ DATA_DIR_ENV = "MAPPA_DATA_DIR"
 MATH_FILES = {"aime2025": "aime_2025.json", "amc": "amc_eval_32.json"}
 MATH_TRAIN_FILE = "AIME_1983_2024.json"
 SYNTHETIC_DEFAULT = 64
-SYNTHETIC_TRAIN = 256  # MathChatEnv's default num_tasks: the stream a default training run draws
 
 
 def data_dir(given: str | Path | None) -> Path | None:
+    """--data-dir, else $MAPPA_DATA_DIR, else data/bench when it exists (where the configs expect it)."""
     d = given or os.environ.get(DATA_DIR_ENV)
-    return Path(d) if d else None
+    if d:
+        return Path(d)
+    return Path("data/bench") if Path("data/bench").is_dir() else None
 
 
 def resolve(name: str, data: str | Path | None = None, train_source: str | None = None) -> EvalSet:
@@ -38,9 +39,16 @@ def resolve(name: str, data: str | Path | None = None, train_source: str | None 
     es, default_train = _lookup(name, root)
     source = default_train if train_source is None else train_source
     if source and source != "none":
-        es.train_source = source
-        es.train_texts = partial(train_texts, es.env_id, source)
+        es.train_source, es.train_kwargs = source, train_kwargs(es.env_id, source)
     return es
+
+
+def train_kwargs(env_id: str, source: str) -> dict:
+    """Env kwargs that load a training source: a MathChat task source (a whole file counts, not a
+    holdout of it) or a DSBench one ("builtin", or a data folder's train split)."""
+    if env_id == "DSBench-v0":
+        return {"tasks": source, "split": "train"}
+    return {"task_source": source, "split": "train" if source == "synthetic" else "all"}
 
 
 def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
@@ -73,16 +81,3 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
         return EvalSet(path.stem, "MathChat-v0", {"task_source": str(path), "split": "all"}), math_train
     raise ValueError(f"unknown eval set {name!r}; use one of {sorted(MATH_FILES)}, synthetic[:N], dsbench, "
                      "dsbench:DIR, or a path to an AIME/AMC-format .json/.jsonl file")
-
-
-def train_texts(env_id: str, source: str) -> list[str]:
-    """The problem texts of a training source: a MathChat task source, or a DSBench one
-    ("builtin" or a data folder, whose train split is read)."""
-    if env_id == "DSBench-v0":
-        from mappa_envs.dsbench.env import load_task_source
-
-        return [t.description for t in load_task_source(source, "train", None)]
-    from mappa_envs.mathchat import load_tasks
-
-    split = "train" if source == "synthetic" else "all"  # a whole training file counts, not a holdout of it
-    return [t.prompt for t in load_tasks(source, split=split, num_tasks=SYNTHETIC_TRAIN)]

@@ -28,15 +28,15 @@ TRANSCRIPTS = "transcripts.jsonl"
 class EvalSet:
     """A named set of problems: an env id and the env kwargs that choose its task source.
 
-    `train_texts` (optional) returns the problem texts of the training source to check overlap
-    against, and `train_source` names that source in reports.
+    `train_kwargs` (optional) are the env kwargs of the training task source to check overlap
+    against (the same env id), and `train_source` names that source in reports.
     """
 
     name: str
     env_id: str
     env_kwargs: dict = field(default_factory=dict)
     train_source: str | None = None
-    train_texts: Callable[[], list[str]] | None = None
+    train_kwargs: dict | None = None
     max_problems: int | None = None
 
 
@@ -206,10 +206,10 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
 
         for es in eval_sets:
 
-            def make_env(es=es):
+            def make_env(es=es, task_kwargs=es.env_kwargs):
                 import mappa_envs
 
-                return mappa_envs.make(es.env_id, **{**es.env_kwargs, **kwargs})
+                return mappa_envs.make(es.env_id, **{**task_kwargs, **kwargs})
 
             probe = make_env()
             try:
@@ -218,9 +218,15 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
             finally:
                 probe.close()
             jobs = plan_jobs(es, tasks, k, seed)
-            if es.train_texts is not None:
+            if es.train_kwargs is not None:
+                train_env = make_env(task_kwargs=es.train_kwargs)
+                try:
+                    train_texts = [t.prompt for t in tasks_of(train_env)]
+                finally:
+                    train_env.close()
                 chosen = tasks[: es.max_problems] if es.max_problems else tasks
-                overlaps[es.name] = find_overlap(es.name, [(t.id, t.prompt) for t in chosen], es.train_source or "?", es.train_texts()).to_dict()
+                overlap = find_overlap(es.name, [(t.id, t.prompt) for t in chosen], es.train_source or "?", train_texts)
+                overlaps[es.name] = overlap.to_dict()
             for job in jobs:
                 old = done.get(job.key)
                 if old is not None and old["seed"] != job.seed:

@@ -1,6 +1,7 @@
 """Build the team and the coach of `mappa eval` from their command-line specs (docs/evaluation.md)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import replace
@@ -38,6 +39,17 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
             return Team(members)
         return lambda env: Team({r: m if isinstance(m, TextPolicy) else m(env) for r, m in members.items()})
     kind, _, rest = spec.partition(":")
+    if kind == "run":  # a finished `mappa train` run: its final model(s), one per role or shared
+        folder, _, backend = rest.partition("@")
+        final = Path(folder) / "final"
+        policies = sorted(p.name for p in final.iterdir() if p.is_dir()) if final.is_dir() else []
+        if not policies:
+            raise ValueError(f"team spec {spec!r}: {final} holds no trained model; a finished `mappa train` run writes "
+                             "final/<policy>/ (an unfinished one only has checkpoints)")
+        backend = backend or "hf"
+        if policies == ["shared"]:
+            return make_team(f"{backend}:{final / 'shared'}", seed, sampling, models)
+        return make_team(";".join(f"{p}={backend}:{final / p}" for p in policies), seed, sampling, models)
     if kind in MODEL_KINDS:
         if spec not in models:
             models[spec] = PerCallSeed(_model_policy(kind, rest, sampling), seed)
@@ -55,6 +67,17 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
         return lambda env: factory(env)
     raise ValueError(f"unknown team spec {spec!r}; expected hf:PATH, vllm:PATH, openai:MODEL@URL, scripted[:SKILL], "
                      "module:factory, or ROLE=SPEC;... (see docs/evaluation.md)")
+
+
+def training_env(spec: str) -> tuple[str, str, dict] | None:
+    """(DIR/config.json, env id, env kwargs) that a `run:DIR` team was trained on; None for other specs."""
+    if not spec.startswith("run:"):
+        return None
+    path = Path(spec[4:].partition("@")[0]) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: run:DIR must name a `mappa train` output folder")
+    env = json.loads(path.read_text())["env"]
+    return str(path), env["id"], env.get("kwargs", {})
 
 
 def _model_policy(kind: str, target: str, sampling: SamplingParams) -> TextPolicy:
