@@ -296,7 +296,7 @@ def _seed(task_id: str) -> int:
     return zlib.crc32(task_id.encode())
 
 
-def _description(spec: Spec, sample: pd.DataFrame, task: DSTask) -> str:
+def _description(spec: Spec, sample: pd.DataFrame) -> str:
     head = sample.head(3).to_csv(index=False).strip()
     targets = ", ".join(spec.targets)
     return "\n\n".join([
@@ -332,7 +332,7 @@ def _generate_one(spec: Spec, root: Path) -> dict:
     sample = baseline_submission(task, train, test.drop(columns=list(spec.targets)))
     sample.to_csv(folder / "sample_submission.csv", index=False)
     baseline, reference, _ = reference_scores(task)
-    return {"task_id": spec.id, "description": _description(spec, sample, task), "metric": spec.metric,
+    return {"task_id": spec.id, "description": _description(spec, sample), "metric": spec.metric,
             "id_column": spec.id_column, "pos_label": spec.pos_label, "baseline_score": baseline,
             "reference_score": reference}
 

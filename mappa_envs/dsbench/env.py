@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -37,12 +37,12 @@ class DSBenchScenario:
     max_actions: int = 4
     cache_dir: Path | None = None  # where lazily computed baseline/reference scores are kept
     env_id: str = "DSBench-v0"
-    _answers: dict = field(default_factory=dict, repr=False)
-    _samples: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         if not self.task_list:
             raise ValueError("DSBench-v0 needs at least one task")
+        self._answers: dict[str, pd.DataFrame] = {}  # host-side only: never written to the workspace
+        self._samples: dict[str, bytes] = {}
         self.roles = (
             Role(ENGINEER, prompts.DATA_ENGINEER, tools=True, max_actions=self.max_actions, kernel=ENGINEER),
             Role(MODELER, prompts.MODELER, tools=True, max_actions=self.max_actions, sees=(ENGINEER,), kernel=MODELER),

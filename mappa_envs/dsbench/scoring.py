@@ -175,7 +175,8 @@ def _values(task: DSTask, pred: pd.DataFrame, truth: pd.DataFrame, warnings: lis
             pred[col] = numeric.astype(float)
         if metric.name == "log_loss" and ((pred < 0) | (pred > 1)).any().any():
             raise ValueError("log loss needs probabilities in [0, 1]; some predictions are outside")
-        if metric.predicts == PROBABILITY and metric.name != "log_loss" or (metric.name == "log_loss" and len(pred.columns) == 1):
+        one_hot = metric.name == "log_loss" and len(pred.columns) > 1  # answers are 0/1 class columns already
+        if metric.predicts == PROBABILITY and not one_hot:
             y_true = np.column_stack([binary_truth(truth[c], task.pos_label) for c in truth.columns])
         else:
             y_true = truth.apply(pd.to_numeric, errors="raise").to_numpy(dtype=float)
