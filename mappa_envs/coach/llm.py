@@ -139,7 +139,7 @@ class LLMCoach:
         self._threads = threading.BoundedSemaphore(config.concurrency)
         self._rpm = _RateLimiter(config.rpm)
         self._client = None
-        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> (client, semaphore)
+        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> (client, semaphore, closer)
         self._jitter = random.Random()
 
     @classmethod
