@@ -267,5 +267,7 @@ def test_keyword_construction_for_yaml_configs(stub, monkeypatch):
         LLMCoach(preset="gemini-2.5-pro", temprature=0.5)
     with pytest.raises(ValueError, match="model= and base_url="):
         LLMCoach(model="m")
+    with pytest.raises(ValueError, match="did you mean preset='gemini-2.5-flash'"):
+        LLMCoach(model="gemini-2.5-flash")
     with pytest.raises(ValueError, match="not both"):
         LLMCoach(coach.config, rpm=5)

@@ -268,7 +268,8 @@ def _config(preset: str | None, fields: dict[str, Any]) -> LLMCoachConfig:
         raise ValueError(f"LLMCoach: unknown setting(s) {unknown}; valid ones: {sorted(known)}")
     settings = {**PRESETS.get(preset, {}), **fields}
     if "model" not in settings or "base_url" not in settings:
-        raise ValueError("LLMCoach: give a preset (one of %s) or both model= and base_url=" % sorted(PRESETS))
+        hint = f"; did you mean preset={settings['model']!r}?" if settings.get("model") in PRESETS else ""
+        raise ValueError(f"LLMCoach: give a preset (one of {sorted(PRESETS)}) or both model= and base_url={hint}")
     return LLMCoachConfig(**settings)
 
 
