@@ -7,6 +7,7 @@ import pytest
 from mappa_envs.cli import main
 from mappa_envs.sandbox import make_sandbox
 from mappa_train.evaluation.evalsets import resolve
+from mappa_train.evaluation.hygiene import OverlapWarning
 from mappa_train.evaluation.runner import TRANSCRIPTS, evaluate, run_eval
 from mappa_train.evaluation.teams import make_team
 
@@ -137,7 +138,7 @@ def test_episodes_do_not_depend_on_batch_size(tmp_path, envkw):
 def test_overlap_with_the_training_source_is_warned_and_reported(tmp_path, envkw):
     es = resolve("amc", DATA, train_source=str(DATA / "amc.json"))  # amc_eval_32 is a subset of amc.json
     es.max_problems = 2
-    with pytest.warns(UserWarning, match="2/2 problems of eval set 'amc'"):
+    with pytest.warns(OverlapWarning, match="2/2 problems of eval set 'amc'"):
         results = evaluate(alternating_team, [es], tmp_path, "leaky", k=1, env_kwargs=envkw, plots=False)
     overlap = results["sets"]["amc"]["overlap"]
     assert overlap["n_overlap"] == 2 and overlap["fraction"] == 1.0 and overlap["train_source"].endswith("amc.json")
@@ -177,7 +178,7 @@ def test_dsbench_builtin_task(tmp_path):
     es.max_problems = 1
     sandbox = make_sandbox("local", pool_size=1)
     try:
-        with pytest.warns(UserWarning, match="1/1 problems of eval set 'dsbench'"):  # built-in tasks have no holdout
+        with pytest.warns(OverlapWarning, match="1/1 problems of eval set 'dsbench'"):  # built-in tasks have no holdout
             results = evaluate(make_team("mappa_envs.dsbench.scripted:for_env"), [es], tmp_path, "ds", k=1,
                                env_kwargs={"sandbox": sandbox})
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def _compare(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from mappa_envs.sandbox import make_sandbox
     from mappa_train.evaluation.evalsets import resolve
+    from mappa_train.evaluation.hygiene import OverlapWarning
     from mappa_train.evaluation.leaderboard import write
     from mappa_train.evaluation.teams import make_coach
 
@@ -87,7 +89,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     options = {} if args.preimport is None else {"preimport": tuple(filter(None, args.preimport.split(",")))}
     sandbox = make_sandbox(args.sandbox, pool_size=args.batch_size, **options)  # shared by every env
     try:
-        runs = _run_teams(args, sets, {"sandbox": sandbox, "coach": make_coach(args.coach, cache)})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OverlapWarning)  # reported once per team below, without a traceback line
+            runs = _run_teams(args, sets, {"sandbox": sandbox, "coach": make_coach(args.coach, cache)})
     finally:
         sandbox.close()
     print(f"results: {', '.join(str(r / 'results.json') for r in runs)}; leaderboard of {args.out}:", file=sys.stderr)
@@ -120,6 +124,6 @@ def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict) -> list[P
         for set_name, s in results["sets"].items():
             o = s.get("overlap")
             if o and o["n_overlap"]:
-                print(f"warning: {o['n_overlap']}/{o['n_eval']} problems of {set_name} are in the training source "
-                      f"{o['train_source']}", file=sys.stderr)
+                print(f"warning: {o['n_overlap']}/{o['n_eval']} problems of {set_name} also appear in the training "
+                      f"source {o['train_source']} ({', '.join(o['ids'][:5])}); see results.json 'overlap'", file=sys.stderr)
     return runs

@@ -18,6 +18,10 @@ def normalize_text(text: str) -> str:
     return _NON_ALNUM.sub("", unicodedata.normalize("NFKC", text).casefold())
 
 
+class OverlapWarning(UserWarning):
+    """Eval problems also occur in the training source."""
+
+
 @dataclass
 class Overlap:
     """Which eval problems (by id) also occur in the training source."""
@@ -38,7 +42,7 @@ class Overlap:
 def find_overlap(eval_set: str, eval_problems: Iterable[tuple[str, str]], train_source: str, train_texts: Iterable[str]) -> Overlap:
     """`eval_problems` are (id, text) pairs; `train_texts` the training problems' texts.
 
-    Warns (UserWarning) when any eval problem is also a training problem.
+    Warns (OverlapWarning) when any eval problem is also a training problem.
     """
     seen = {normalize_text(t) for t in train_texts}
     seen.discard("")
@@ -49,7 +53,7 @@ def find_overlap(eval_set: str, eval_problems: Iterable[tuple[str, str]], train_
         warnings.warn(
             f"{len(overlap.ids)}/{overlap.n_eval} problems of eval set {eval_set!r} also appear in the training "
             f"source {train_source!r} ({shown}); their scores measure memorization, not skill",
-            UserWarning,
+            OverlapWarning,
             stacklevel=2,
         )
     return overlap
