@@ -191,3 +191,16 @@ def test_workspaces_of_dead_owners_are_reaped_at_start(tmp_path):
     finally:
         sb.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_kernel_that_died_while_idle_is_reported_on_its_next_cell(session):
+    pid = session.run("import os\nlost = 1\nos.getpid()", kernel="victim").stdout.strip()
+    wait_dead = (f"import os, time\nos.kill({pid}, 9)\n"
+                 "def gone():\n    try:\n"
+                 f"        return open('/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] == 'Z'\n"
+                 "    except FileNotFoundError:\n        return True\n"
+                 "while not gone():\n    time.sleep(0.01)")
+    assert session.run(wait_dead, kernel="killer").ok
+    r = session.run("print('fresh' if 'lost' not in globals() else 'same')", kernel="victim")
+    assert r.ok and r.interpreter_restarted and r.stdout == "fresh\n"
+    assert "interpreter died between cells (killed by SIGKILL" in r.stderr

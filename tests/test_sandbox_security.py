@@ -123,3 +123,5 @@ def test_killing_the_interpreter_from_inside_restarts_it(session, code):
     assert not r.ok and r.interpreter_restarted and r.error.startswith("interpreter died"), r
     assert_usable(session)
     assert session.read_file("kept.txt") == b"still here"  # the workspace survives
+
+

@@ -29,6 +29,8 @@ Process model, and why:
   behind, so nothing outlives its cell. The supervisor is one too, for the orphans of a killed kernel.
 - Kernels lower their own OOM score, and carry rlimits on address space, CPU time per cell and file
   size; the supervisor holds the process-count rlimit when the backend asks for one.
+- Threads a cell starts belong to the interpreter and do keep running after it; if one takes the
+  interpreter down between cells, the next cell on that kernel says so (`restarted`).
 """
 from __future__ import annotations
 
@@ -243,7 +245,7 @@ def _kernel_loop(cfg: dict) -> None:
         if cell.get("cpu_s"):  # a CPU budget for this cell on top of what the kernel has used so far
             used = resource.getrusage(resource.RUSAGE_SELF)
             soft = int(used.ru_utime + used.ru_stime + cell["cpu_s"]) + 1
-            resource.setrlimit(resource.RLIMIT_CPU, (soft if cpu_hard < 0 else min(soft, cpu_hard), cpu_hard))
+            resource.setrlimit(resource.RLIMIT_CPU, (soft if cpu_hard == resource.RLIM_INFINITY else min(soft, cpu_hard), cpu_hard))
         try:
             result = _exec_cell(cell["code"], ns)
             for stream in (sys.stdout, sys.stderr):
@@ -303,6 +305,7 @@ class Kernel:
         self.cells_w, self.results_r, self.out_r, self.err_r = cells_w, results_r, out_r, err_r
         self.reader = FrameReader()
         self.cell: dict | None = None  # the request being run, with its captures and deadline
+        self.note: str | None = None  # why the previous kernel of this name died while idle
 
     def fds(self) -> list[int]:
         return [self.results_r, self.out_r, self.err_r]
@@ -414,7 +417,12 @@ class Supervisor:
         now = time.monotonic()
         k.cell = dict(req, out=Capture(limit), err=Capture(limit), start=now, deadline=now + req["timeout"], sigint_at=None)
         cpu_s = req["timeout"] * self.cfg.get("cpus", 1.0) * 2
-        _write_all(k.cells_w, encode({"code": req["code"], "cpu_s": cpu_s}))
+        try:
+            _write_all(k.cells_w, encode({"code": req["code"], "cpu_s": cpu_s}))
+        except BrokenPipeError:  # it died while idle and we had not noticed yet: run on a fresh one
+            k.cell = None
+            self.kernel_died(k)
+            self.start_cell(req)
 
     def finish_cell(self, k: Kernel, result: dict | None, status: int | None) -> None:
         """Reply for the cell `k` was running: `result` from the kernel, or None when it died."""
@@ -433,9 +441,13 @@ class Supervisor:
         if timed_out:
             msg["error"] = f"timeout after {cell['timeout']:g} s"
         else:
-            msg["error"] = result["error"] if result is not None else _death(status)
+            msg["error"] = result["error"] if result is not None else f"interpreter died: {_death(status)}; restarted with a fresh one"
         if result is not None and result.get("killed"):
             msg["stderr"] += f"\n[sandbox: killed {result['killed']} process(es) the cell left running]\n"
+        if k.note:  # a thread left by an earlier cell took the interpreter down after that cell ended
+            msg["restarted"] = True
+            msg["stderr"] = f"[sandbox: the interpreter died between cells ({k.note}); this cell ran in a fresh one]\n" + msg["stderr"]
+            k.note = None
         self.reply(msg)
 
     def drain(self, k: Kernel) -> None:
@@ -455,9 +467,11 @@ class Supervisor:
         """Report the cell it was running (if any) and replace it with a fresh fork."""
         self.drain(k)
         status = self.drop_kernel(k)
+        fresh = self.fork_kernel(k.name)
         if k.cell is not None:
             self.finish_cell(k, None, status)
-        self.fork_kernel(k.name)
+        else:
+            fresh.note = _death(status)
 
     def on_readable(self, fd: int) -> None:
         k = self.by_fd.get(fd)
@@ -528,13 +542,14 @@ class Supervisor:
 
 
 def _death(status: int | None) -> str:
+    """How a kernel died, from its wait status."""
     if status is not None and os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         why = {signal.SIGKILL: " (out of memory, or killed)", signal.SIGXCPU: " (CPU time limit)"}.get(sig, "")
-        return f"interpreter died: killed by {signal.Signals(sig).name}{why}; restarted with a fresh one"
+        return f"killed by {signal.Signals(sig).name}{why}"
     if status is not None and os.WIFEXITED(status):
-        return f"interpreter died: exited with status {os.WEXITSTATUS(status)}; restarted with a fresh one"
-    return "interpreter died; restarted with a fresh one"
+        return f"exited with status {os.WEXITSTATUS(status)}"
+    return "gone"
 
 
 def main(cfg: dict) -> None:

@@ -28,6 +28,7 @@ import glob
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -60,8 +61,6 @@ def _python_roots(python: str) -> list[str]:
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     else:
-        import subprocess
-
         out = subprocess.run([python, "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
                              capture_output=True, text=True, check=True).stdout
         prefixes = set(out.split())
@@ -93,6 +92,15 @@ def reap_workspaces(root: str | None = None) -> int:
     return removed
 
 
+def _probe(bwrap_argv: list[str]) -> str | None:
+    """Why bwrap cannot run here (None if it can): try it once with the sandbox's own arguments."""
+    try:
+        out = subprocess.run([*bwrap_argv, "--", "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bwrap failed to start: {e}"
+    return None if out.returncode == 0 else f"bwrap failed: {out.stderr.strip()[-300:]}"
+
+
 class LocalSandbox:
     __doc__ = __doc__
 
@@ -105,15 +113,20 @@ class LocalSandbox:
         self.limits, self.preimport = limits, tuple(preimport)
         self.python = python or sys.executable
         self.workspace_root = workspace_root
-        bwrap = bwrap_path()
-        if isolation == "bwrap" and bwrap is None:
-            raise SandboxError("isolation='bwrap' needs bubblewrap: apt-get install bubblewrap (Linux only)")
-        self.isolation = "bwrap" if bwrap and isolation != "none" else "none"
+        bwrap, why = bwrap_path(), "bubblewrap is not installed (apt-get install bubblewrap; Linux only)"
+        self._bwrap_base = None
+        if bwrap and isolation != "none":
+            self._bwrap_base = self._bwrap_argv(bwrap)
+            why = _probe(self._bwrap_base)  # e.g. user namespaces disabled for unprivileged users
+        if isolation == "bwrap" and why:
+            raise SandboxError(f"isolation='bwrap' is not possible here: {why}")
+        self.isolation = "bwrap" if self._bwrap_base and not why else "none"
         if self.isolation == "none":
-            warnings.warn(
-                "local sandbox without bubblewrap: agent code runs UNISOLATED with your user's rights "
-                "(files, network); install bubblewrap or use the docker backend", RuntimeWarning, stacklevel=3)
-        self._bwrap_base = self._bwrap_argv(bwrap) if self.isolation == "bwrap" else None
+            self._bwrap_base = None
+            reason = "isolation='none' was asked for" if isolation == "none" else why
+            warnings.warn(f"local sandbox without bwrap ({reason}): agent code runs UNISOLATED with your user's "
+                          "rights (files, network); install bubblewrap or use the docker backend",
+                          RuntimeWarning, stacklevel=3)
         reap_workspaces(workspace_root)
         self._pool = WarmPool(self._make_slot, pool_size, limits, "local")
 
