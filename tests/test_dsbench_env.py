@@ -40,7 +40,8 @@ def play(env, task_id, policy=None):
     for agent in env.agent_iter():
         _, _, term, trunc, _ = env.last()
         if term or trunc:
-            final_infos = final_infos or dict(env.infos)
+            if not final_infos:
+                final_infos = {a: {**env.infos[a], "reward": env.rewards[a]} for a in env.agents}
             env.step(None)
             continue
         conversation = env.infos[agent]["messages"]
@@ -87,6 +88,18 @@ def test_scripted_team_solves_every_builtin_task(sandbox, task_id):
     env = DSBenchEnv(sandbox=sandbox)
     try:
         check_solved(env, task_id)
+    finally:
+        env.close()
+
+
+def test_outcome_reward_mode_pays_every_agent_the_relative_quality(sandbox):
+    env = DSBenchEnv(sandbox=sandbox, reward_mode="outcome")
+    try:
+        outcome, infos = play(env, "diabetes-progression")
+        assert 0 < outcome.score < 1  # between the baseline and the reference
+        assert {a: i["reward"] for a, i in infos.items()} == {a: 10 * outcome.score for a in infos}
+        assert infos["modeler"]["outcome"]["files"]["model.pkl"] == "modeler"
+        assert all(a.coach is None for a in env.episode.actions)
     finally:
         env.close()
 

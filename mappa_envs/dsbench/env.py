@@ -104,6 +104,7 @@ class DSBenchScenario:
             "task_id": ds.id, "metric": ds.metric, "higher_is_better": get_metric(ds.metric).higher_is_better,
             "metric_value": None, "baseline_score": baseline, "reference_score": reference, "quality": 0.0,
             "submission_valid": bool(report and report.valid), "missing_files": missing, "failure": None,
+            "files": dict(episode.file_owners),
         }
         if report is not None and report.valid:
             quality = relative_quality(ds.metric, report.score, baseline, reference)
