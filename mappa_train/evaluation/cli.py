@@ -1,7 +1,7 @@
 """`mappa eval`: evaluate agent teams on eval sets; the leaderboard; compare two runs.
 
     mappa eval --team scripted --sets synthetic:16,amc --k 4 --data-dir DATA
-    mappa eval --team hf:runs/ckpt --name trained --sets aime2025 --k 8 --data-dir DATA
+    mappa eval --team run:runs/mathchat --name trained --sets aime2025,amc --k 8 --data-dir DATA
     mappa eval --compare runs/eval/base runs/eval/trained
     mappa eval --leaderboard runs/eval
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 TEAM_HELP = (
     "the team to evaluate (repeat for several): a model for every role ('hf:PATH', 'vllm:PATH', "
-    "'openai:MODEL@BASE_URL'), 'scripted' or 'scripted:SKILL' (the env's built-in team), 'module:factory' "
-    "(factory(env) -> TextPolicy), or one per role as 'ROLE=SPEC;ROLE=SPEC;...'"
+    "'openai:MODEL@BASE_URL'), a finished `mappa train` run ('run:DIR'), 'scripted' or 'scripted:SKILL' (the "
+    "env's built-in team), 'module:factory' (factory(env) -> TextPolicy), or one per role as 'ROLE=SPEC;ROLE=SPEC;...'"
 )
 
 
@@ -28,15 +28,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--leaderboard", nargs="+", metavar="RUNS", help="print the Markdown table of these runs / folders of runs")
     parser.add_argument("--name", action="append", help="run name per --team, in order (default: derived from the spec)")
     parser.add_argument("--sets", default="synthetic",
-                        help="comma-separated eval sets: aime2025, amc, synthetic[:N], or AIME/AMC-format .json/.jsonl paths")
+                        help="comma-separated eval sets: aime2025, amc, synthetic[:N], AIME/AMC-format .json/.jsonl paths, "
+                        "dsbench (built-in offline tasks), dsbench:DIR (a DSBench data folder's eval split)")
     parser.add_argument("--k", type=int, default=1, help="samples per problem (avg@k, pass@k, maj@k)")
     parser.add_argument("--seed", type=int, default=0, help="base seed; each (problem, sample) derives its own")
     parser.add_argument("--max-problems", type=int, help="evaluate only the first N problems of each set")
     parser.add_argument("--batch-size", type=int, default=8, help="episodes played at once (one batched generate per round)")
     parser.add_argument("--out", type=Path, default=Path("runs/eval"), help="folder of runs: each team writes OUT/NAME/")
-    parser.add_argument("--data-dir", help="folder with aime_2025.json, amc_eval_32.json, ... (default: $MAPPA_DATA_DIR)")
+    parser.add_argument("--data-dir", help="folder with aime_2025.json, amc_eval_32.json, ... (default: $MAPPA_DATA_DIR, else data/bench)")
     parser.add_argument("--train-source", help="training source to check overlap against: a task file, 'synthetic', "
-                        "or 'none' (default: see docs/evaluation.md)")
+                        "'builtin', a DSBench folder, or 'none' (default: per set, see docs/evaluation.md)")
     parser.add_argument("--temperature", type=float, default=0.6, help="model teams: sampling temperature (0 = greedy)")
     parser.add_argument("--top-p", type=float, default=1.0, help="model teams: nucleus sampling")
     parser.add_argument("--max-new-tokens", type=int, default=1024, help="model teams: most tokens per action")

@@ -126,7 +126,7 @@ def build_results(run_name: str, team: str, records_by_set: dict[str, list[dict]
         "team": team,
         "k": k,
         "seed": seed,
-        "commit": git_commit(),
+        "commit": git_commit(Path(__file__).resolve().parent),  # the code that ran, wherever it was run from
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": config,
         "sets": sets,
