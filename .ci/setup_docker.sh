@@ -26,9 +26,9 @@ if ! docker info >/dev/null 2>&1; then
   fi
   say "starting dockerd (log: /tmp/dockerd.log)"
   $SUDO sh -c 'nohup dockerd > /tmp/dockerd.log 2>&1 &'
-  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  for _ in $(seq "${DOCKERD_WAIT_S:-60}"); do docker info >/dev/null 2>&1 && break; sleep 1; done
   if ! docker info >/dev/null 2>&1; then
-    say "dockerd did not answer within 60 s; docker tests will skip. dockerd's last words:"
+    say "dockerd did not answer within ${DOCKERD_WAIT_S:-60} s; docker tests will skip. dockerd's last words:"
     tail -n 5 /tmp/dockerd.log 2>/dev/null | sed 's/^/    /'
     exit 0
   fi

@@ -20,10 +20,10 @@ SANDBOX_UID = 1000
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt", "var/lib/apt/lists")
 
 
-def debian_mirror() -> tuple[str, str]:
+def debian_mirror(apt_dir: str = "/etc/apt") -> tuple[str, str]:
     """(mirror URI, suite) of the first Debian main archive apt is configured with (not -security/-updates)."""
     entries: list[tuple[str, list[str]]] = []
-    for path in ["/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*.list"))]:
+    for path in [f"{apt_dir}/sources.list", *sorted(glob.glob(f"{apt_dir}/sources.list.d/*.list"))]:
         try:
             lines = open(path, encoding="utf-8").read().splitlines()
         except OSError:
@@ -32,7 +32,7 @@ def debian_mirror() -> tuple[str, str]:
             m = re.match(r"\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", line)
             if m:
                 entries.append((m.group(1), [m.group(2)]))
-    for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
+    for path in sorted(glob.glob(f"{apt_dir}/sources.list.d/*.sources")):
         try:
             text = open(path, encoding="utf-8").read()
         except OSError:
@@ -46,7 +46,7 @@ def debian_mirror() -> tuple[str, str]:
         for suite in suites:
             if "-" not in suite and "/" not in suite and "debian" in uri and "security" not in uri:
                 return uri.rstrip("/"), suite
-    raise RuntimeError("no Debian archive found in /etc/apt/sources.list{,.d/}; pass --mirror URL and --suite NAME")
+    raise RuntimeError(f"no Debian archive found in {apt_dir}/sources.list{{,.d/}}; pass --mirror URL and --suite NAME")
 
 
 def available(package: str) -> bool:
