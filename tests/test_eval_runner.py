@@ -44,6 +44,15 @@ def alternating_team(env):
     return AlternatingTeam(env.unwrapped.scenario.tasks())
 
 
+class CountingTeam(AlternatingTeam):
+    """Reports token counts the way model policies may: `last_usage`, one entry per conversation."""
+
+    def respond(self, conversations, roles):
+        texts = super().respond(conversations, roles)
+        self.last_usage = [{"prompt_tokens": 100, "completion_tokens": len(t.split())} for t in texts]
+        return texts
+
+
 class Refuse:
     def respond(self, conversations, roles):
         raise AssertionError("a resumed run must not play any episode")
@@ -96,6 +105,15 @@ def test_metrics_of_a_mixed_team(tmp_path, envkw):
     assert s["avg@k"]["mean"] == 0.5 and s["pass@k"]["1"]["mean"] == 0.5
     assert s["pass@k"]["2"]["mean"] == 1.0  # one right sample of two
     assert s["maj@k"]["mean"] == 0.5  # a 1-1 tie between the right and a wrong answer
+
+
+def test_policy_token_counts_are_reported(tmp_path, envkw):
+    results = evaluate(lambda env: CountingTeam(env.unwrapped.scenario.tasks()), [synthetic(2)], tmp_path, "tokens",
+                       k=1, env_kwargs=envkw, plots=False)
+    cost = results["sets"]["synthetic:2"]["cost"]
+    assert cost["policy_prompt_tokens"] == 100 * cost["actions"] and cost["policy_completion_tokens"] > 0
+    episode = json.loads((tmp_path / TRANSCRIPTS).read_text().splitlines()[0])
+    assert episode["actions"][0]["usage"] == {"prompt_tokens": 100, "completion_tokens": 7}  # "I am the problem_solver; ..."
 
 
 def test_resume_skips_finished_episodes(tmp_path, envkw):

@@ -109,6 +109,11 @@ class PerCallSeed:
         self.calls += 1
         return self.policy.respond(conversations, roles)
 
+    @property
+    def last_usage(self) -> list[dict] | None:
+        """The wrapped policy's token counts of its last call, when it reports them."""
+        return getattr(self.policy, "last_usage", None)
+
 
 def _scripted(env, options: dict) -> TextPolicy:
     import mappa_envs
