@@ -202,3 +202,16 @@ def test_a_dsbench_folder_plays_end_to_end(sandbox, tmp_path):
         assert (tmp_path / "cache" / "dsbench-scores" / "playground-series-s4e1.json").is_file()
     finally:
         env.close()
+
+
+def test_scripted_team_error_rate_and_factory(sandbox):
+    from mappa_envs.dsbench.scripted import for_env
+
+    env = DSBenchEnv(sandbox=sandbox)
+    try:
+        sloppy = for_env(env, skill=0.0, seed=3)
+        outcome, _ = play(env, "wine-cultivar", sloppy)
+        assert outcome.details["failure"]["root_cause"]["owner"] == "data_engineer"
+        assert outcome.details["failure"]["root_cause"]["reason"] == "missing"
+    finally:
+        env.close()

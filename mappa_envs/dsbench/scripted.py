@@ -2,12 +2,16 @@
 
 It knows the tasks it plays (it finds each by its description in the prompt) and writes the
 code a careful team would: one-hot features with train medians for gaps, a gradient-boosting model
-suited to the metric, and a submission in the metric's format. `forget` makes it drop files from the
-contract (e.g. `forget=("X_test.csv",)`) to stage failure cascades in tests and demos.
+suited to the metric, and a submission in the metric's format. `forget` makes the Data Engineer drop
+files from the contract (e.g. `forget=("X_test.csv",)`) to stage failure cascades in tests and demos;
+with `skill < 1` it forgets one of its files at random at that rate (a tunable error rate for smoke runs).
 """
 from __future__ import annotations
 
+import random
 from typing import Sequence
+
+from mappa_envs.dsbench.prompts import ENGINEER_FILES
 
 from mappa_envs.dsbench.metrics import get_metric
 from mappa_envs.dsbench.tasks import DSTask
@@ -110,9 +114,11 @@ def analyst_code(task: DSTask) -> str:
 class ScriptedDSPolicy:
     """A `TextPolicy` for DSBench-v0's three roles: one code action, then a closing summary."""
 
-    def __init__(self, tasks: Sequence[DSTask], forget: Sequence[str] = ()):
+    def __init__(self, tasks: Sequence[DSTask], forget: Sequence[str] = (), skill: float = 1.0, seed: int = 0):
         self.tasks = list(tasks)
         self.forget = tuple(forget)
+        self.skill = skill
+        self.rng = random.Random(seed)
 
     def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
         return [self._act(conv, role) for conv, role in zip(conversations, roles)]
@@ -129,7 +135,8 @@ class ScriptedDSPolicy:
             return _DONE[role]
         task = self._task(conversation)
         if role == "data_engineer":
-            code = engineer_code(task, self.forget)
+            slip = (self.rng.choice(ENGINEER_FILES),) if self.rng.random() >= self.skill else ()
+            code = engineer_code(task, self.forget + slip)
         elif role == "modeler":
             code = modeler_code(task)
         elif role == "analyst":
@@ -139,6 +146,6 @@ class ScriptedDSPolicy:
         return f"Here is my code.\n```python\n{code}\n```"
 
 
-def for_env(env, forget: Sequence[str] = ()) -> ScriptedDSPolicy:
+def for_env(env, forget: Sequence[str] = (), skill: float = 1.0, seed: int = 0) -> ScriptedDSPolicy:
     """The scripted team for a DSBench env (it plays that env's tasks)."""
-    return ScriptedDSPolicy(env.unwrapped.scenario.task_list, forget=forget)
+    return ScriptedDSPolicy(env.unwrapped.scenario.task_list, forget=forget, skill=skill, seed=seed)
