@@ -16,6 +16,7 @@ What it rewards (start at 5, clip to [0, 10]):
 | answer_correct                | +3.5 | -3.5  | that answer matches the ground truth (rule-based, not an LLM) |
 | code_present                  | +0.5 | -1.0  | a tool-using role wrote a code block |
 | expected_files_present        | +1.0 | -2.0  | DSBench: the files this role must leave for the next one exist |
+| features_consistent           | +1.0 | -2.0  | DSBench: the Data Engineer's train and test features match |
 | submission_valid              | +2.0 | -3.0  | DSBench: the submission has the right ids, columns and rows |
 | beats_baseline                | +2.0 | -1.0  | DSBench: its ground-truth metric beats the trivial baseline |
 | any other check               | +0.5 | -0.5  | |
@@ -33,12 +34,13 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
     "answer_correct": (3.5, 3.5),
     "code_present": (0.5, 1.0),
     "expected_files_present": (1.0, 2.0),
+    "features_consistent": (1.0, 2.0),
     "submission_valid": (2.0, 3.0),
     "beats_baseline": (2.0, 1.0),
 }
 
 
-VERSION = "rule-1"  # bump when the weights or rules change: it is the CachedCoach identity
+VERSION = "rule-2"  # bump when the weights or rules change: it is the CachedCoach identity
 
 
 class RuleCoach:
