@@ -77,8 +77,12 @@ def test_scripted_team_solves_a_task_and_every_action_is_coached(sandbox):
         assert final.metrics["submission"]["valid"]
         # the modeler sees the engineer's turn, tool output included
         assert "X_train (125, 14)" in infos["modeler"]["messages"][1]["content"]
-        # the hidden answers never enter the workspace
+        # the hidden answers never enter the workspace, and under bubblewrap the host copy is out of reach
         assert "test_answer.csv" not in env.episode.session.list_files()
+        if sandbox.isolation == "bwrap":
+            answers = env.scenario._ds["wine-cultivar"].answers_csv
+            probe = env.episode.session.run(f"import os; print(os.path.exists({str(answers)!r}))", kernel="analyst")
+            assert probe.stdout == "False\n"
     finally:
         env.close()
 
