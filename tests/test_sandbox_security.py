@@ -125,3 +125,14 @@ def test_killing_the_interpreter_from_inside_restarts_it(session, code):
     assert session.read_file("kept.txt") == b"still here"  # the workspace survives
 
 
+
+
+def test_module_planted_in_workspace_is_not_imported_by_a_restarting_supervisor(session):
+    """The supervisor imports its own modules before it drops privileges; a cell must not shadow them."""
+    session.write_file("json.py", "import os\nopen('/workspace/planted-ran', 'w').write(str(os.getuid()))\n")
+    session.write_file("mymod.py", "VALUE = 7\n")
+    assert session.run("import mymod\nprint(mymod.VALUE)").stdout == "7\n"  # cells still import from the workspace
+    r = session.run("import os; os.kill(os.getppid(), 9)")  # make the host start a new supervisor
+    assert r.interpreter_restarted
+    assert_usable(session)
+    assert "planted-ran" not in session.list_files()

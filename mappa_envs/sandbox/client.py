@@ -356,14 +356,18 @@ def supervisor_config(limits: Limits, workspace: str, preimport: tuple[str, ...]
 
 
 def supervisor_argv(python: str, config: dict) -> list[str]:
-    """Run the kernel module's source directly: the sandbox has Python, not this project."""
+    """Run the kernel module's source directly: the sandbox has Python, not this project.
+
+    `-I` keeps the workspace off sys.path while the supervisor starts: under a root-started bwrap
+    it runs as root until it drops to the sandbox uid, and must not import a module a cell planted.
+    """
     import json
 
     from mappa_envs.sandbox import kernel
 
     with open(kernel.__file__, encoding="utf-8") as f:
         source = f.read()
-    return [python, "-s", "-c", source, json.dumps(config)]
+    return [python, "-I", "-c", source, json.dumps(config)]
 
 
 def sandbox_env(limits: Limits, home: str) -> dict[str, str]:

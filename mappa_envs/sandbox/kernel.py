@@ -266,6 +266,7 @@ def _become_kernel(cfg: dict, fds: list[int]) -> None:
         os.dup2(fd, target)
     os.closerange(5, 1 << 20)
     os.setpgid(0, 0)
+    sys.path.insert(0, "")  # like `python -c`: cells import modules from the working directory
     sys.stdin = open(0, "r", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
