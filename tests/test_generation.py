@@ -61,6 +61,17 @@ def test_temperature_one_logprobs_equal_the_plain_learner_logprobs(gen, prompts)
     assert torch.allclose(torch.tensor(out.logprobs), plain, atol=1e-4)
 
 
+def test_the_checkpoints_sampling_defaults_do_not_leak_in(model_dir, prompts):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.generation_config.update(repetition_penalty=1.5, top_k=3, temperature=0.3, do_sample=True)
+    sampler = HFGenerator(model, AutoTokenizer.from_pretrained(model_dir))
+    params = SamplingParams(max_new_tokens=10, seed=6)
+    out = sampler.generate(prompts[:1], params)[0]
+    assert torch.allclose(torch.tensor(out.logprobs), forward_logprobs(model, prompts[0], out.token_ids, params), atol=1e-4)
+
+
 def test_seeded_calls_repeat_and_leave_the_global_rng_alone(gen, prompts):
     params = SamplingParams(max_new_tokens=8, seed=11)
     torch.manual_seed(0)

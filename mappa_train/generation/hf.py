@@ -72,6 +72,9 @@ class HFGenerator:
             model = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=dtype)
             model.to(self.device)
         self.model = model.eval()
+        # generate() fills unset options from the checkpoint's generation_config (Qwen ships top_k=20,
+        # repetition_penalty=1.05, ...), which would change the distribution: SamplingParams alone rules.
+        self.model.generation_config = transformers.GenerationConfig()
         if tokenizer is None:
             tokenizer = transformers.AutoTokenizer.from_pretrained(model.name_or_path)
         self.tokenizer = tokenizer
@@ -96,9 +99,9 @@ class HFGenerator:
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         stops = stop_ids(self.tokenizer, params)
-        config = transformers.GenerationConfig(  # a fresh config: nothing inherited from the checkpoint
-            max_new_tokens=params.max_new_tokens, do_sample=params.temperature > 0, temperature=1.0,
-            top_k=0, top_p=1.0, eos_token_id=stops or None, pad_token_id=self.pad_id)
+        sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if params.temperature > 0 else {}
+        config = transformers.GenerationConfig(  # warping is _WarpAndRecord's job: generate's own is off
+            max_new_tokens=params.max_new_tokens, eos_token_id=stops or None, pad_token_id=self.pad_id, **sampling)
         recorder = _WarpAndRecord(params)
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):  # a seeded call leaves the global RNG untouched
