@@ -12,6 +12,12 @@ from tests.sandbox_fixtures import assert_usable, docker_sandbox, local_sandbox,
 PROJECT_FILE = str(Path(__file__).resolve())
 
 
+@pytest.fixture(autouse=True)
+def _isolated_only(sandbox):
+    if getattr(sandbox, "isolation", None) == "none":  # a fork bomb would hit the host itself
+        pytest.skip("the local backend runs unisolated here (no usable bwrap: apt-get install bubblewrap)")
+
+
 def test_fork_bomb_is_contained(session):
     r = session.run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", timeout=2)
     assert r.timed_out and not r.ok and r.error == "timeout after 2 s"
