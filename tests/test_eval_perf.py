@@ -65,3 +65,9 @@ def test_table_with_baseline():
     assert "| bench_coach.py | wall time [s] | 2 | 4 | 0.50× |" in text
     assert "| bench_rollout.py | missing |  |  |  |" in text
     assert text.startswith("# Performance — aaaaaaaaaaaa (quick")
+
+
+def test_benchmark_list_has_the_expected_scripts_first():
+    names = run_all.benchmarks()
+    assert names[:4] == ["bench_sandbox.py", "bench_coach.py", "bench_rollout.py", "bench_learner.py"]
+    assert len(names) == len(set(names))

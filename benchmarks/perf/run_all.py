@@ -3,9 +3,10 @@
     python benchmarks/perf/run_all.py                      # quick mode, table in runs/perf/
     python benchmarks/perf/run_all.py --full --baseline runs/perf/perf-<old commit>.json
 
-Each script in BENCHMARKS runs in its own process with its quick flag (unless --full). A script
-that accepts `--json PATH` reports its figures there; otherwise its figures are read from the
-"name: number [unit]" lines it prints. With --baseline, each figure is shown next to the same
+The sandbox, coach, rollout and learner benchmarks, and any other benchmarks/bench_*.py, each run
+in their own process with their quick flag (unless --full). A script that accepts `--json PATH`
+reports its figures there; otherwise its figures are read from the "name: number [unit]" lines it
+prints. With --baseline, each figure is shown next to the same
 figure of an earlier run and their ratio, so speed can be compared across commits.
 """
 from __future__ import annotations
@@ -25,9 +26,15 @@ from pathlib import Path
 from mappa_train.evaluation.report import git_commit
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ["bench_sandbox.py", "bench_coach.py", "bench_rollout.py", "bench_learner.py"]
+EXPECTED = ["bench_sandbox.py", "bench_coach.py", "bench_rollout.py", "bench_learner.py"]  # reported even when missing
 QUICK_FLAGS = ("--quick", "--short")
 _FIGURE = re.compile(r"^\s*([A-Za-z][^:=|]{1,80}?)\s*[:=]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%µ]*)\s*$")
+
+
+def benchmarks() -> list[str]:
+    """The expected scripts, then any other benchmarks/bench_*.py (new ones join the table unasked)."""
+    found = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    return EXPECTED + [name for name in found if name not in EXPECTED]
 
 
 def flatten(d: object, prefix: str = "") -> dict[str, float]:
@@ -107,10 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "perf", help="folder for perf-<commit>.md/.json")
     parser.add_argument("--baseline", type=Path, help="an earlier perf-*.json to compare against")
     args = parser.parse_args(argv)
-    names = args.only or BENCHMARKS
-    unknown = sorted(set(names) - set(BENCHMARKS))
+    known = benchmarks()
+    names = args.only or known
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        parser.error(f"unknown benchmark(s) {unknown}; known: {BENCHMARKS}")
+        parser.error(f"unknown benchmark(s) {unknown}; known: {known}")
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
 
     report = {"commit": git_commit(ROOT) or "unknown", "mode": "full" if args.full else "quick", "python": platform.python_version(),
