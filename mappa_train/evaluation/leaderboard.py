@@ -61,7 +61,7 @@ def leaderboard(results: list[dict]) -> str:
 
 def _table(header: list[str], rows: list[tuple]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cells) + " |" for _, _, cells in sorted(rows, key=lambda r: (r[0], r[1]))]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for _, _, cells in sorted(rows, key=lambda r: (r[0], r[1]))]
     return "\n".join(lines)
 
 
