@@ -204,3 +204,9 @@ def test_kernel_that_died_while_idle_is_reported_on_its_next_cell(session):
     r = session.run("print('fresh' if 'lost' not in globals() else 'same')", kernel="victim")
     assert r.ok and r.interpreter_restarted and r.stdout == "fresh\n"
     assert "interpreter died between cells (killed by SIGKILL" in r.stderr
+
+
+def test_file_api_survives_a_dead_supervisor(session):
+    session.write_file("a.txt", "kept")
+    session._channel.transport.close()  # the supervisor is gone between calls: the next call starts another
+    assert session.read_file("a.txt") == b"kept" and session.list_files() == ["a.txt"]

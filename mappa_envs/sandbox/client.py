@@ -175,7 +175,13 @@ class Session:
     def _call(self, op: str, wait: float, **fields) -> dict:
         if self._closed:
             raise SandboxError("this sandbox session is closed; open a new one with sandbox.session()")
-        reply = self._channel.call(op, wait, **fields)
+        try:
+            reply = self._channel.call(op, wait, **fields)
+        except ChannelClosed:
+            self._respawn()
+            if op == "run":  # the caller reports the lost cell
+                raise
+            reply = self._channel.call(op, wait, **fields)  # file ops and restart are idempotent: once more
         if reply.get("error") and "ok" not in reply:
             kind = reply["error"].split(":", 1)[0]
             raise _FILE_ERRORS.get(kind, SandboxError)(reply["error"])
@@ -197,9 +203,8 @@ class Session:
             start = time.monotonic()
             try:
                 r = self._call("run", timeout + GRACE_S + HOST_SLACK_S, kernel=kernel, code=code, timeout=timeout)
-            except ChannelClosed as e:
+            except ChannelClosed as e:  # the supervisor died with the cell; _call started a new one
                 silent = "did not answer" in str(e)
-                self._respawn()
                 return ExecResult(
                     ok=False, timed_out=silent, interpreter_restarted=True, duration_s=time.monotonic() - start,
                     error=f"interpreter died: {e}; every kernel of this session was restarted, the workspace is kept",
@@ -211,10 +216,7 @@ class Session:
 
     def restart(self, kernel: str = "main") -> None:
         with self._lock:
-            try:
-                self._call("restart", FILE_TIMEOUT_S, kernel=kernel)
-            except ChannelClosed:
-                self._respawn()
+            self._call("restart", FILE_TIMEOUT_S, kernel=kernel)
 
     def write_file(self, path: str, data: bytes | str) -> None:
         if isinstance(data, str):
