@@ -17,6 +17,7 @@ register(
     "DSBench-v0",
     "mappa_envs.dsbench.env:DSBenchEnv",
     description="Data Engineer -> Modeler -> Analyst on Kaggle-style modeling tasks; scored submissions.",
+    scripted_policy="mappa_envs.dsbench.scripted:for_env",
 )
 
 __all__ = ["EnvSpec", "make", "register", "registry", "spec"]
