@@ -174,7 +174,6 @@ class LocalSandbox:
         def start() -> Channel:
             return Channel(PipeTransport(argv, env, cwd=host_ws))
 
-        channel = None
         try:
             channel = start()
         except BaseException:
