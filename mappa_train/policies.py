@@ -19,12 +19,15 @@ class GeneratorPolicy:
     def __init__(self, generator: Generator, params: SamplingParams = SamplingParams()):
         self.generator = generator
         self.params = params
+        self.last_usage: list[dict] = []  # token counts per conversation of the last call
 
     def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
         if not conversations:
             return []
         prompts = [chat_prompt_ids(self.generator.tokenizer, c) for c in conversations]
-        return [g.text for g in self.generator.generate(prompts, self.params)]
+        outs = self.generator.generate(prompts, self.params)
+        self.last_usage = [{"prompt_tokens": len(p), "completion_tokens": len(g.token_ids)} for p, g in zip(prompts, outs)]
+        return [g.text for g in outs]
 
 
 class EndpointPolicy:
@@ -36,3 +39,8 @@ class EndpointPolicy:
 
     def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
         return self.client.chat(conversations, self.params)
+
+    @property
+    def last_usage(self) -> list[dict | None]:
+        """The server's token counts per conversation of the last call."""
+        return self.client.last_usage

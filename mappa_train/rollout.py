@@ -105,6 +105,7 @@ def collect(
     seed: int = 0,
     max_prompt_tokens: int | None = None,
     first_episode_id: int = 0,
+    workers: int | None = None,
 ) -> Rollout:
     """Run `len(episodes)` episodes on `envs` (B = len(envs) at once) and return their transitions.
 
@@ -119,6 +120,7 @@ def collect(
         max_prompt_tokens: a longer prompt is not generated for (an empty action is sent and counted
             in `overflow`); set it to the engine's context length minus `max_new_tokens`.
         first_episode_id: episode ids count up from here.
+        workers: threads running env.reset/step concurrently (default: one per env).
     """
     if not envs:
         raise ValueError("collect needs at least one env")
@@ -130,7 +132,7 @@ def collect(
     out = Rollout([], [], 0, 0, {name: 0 for name in policies}, 0, 0.0, 0.0, 0.0, 0.0)
     started = time.perf_counter()
 
-    with ThreadPoolExecutor(max_workers=len(envs)) as pool:
+    with ThreadPoolExecutor(max_workers=workers or len(envs)) as pool:
         _parallel(pool, out, [(_start, s, queue.popleft()) for s in slots if queue])
         while True:
             active = [s for s in slots if s.episode_id >= 0]

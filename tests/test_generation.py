@@ -148,6 +148,8 @@ def test_generator_policy_answers_a_team_in_one_call(gen):
     finally:
         del gen.generate
     assert calls == [3] and len(texts) == 3 and all(isinstance(t, str) for t in texts)
+    assert len(policy.last_usage) == 3
+    assert all(1 <= u["completion_tokens"] <= 4 and u["prompt_tokens"] > 5 for u in policy.last_usage)
 
 
 def test_endpoint_policy_over_a_loopback_openai_server(gen):
@@ -161,3 +163,5 @@ def test_endpoint_policy_over_a_loopback_openai_server(gen):
         body = server.requests[0]
         assert body["max_tokens"] == 6 and body["temperature"] == 0 and body["model"] == "tiny"
         assert sorted(r["seed"] for r in server.requests) == [3, 4, 5]
+        # the server's own counts come back per conversation (the stub counts words)
+        assert policy.last_usage == [{"prompt_tokens": 5, "completion_tokens": len(t.split())} for t in texts]

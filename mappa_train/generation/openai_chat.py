@@ -28,15 +28,18 @@ class OpenAIChat:
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or _env_key(), timeout=timeout_s,
                                     max_retries=max_retries)
         self.max_concurrency = max_concurrency
+        self.last_usage: list[dict | None] = []  # the server's token counts, per conversation of the last call
 
     def chat(self, conversations: list[list[dict]], params: SamplingParams) -> list[str]:
         """One completion per conversation, in order. A failed request raises, naming the endpoint."""
         if not conversations:
             return []
         with ThreadPoolExecutor(min(self.max_concurrency, len(conversations))) as pool:
-            return list(pool.map(lambda ic: self._one(ic[1], params, ic[0]), enumerate(conversations)))
+            replies = list(pool.map(lambda ic: self._one(ic[1], params, ic[0]), enumerate(conversations)))
+        self.last_usage = [usage for _, usage in replies]
+        return [text for text, _ in replies]
 
-    def _one(self, messages: list[dict], params: SamplingParams, index: int) -> str:
+    def _one(self, messages: list[dict], params: SamplingParams, index: int) -> tuple[str, dict | None]:
         extra = {"top_k": params.top_k} if params.top_k else None  # not OpenAI's; vLLM accepts it
         try:
             response = self.client.chat.completions.create(
@@ -45,7 +48,9 @@ class OpenAIChat:
                 seed=None if params.seed is None else params.seed + index, extra_body=extra)
         except Exception as e:
             raise RuntimeError(f"chat completion failed at {self.client.base_url} (model {self.model!r}): {e}") from e
-        return response.choices[0].message.content or ""
+        u = response.usage
+        usage = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens} if u else None
+        return response.choices[0].message.content or "", usage
 
 
 def _env_key() -> str:
