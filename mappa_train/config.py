@@ -43,7 +43,7 @@ class EnvConfig:
     coach: Literal["rule", "llm"] = doc("rule", "coach that scores each action: the offline rule coach or an LLM")
     coach_kwargs: dict = doc({}, "keyword arguments for the coach (LLMCoach: model, base_url, ...)")
     sandbox: Literal["auto", "local", "docker"] = doc("local", "where agents' code runs")
-    reward_mode: Literal["process", "outcome", "process+outcome"] = doc("process", "the env's reward: coach score, outcome, or both")
+    sandbox_kwargs: dict = doc({}, "sandbox limits/options for make_sandbox, shared by all envs (e.g. preimport: [])")
 
 
 @dataclass
@@ -165,6 +165,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError("generation.temperature must be > 0 for training: RL needs sampled actions and their log-probs")
     if not 0 < cfg.generation.vllm_gpu_memory_utilization <= 1:
         raise ConfigError(f"generation.vllm_gpu_memory_utilization must be in (0, 1], got {cfg.generation.vllm_gpu_memory_utilization}")
+    if cfg.learner.packed and cfg.model.attn_implementation not in ("sdpa", "flash_attention_2"):
+        raise ConfigError("learner.packed needs model.attn_implementation sdpa or flash_attention_2 "
+                          f"(block-diagonal masks), got {cfg.model.attn_implementation!r}; or set learner.packed=false")
     if cfg.learner.zero_stage not in (0, 1, 2, 3):
         raise ConfigError(f"learner.zero_stage must be 0, 1, 2 or 3, got {cfg.learner.zero_stage}")
     if cfg.learner.offload_optimizer and cfg.learner.zero_stage == 0:

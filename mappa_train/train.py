@@ -1,0 +1,311 @@
+"""The MAPPA driver: rollout; update; sync weights into the generator; evaluate every N; checkpoint.
+
+    for step in range(start, cfg.steps):
+        evaluate (every eval_every steps)
+        transitions = rollout(tasks of this step)             # B envs, batched generation
+        metrics = update(learners, transitions)               # KL, token rewards, returns, whitening, PPO
+        sync generator weights from the learners
+        log metrics; checkpoint
+
+Determinism and resume: everything random in step N (its tasks, env seeds, sampling seeds) derives
+from (cfg.seed, N), and a checkpoint holds the learners' model and optimizer states. A run killed
+at any point and restarted with the same out_dir resumes after its last checkpoint: it neither
+skips nor repeats a step's experience, and (on CPU, seeded) logs the same metrics the uninterrupted
+run would have.
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from transformers import AutoTokenizer
+
+from mappa_train import algo
+from mappa_train.config import TrainConfig, to_dict
+from mappa_train.learner import PolicyLearner, Sample, lr_at
+from mappa_train.metrics import METRICS_FILE, MetricsLogger, plot_curves
+
+SHARED = "shared"
+
+
+# ---- set-up ----------------------------------------------------------------------------------------
+
+def resolve_model(cfg: TrainConfig) -> Path | str:
+    """The starting checkpoint: 'tiny' builds one offline under out_dir."""
+    if cfg.model.path == "tiny":
+        from mappa_train.tiny_model import build_tiny_model
+
+        return build_tiny_model(Path(cfg.out_dir) / "tiny_model", seed=cfg.seed)
+    return cfg.model.path
+
+
+def make_coach(cfg: TrainConfig):
+    from mappa_envs.coach import LLMCoach, RuleCoach
+
+    return RuleCoach() if cfg.env.coach == "rule" else LLMCoach(**cfg.env.coach_kwargs)
+
+
+def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = None, sandbox: Any = None) -> list:
+    """`n` envs as configured; they share one coach and (when given) one sandbox."""
+    import mappa_envs
+
+    coach = make_coach(cfg)
+    kwargs = {**cfg.env.kwargs, **(overrides or {})}
+    return [mappa_envs.make(cfg.env.id, coach=coach, sandbox=sandbox or cfg.env.sandbox, **kwargs) for _ in range(n)]
+
+
+def policy_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
+    """role -> policy name: one shared policy, or one per role (the paper)."""
+    return {r: (SHARED if cfg.model.policies == "shared" else r) for r in roles}
+
+
+def tasks_for_step(task_ids: Sequence[str], step: int, cfg: TrainConfig) -> list[str]:
+    """The step's tasks: consecutive slices of per-pass seeded shuffles, so every task is used once
+    per pass, in an order fixed by the seed; each is repeated samples_per_prompt times."""
+    n, per_step = len(task_ids), cfg.rollout.prompts_per_step
+    out = []
+    for i in range(step * per_step, (step + 1) * per_step):
+        order = list(task_ids)
+        random.Random(cfg.seed * 1_000_003 + i // n).shuffle(order)
+        out.append(order[i % n])
+    return [t for t in out for _ in range(cfg.rollout.samples_per_prompt)]
+
+
+# ---- the update --------------------------------------------------------------------------------------
+
+def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str, str], transitions: Sequence,
+           lr: float) -> dict[str, float]:
+    """One REINFORCE++ update from a step's transitions (see mappa_train.algo); returns metrics."""
+    kept = [t for t in transitions if t.coach_ok]  # a failed coach call has no reward to learn from
+    metrics: dict[str, float] = {"actions": float(len(kept))}
+    if not kept:
+        return metrics
+    samples = [Sample(list(t.prompt_ids), list(t.action_ids)) for t in kept]
+    old, ref = [None] * len(kept), [None] * len(kept)
+    for name, learner in learners.items():
+        idx = [i for i, t in enumerate(kept) if policy_of[t.role] == name]
+        if not idx:
+            continue
+        mine = [samples[i] for i in idx]
+        for i, lp in zip(idx, learner.logprobs(mine, reference=True)):
+            ref[i] = lp
+        gen_lp = [torch.tensor(kept[i].logprobs, dtype=torch.float32) for i in idx]
+        for i, lp in zip(idx, gen_lp if cfg.algo.old_logprobs == "generator" else learner.logprobs(mine)):
+            old[i] = lp
+    # [N, A] tensors over action tokens only: the advantage math never looks at prompts
+    mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(s.action_ids)) for s in samples], batch_first=True)
+    old_t = torch.nn.utils.rnn.pad_sequence(old, batch_first=True)
+    ref_t = torch.nn.utils.rnn.pad_sequence(ref, batch_first=True)
+    reward = torch.tensor([cfg.algo.reward_scale * (t.coach_reward + cfg.algo.outcome_weight * t.outcome_reward)
+                           for t in kept])
+    roles = sorted({t.role for t in kept})
+    episodes = {e: i for i, e in enumerate(sorted({str(t.episode_id) for t in kept}))}
+    role_id = torch.tensor([roles.index(t.role) for t in kept])
+    advantages = algo.advantages(
+        old_t, ref_t, mask, reward, beta=cfg.algo.beta, kl_in_loss=cfg.algo.kl_in_loss, scope=cfg.algo.scope,
+        episode=torch.tensor([episodes[str(t.episode_id)] for t in kept]), agent=role_id,
+        order=torch.tensor([t.action_index for t in kept]), per_role=role_id if cfg.algo.whiten == "per_role" else None)
+    for i, s in enumerate(samples):
+        n = len(s.action_ids)
+        s.old_logp, s.ref_logp, s.advantages = old_t[i, :n], ref_t[i, :n], advantages[i, :n]
+    tokens = 0.0
+    for name, learner in learners.items():
+        mine = [s for s, t in zip(samples, kept) if policy_of[t.role] == name]
+        if mine:
+            m = learner.train(mine, lr)
+            tokens += m["tokens"]
+            for k, v in m.items():
+                metrics[k if len(learners) == 1 else f"{k}/{name}"] = v
+    kl = algo.kl_k1(old_t, ref_t)
+    metrics.update(kl=float((kl * mask).sum() / mask.sum()), reward=float(reward.mean()), action_tokens=float(mask.sum()),
+                   lr=lr)
+    if len(learners) > 1:  # a token-weighted loss over policies, for the plot
+        metrics["loss"] = sum(metrics[f"loss/{n}"] * metrics[f"tokens/{n}"] for n in learners if f"loss/{n}" in metrics) / tokens
+    return metrics
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------
+
+def latest_checkpoint(out_dir: Path) -> tuple[int, Path | None]:
+    """(finished steps, directory) of the newest complete checkpoint, or (0, None)."""
+    done = [(json.loads((d / "state.json").read_text())["step"], d)
+            for d in (out_dir / "checkpoints").glob("step_*") if (d / "state.json").exists()]
+    return max(done, default=(0, None))
+
+
+def save_checkpoint(out_dir: Path, step: int, learners: Mapping[str, Any], keep: int) -> None:
+    ckpt = out_dir / "checkpoints" / f"step_{step:06d}"
+    for name, learner in learners.items():
+        learner.save_checkpoint(ckpt / name)
+    (ckpt / "state.json").write_text(json.dumps({"step": step}))  # written last: marks it complete
+    for old in sorted((out_dir / "checkpoints").glob("step_*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# ---- the loop -------------------------------------------------------------------------------------
+
+@dataclass
+class Rollouts:
+    """Where experience comes from: local envs (below) or Ray rollout workers (mappa_train.ray_mode)."""
+
+    collect: Callable[[list[str], int, str | None], Any]  # (task ids, seed, eval set or None) -> rollout.Rollout
+    sync: Callable[[Mapping[str, Any]], None]  # {policy: learner}: load the learners' weights into the generators
+    train_tasks: list[str]
+    eval_tasks: dict[str, list[str]]
+    policy_of: dict[str, str]  # role -> policy name
+    close: Callable[[], None] = lambda: None
+
+
+def sampling_params(cfg: TrainConfig, evaluation: bool):
+    from mappa_train.generation import SamplingParams
+
+    g = cfg.generation
+    return SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.eval_temperature if evaluation else g.temperature,
+                          top_p=1.0 if evaluation else g.top_p)
+
+
+def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Any]:
+    from mappa_train.generation import make_generator
+
+    g = cfg.generation
+    if g.backend == "hf":
+        kwargs: dict = {"dtype": torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32}
+    else:
+        kwargs = {"dtype": cfg.model.dtype, "max_model_len": g.max_prompt_tokens + g.max_new_tokens,
+                  "gpu_memory_utilization": g.vllm_gpu_memory_utilization, "seed": cfg.seed}
+    return {name: make_generator(g.backend, str(model_path), **kwargs) for name in names}
+
+
+def local_rollouts(cfg: TrainConfig, model_path: Path | str) -> Rollouts:
+    """Envs and generators in this process; `collect` drives B = rollout.num_envs envs at once."""
+    from mappa_envs.sandbox import make_sandbox
+    from mappa_train.rollout import collect
+
+    sandbox = make_sandbox(cfg.env.sandbox, **cfg.env.sandbox_kwargs)
+    envs = {None: make_envs(cfg, cfg.rollout.num_envs, sandbox=sandbox)}
+    for name, overrides in cfg.env.eval_sets.items():
+        envs[name] = make_envs(cfg, cfg.rollout.num_envs, overrides, sandbox=sandbox)
+    policy_of = policy_map(cfg, envs[None][0].possible_agents)
+    generators = make_generators(cfg, model_path, sorted(set(policy_of.values())))
+
+    def run(task_ids: list[str], seed: int, eval_set: str | None):
+        episodes = [{"seed": seed + i, "options": {"task_id": t}} for i, t in enumerate(task_ids)]
+        return collect(envs[eval_set], generators, sampling_params(cfg, eval_set is not None), episodes,
+                       role_policy=policy_of, seed=seed, max_prompt_tokens=cfg.generation.max_prompt_tokens)
+
+    def sync(learners: Mapping[str, Any]) -> None:
+        for name, gen in generators.items():
+            gen.load_weights(learners[name].state_dict().items())
+
+    def close() -> None:
+        for group in envs.values():
+            for env in group:
+                env.close()
+        sandbox.close()
+
+    return Rollouts(run, sync, task_ids(envs[None][0]), {k: task_ids(v[0]) for k, v in envs.items() if k}, policy_of, close)
+
+
+def task_ids(env) -> list[str]:
+    return [t.id for t in env.unwrapped.scenario.tasks()]
+
+
+def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[str, Any] | None = None) -> Path:
+    """Run (or resume) training as configured; returns the output directory."""
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+    torch.manual_seed(cfg.seed)
+    model_path = resolve_model(cfg)
+    rollouts = rollouts or local_rollouts(cfg, model_path)
+    policy_of = rollouts.policy_of
+    if learners is None:
+        pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
+        learners = {name: PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
+                                        attn_implementation=cfg.model.attn_implementation,
+                                        temperature=cfg.generation.temperature, pad_id=pad_id)
+                    for name in sorted(set(policy_of.values()))}
+    start, ckpt = latest_checkpoint(out)
+    if ckpt is not None:
+        for name, learner in learners.items():
+            learner.load_checkpoint(ckpt / name)
+        rollouts.sync(learners)
+    log = MetricsLogger(out, cfg.log, resume_step=start, run_config=to_dict(cfg))
+    progress = _progress(cfg, start)
+    for step in range(start, cfg.steps):
+        if cfg.eval_every and step % cfg.eval_every == 0:
+            log.log("eval", step, evaluate(cfg, rollouts, step))
+        t0 = time.perf_counter()
+        result = rollouts.collect(tasks_for_step(rollouts.train_tasks, step, cfg), _seed(cfg, step), None)
+        t1 = time.perf_counter()
+        metrics = update(cfg, learners, policy_of, result.transitions, lr_at(step, cfg.learner, cfg.steps))
+        t2 = time.perf_counter()
+        rollouts.sync(learners)
+        t3 = time.perf_counter()
+        metrics.update(_episode_metrics(result), coach_failures=float(result.dropped), prompt_overflows=float(result.overflow),
+                       time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2)
+        metrics.update({f"time_{k}": v for k, v in result.timing().items()})
+        log.log("train", step + 1, metrics)
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+            save_checkpoint(out, step + 1, learners, cfg.keep_checkpoints)
+        progress.update(1)
+        progress.set_postfix(reward=f"{metrics.get('reward', float('nan')):.2f}", kl=f"{metrics.get('kl', 0):.4f}")
+    progress.close()
+    if cfg.eval_every and (start < cfg.steps or not _has_eval(out, cfg.steps)):
+        log.log("eval", cfg.steps, evaluate(cfg, rollouts, cfg.steps))
+    log.close()
+    rollouts.close()
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    for name, learner in learners.items():
+        learner.save_pretrained(out / "final" / name)
+        if learner.rank == 0:
+            tokenizer.save_pretrained(out / "final" / name)
+    if cfg.log.plot:
+        plot_curves(out / METRICS_FILE, out / "curves.png", title=f"MAPPA on {cfg.env.id}")
+    return out
+
+
+def evaluate(cfg: TrainConfig, rollouts: Rollouts, step: int) -> dict[str, float]:
+    """Accuracy (mean outcome) and coach scores on every eval set, at eval temperature."""
+    out: dict[str, float] = {}
+    for name, tasks in rollouts.eval_tasks.items():
+        chosen = [t for t in tasks[:cfg.eval_episodes] for _ in range(cfg.eval_samples)]
+        result = rollouts.collect(chosen, _seed(cfg, step) + 7, name)
+        for k, v in _episode_metrics(result).items():
+            out[f"{name}/{k}"] = v
+    return out
+
+
+def _episode_metrics(result) -> dict[str, float]:
+    """Accuracy (episodes judged correct) and mean outcome score over a rollout's episodes."""
+    episodes = result.episodes
+    if not episodes:
+        return {}
+    out = {"accuracy": sum(bool(e.correct) for e in episodes) / len(episodes),
+           "score": sum(e.score or 0.0 for e in episodes) / len(episodes), "episodes": float(len(episodes))}
+    for role in sorted({t.role for t in result.transitions}):
+        mine = [t.coach_reward for t in result.transitions if t.role == role]
+        out[f"coach/{role}"] = sum(mine) / len(mine)
+    return out
+
+
+def _seed(cfg: TrainConfig, step: int) -> int:
+    return (cfg.seed * 1_000_003 + step * 7919) % (2**31)
+
+
+def _has_eval(out: Path, step: int) -> bool:
+    from mappa_train.metrics import read_metrics
+
+    return any(r["kind"] == "eval" and r["step"] == step for r in read_metrics(out / METRICS_FILE))
+
+
+def _progress(cfg: TrainConfig, start: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=cfg.steps, initial=start, desc="mappa train", disable=not cfg.log.progress, unit="step")
