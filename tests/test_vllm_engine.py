@@ -26,7 +26,7 @@ def model_dir(tmp_path_factory):
 def engine(model_dir):
     from mappa_train.generation.vllm_engine import VLLMGenerator
 
-    return VLLMGenerator(model_dir, max_model_len=1024, kv_cache_memory_bytes=128 << 20, enforce_eager=True)
+    return VLLMGenerator(model_dir, max_model_len=1024, kv_cache_memory_bytes=128 << 20)
 
 
 @pytest.fixture(scope="module")

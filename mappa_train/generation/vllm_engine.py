@@ -33,7 +33,8 @@ class VLLMGenerator:
             fraction of *system* memory, so the default there is 512 MiB instead.
         gpu_memory_utilization: used on GPU when `kv_cache_memory_bytes` is None.
         seed: engine seed; per-request seeds come from `SamplingParams.seed`.
-        engine_kwargs: anything else for `vllm.LLM` (tensor_parallel_size, enable_prefix_caching, ...).
+        engine_kwargs: anything else for `vllm.LLM` (enforce_eager, enable_prefix_caching, ...); they
+            override the settings above.
     """
 
     def __init__(self, model: str | Path, dtype: str | None = None, max_model_len: int = 4096,
@@ -47,11 +48,12 @@ class VLLMGenerator:
             kv_cache_memory_bytes = 512 << 20
         self.model_path = Path(model)
         self.expected_names = _checkpoint_names(self.model_path)
-        self.llm = vllm.LLM(
+        options = dict(
             model=str(model), dtype=dtype or ("auto" if on_gpu else "float32"), max_model_len=max_model_len,
             kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_utilization=gpu_memory_utilization,
             distributed_executor_backend="uni", logprobs_mode="processed_logprobs", seed=seed,
-            **engine_kwargs)
+            enforce_eager=not on_gpu)  # CPU: skip graph compilation, keep start-up short
+        self.llm = vllm.LLM(**{**options, **engine_kwargs})
         self.tokenizer = self.llm.get_tokenizer()
         self._vllm = vllm
 
