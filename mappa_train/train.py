@@ -154,8 +154,8 @@ def save_checkpoint(out_dir: Path, step: int, learners: Mapping[str, Any], keep:
 class Rollouts:
     """Where experience comes from: local envs (below) or Ray rollout workers (mappa_train.ray_mode)."""
 
-    collect: Callable[[list[str], int, str | None], Any]  # (task ids, seed, eval set or None) -> rollout.Rollout
-    sync: Callable[[Mapping[str, Any]], None]  # {policy: learner}: load the learners' weights into the generators
+    collect: Callable[..., Any]  # (task ids, seed, eval set or None, offset=0) -> rollout.Rollout
+    sync: Callable[[Mapping[str, dict]], None]  # {policy: state_dict}: load new weights into the generators
     train_tasks: list[str]
     eval_tasks: dict[str, list[str]]
     policy_of: dict[str, str]  # role -> policy name
@@ -194,14 +194,16 @@ def local_rollouts(cfg: TrainConfig, model_path: Path | str) -> Rollouts:
     policy_of = policy_map(cfg, envs[None][0].possible_agents)
     generators = make_generators(cfg, model_path, sorted(set(policy_of.values())))
 
-    def run(task_ids: list[str], seed: int, eval_set: str | None):
-        episodes = [{"seed": seed + i, "options": {"task_id": t}} for i, t in enumerate(task_ids)]
+    def run(task_ids: list[str], seed: int, eval_set: str | None, offset: int = 0):
+        """Episodes offset+i get env seed seed+offset+i: a slice of a step plays as in the whole step."""
+        episodes = [{"seed": seed + offset + i, "options": {"task_id": t}} for i, t in enumerate(task_ids)]
         return collect(envs[eval_set], generators, sampling_params(cfg, eval_set is not None), episodes,
-                       role_policy=policy_of, seed=seed, max_prompt_tokens=cfg.generation.max_prompt_tokens)
+                       role_policy=policy_of, seed=seed + offset, first_episode_id=offset,
+                       max_prompt_tokens=cfg.generation.max_prompt_tokens)
 
-    def sync(learners: Mapping[str, Any]) -> None:
+    def sync(weights: Mapping[str, dict]) -> None:
         for name, gen in generators.items():
-            gen.load_weights(learners[name].state_dict().items())
+            gen.load_weights(weights[name].items())
 
     def close() -> None:
         for group in envs.values():
@@ -235,7 +237,7 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
     if ckpt is not None:
         for name, learner in learners.items():
             learner.load_checkpoint(ckpt / name)
-        rollouts.sync(learners)
+        rollouts.sync(_weights(learners))
     log = MetricsLogger(out, cfg.log, resume_step=start, run_config=to_dict(cfg))
     progress = _progress(cfg, start)
     for step in range(start, cfg.steps):
@@ -246,7 +248,7 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
         t1 = time.perf_counter()
         metrics = update(cfg, learners, policy_of, result.transitions, lr_at(step, cfg.learner, cfg.steps))
         t2 = time.perf_counter()
-        rollouts.sync(learners)
+        rollouts.sync(_weights(learners))
         t3 = time.perf_counter()
         metrics.update(_episode_metrics(result), coach_failures=float(result.dropped), prompt_overflows=float(result.overflow),
                        time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2)
@@ -293,6 +295,10 @@ def _episode_metrics(result) -> dict[str, float]:
         mine = [t.coach_reward for t in result.transitions if t.role == role]
         out[f"coach/{role}"] = sum(mine) / len(mine)
     return out
+
+
+def _weights(learners: Mapping[str, Any]) -> dict[str, dict]:
+    return {name: learner.state_dict() for name, learner in learners.items()}
 
 
 def _seed(cfg: TrainConfig, step: int) -> int:

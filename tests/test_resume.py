@@ -26,7 +26,7 @@ def _same(a: dict, b: dict) -> None:
     keys = {k for k in a if not k.startswith("time_")}
     assert keys == {k for k in b if not k.startswith("time_")}
     for k in keys:
-        assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
+        assert a[k] == (pytest.approx(b[k], rel=1e-5, abs=1e-7) if isinstance(b[k], float) else b[k]), k
 
 
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
@@ -39,7 +39,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
         time.sleep(0.2)
     assert marker.exists(), "the run never wrote its first checkpoint"
     killed.send_signal(signal.SIGKILL)
-    killed.wait()
+    assert killed.wait() == -signal.SIGKILL, "the run finished before it could be killed"
     resumed = subprocess.run(_cmd(tmp_path / "killed"), env=env, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert full.wait(timeout=900) == 0, full.stderr.read()[-3000:]

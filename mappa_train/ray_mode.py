@@ -1,0 +1,178 @@
+"""Ray mode: rollout workers and learner ranks as Ray actors, placed by their resource requests.
+
+The driver loop is `mappa_train.train.train`, unchanged; this module only swaps where its two halves
+run. `ray.address=""` starts Ray on this machine; on a cluster run `ray start --head` / `ray start
+--address=...` on each node and set `ray.address=auto`.
+
+- `RolloutWorker` actors each own `rollout.num_envs` envs and a generator per policy; a step's tasks
+  are split across them in order, and episode seeds are the same as in local mode, so results do
+  not depend on the number of workers (up to the sampling seed of each generate call).
+- Each policy gets `ray.learner_ranks` `LearnerRank` actors forming one DeepSpeed world (its own
+  rendezvous port); `LearnerGroup` shards samples over them and looks like one `PolicyLearner`.
+- After each update, rank 0's gathered weights go once into the object store and every worker
+  loads them.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Mapping
+
+from mappa_train.config import TrainConfig
+from mappa_train.learner import Sample
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError("Ray mode needs ray: pip install 'mappa[ray]'") from e
+    return ray
+
+
+class RolloutWorkerImpl:
+    """Envs and generators in a Ray actor; `collect` runs a slice of a step's episodes."""
+
+    def __init__(self, cfg: TrainConfig, model_path: str):
+        from mappa_train.train import local_rollouts
+
+        self.local = local_rollouts(cfg, model_path)
+
+    def info(self) -> tuple[list[str], dict[str, list[str]], dict[str, str]]:
+        return self.local.train_tasks, self.local.eval_tasks, self.local.policy_of
+
+    def collect(self, task_ids: list[str], seed: int, eval_set: str | None, offset: int):
+        return self.local.collect(task_ids, seed, eval_set, offset)
+
+    def load_weights(self, weights: dict[str, dict]) -> None:
+        self.local.sync(weights)
+
+    def close(self) -> None:
+        self.local.close()
+
+
+class LearnerRankImpl:
+    """One DeepSpeed rank of one policy's learner, in a Ray actor."""
+
+    def __init__(self, rank: int, world: int, master_port: int, model_path: str, cfg: TrainConfig, pad_id: int):
+        os.environ.update(RANK=str(rank), LOCAL_RANK="0", WORLD_SIZE=str(world), LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1" if world == 1 else os.environ.get("MAPPA_MASTER_ADDR", "127.0.0.1"),
+                          MASTER_PORT=str(master_port))
+        from mappa_train.learner import PolicyLearner
+
+        self.learner = PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
+                                     attn_implementation=cfg.model.attn_implementation,
+                                     temperature=cfg.generation.temperature, pad_id=pad_id)
+
+    def call(self, method: str, *args):
+        return getattr(self.learner, method)(*args)
+
+
+class LearnerGroup:
+    """A policy's learner ranks behind the `PolicyLearner` interface the driver uses."""
+
+    rank = 0
+
+    def __init__(self, ranks: list):
+        self.ranks = ranks
+
+    def _all(self, method: str, *args) -> list:
+        return _ray().get([r.call.remote(method, *args) for r in self.ranks])
+
+    def _sharded(self, method: str, samples: list[Sample], *args) -> list:
+        n = len(self.ranks)
+        return _ray().get([r.call.remote(method, samples[i::n], *args) for i, r in enumerate(self.ranks)])
+
+    def logprobs(self, samples: list[Sample], reference: bool = False) -> list:
+        parts = self._sharded("logprobs", samples, reference)
+        out = [None] * len(samples)
+        for i, part in enumerate(parts):
+            out[i::len(self.ranks)] = part
+        return out
+
+    def train(self, samples: list[Sample], lr: float) -> dict[str, float]:
+        return self._sharded("train", samples, lr)[0]  # metrics are already reduced over ranks
+
+    def state_dict(self) -> dict:
+        return self._all("state_dict")[0]
+
+    def save_checkpoint(self, ckpt_dir) -> None:
+        self._all("save_checkpoint", str(ckpt_dir))
+
+    def load_checkpoint(self, ckpt_dir) -> None:
+        self._all("load_checkpoint", str(ckpt_dir))
+
+    def save_pretrained(self, out_dir) -> None:
+        self._all("save_pretrained", str(out_dir))
+
+
+def ray_rollouts(workers: list):
+    """`train.Rollouts` over Ray workers: each gets a contiguous slice of the episodes."""
+    ray = _ray()
+    from mappa_train.rollout import Rollout
+    from mappa_train.train import Rollouts
+
+    train_tasks, eval_tasks, policy_of = ray.get(workers[0].info.remote())
+
+    def run(task_ids: list[str], seed: int, eval_set: str | None) -> Rollout:
+        n = len(workers)
+        bounds = [len(task_ids) * i // n for i in range(n + 1)]
+        parts = ray.get([w.collect.remote(task_ids[bounds[i]:bounds[i + 1]], seed, eval_set, bounds[i])
+                         for i, w in enumerate(workers) if bounds[i + 1] > bounds[i]])
+        merged = Rollout([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0, 0.0)
+        for p in parts:
+            merged.transitions += p.transitions
+            merged.episodes += p.episodes
+            merged.dropped += p.dropped
+            merged.overflow += p.overflow
+            merged.rounds = max(merged.rounds, p.rounds)
+            for k, v in p.generate_calls.items():
+                merged.generate_calls[k] = merged.generate_calls.get(k, 0) + v
+            for k in ("generate_s", "env_s", "env_busy_s", "wall_s"):  # workers run in parallel: the slowest counts
+                setattr(merged, k, max(getattr(merged, k), getattr(p, k)))
+        return merged
+
+    def sync(weights: Mapping[str, dict]) -> None:
+        ref = ray.put(dict(weights))  # one copy in the object store, read by every worker
+        ray.get([w.load_weights.remote(ref) for w in workers])
+
+    def close() -> None:
+        ray.get([w.close.remote() for w in workers])
+
+    return Rollouts(run, sync, train_tasks, eval_tasks, policy_of, close)
+
+
+def train_with_ray(cfg: TrainConfig) -> Path:
+    """`train.train` with rollout workers and learner ranks as Ray actors."""
+    ray = _ray()
+    from transformers import AutoTokenizer
+
+    from mappa_train.train import resolve_model, train
+
+    if not ray.is_initialized():
+        ray.init(address=cfg.ray.address or None, include_dashboard=False, log_to_driver=True)
+    model_path = str(resolve_model(cfg))
+    env_vars = {k: os.environ[k] for k in ("DS_ACCELERATOR", "OMP_NUM_THREADS") if k in os.environ}
+    options = dict(num_cpus=cfg.ray.cpus_per_worker, num_gpus=cfg.ray.gpus_per_worker, runtime_env={"env_vars": env_vars})
+    Worker = ray.remote(RolloutWorkerImpl).options(**options)
+    Rank = ray.remote(LearnerRankImpl).options(**options)
+    workers = [Worker.remote(cfg, model_path) for _ in range(cfg.ray.rollout_workers)]
+    rollouts = ray_rollouts(workers)
+    pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
+    learners = {}
+    for name in sorted(set(rollouts.policy_of.values())):
+        port = _free_port()
+        learners[name] = LearnerGroup([Rank.remote(r, cfg.ray.learner_ranks, port, model_path, cfg, pad_id)
+                                       for r in range(cfg.ray.learner_ranks)])
+    try:
+        return train(cfg, rollouts=rollouts, learners=learners)
+    finally:
+        for actor in workers + [r for g in learners.values() for r in g.ranks]:
+            ray.kill(actor)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
