@@ -37,6 +37,9 @@ def test_openai_endpoint_team(tmp_path):
     assert sorted(r["seed"] for r in requests) == sorted(5 + call + i for call in range(3) for i in range(4))
     s = results_of(tmp_path / "endpoint")["sets"]["synthetic:2"]
     assert s["episodes"] == 4 and s["maj@k"]["n"] == 2
+    # the stub counts words as tokens: the completion tokens are the words of every reply
+    replies = [stub_reply(r) for r in requests]
+    assert s["cost"]["policy_completion_tokens"] == sum(len(t.split()) for t in replies)
     episode = json.loads((tmp_path / "endpoint" / "transcripts.jsonl").read_text().splitlines()[0])
     assert episode["actions"][-1]["text"].startswith("Looks right.")
 
@@ -75,7 +78,7 @@ def test_hf_team_and_a_trained_run_folder(tmp_path, capsys):
     assert rc == 0
     s = results_of(tmp_path / "eval" / "tiny")["sets"]["synthetic:2"]
     assert s["episodes"] == 1 and s["avg@k"]["mean"] == 0.0  # an untrained model answers nothing right
-    assert s["cost"]["policy_chars"] > 0
+    assert s["cost"]["policy_chars"] > 0 and 0 < s["cost"]["policy_completion_tokens"] <= 8 * s["cost"]["actions"]
 
     # a `mappa train` output folder: final/<policy>/ and config.json; this one "trained" on the eval stream
     run = tmp_path / "train"
