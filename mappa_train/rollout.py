@@ -142,21 +142,8 @@ def collect(
             waiting = [(s, s.env.agent_selection) for s in active]
             for s, agent in waiting:
                 _refresh_prompt(s, agent, policies[route[agent]].tokenizer)
-            actions: dict[int, Generation | None] = {}
-            for name, gen in policies.items():
-                batch = [(s, a) for s, a in waiting if route[a] == name]
-                fits = [(s, a) for s, a in batch if max_prompt_tokens is None or len(s.prompts[a]) <= max_prompt_tokens]
-                for s, a in batch:
-                    actions[id(s)] = None
-                if fits:
-                    t0 = time.perf_counter()
-                    results = gen.generate([s.prompts[a] for s, a in fits], replace(params, seed=rng.randrange(2**31)))
-                    out.generate_s += time.perf_counter() - t0
-                    out.generate_calls[name] += 1
-                    for (s, _), g in zip(fits, results):
-                        actions[id(s)] = g
-            out.overflow += sum(g is None for g in actions.values())
-            _parallel(pool, out, [(_act, s, (a, route[a], actions[id(s)])) for s, a in waiting])
+            actions = _generate(policies, route, waiting, params, rng, max_prompt_tokens, out)
+            _parallel(pool, out, [(_act, s, (a, route[a], g)) for (s, a), g in zip(waiting, actions)])
             ended = [s for s in active if s.stats is not None]
             for s in ended:  # bank the episode; the env takes the next one, if any
                 out.episodes.append(s.stats)
@@ -168,6 +155,27 @@ def collect(
     out.episodes.sort(key=lambda e: e.episode_id)
     out.transitions.sort(key=lambda t: (t.episode_id, t.action_index))
     return out
+
+
+def _generate(policies: Mapping[str, Generator], route: dict[str, str], waiting: list[tuple[_Slot, str]],
+              params: SamplingParams, rng: random.Random, max_prompt_tokens: int | None,
+              out: Rollout) -> list[Generation | None]:
+    """One generate call per policy for all its waiting agents; None where the prompt is too long."""
+    actions: list[Generation | None] = [None] * len(waiting)
+    for name, gen in policies.items():
+        mine = [i for i, (s, a) in enumerate(waiting) if route[a] == name
+                and (max_prompt_tokens is None or len(s.prompts[a]) <= max_prompt_tokens)]
+        if not mine:
+            continue
+        t0 = time.perf_counter()
+        results = gen.generate([waiting[i][0].prompts[waiting[i][1]] for i in mine],
+                               replace(params, seed=rng.randrange(2**31)))
+        out.generate_s += time.perf_counter() - t0
+        out.generate_calls[name] += 1
+        for i, g in zip(mine, results):
+            actions[i] = g
+    out.overflow += actions.count(None)
+    return actions
 
 
 def _route(policies: Mapping[str, Generator], role_policy: Mapping[str, str] | None, roles: list[str]) -> dict[str, str]:
