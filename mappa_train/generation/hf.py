@@ -8,6 +8,7 @@ one [batch, vocab] tensor, where `output_scores=True` would keep one per generat
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable
 
 from mappa_train.generation import Generation, SamplingParams, decode, require, stop_ids
@@ -64,14 +65,13 @@ class HFGenerator:
         max_batch_size: prompts per `generate` call; larger batches are split.
     """
 
-    def __init__(self, model: str | Any, tokenizer: Any = None, device: str | None = None,
+    def __init__(self, model: str | os.PathLike | Any, tokenizer: Any = None, device: str | None = None,
                  dtype: Any = None, max_batch_size: int = 64):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if isinstance(model, str):
+        if isinstance(model, (str, os.PathLike)):
             dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-            model = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=dtype)
-            model.to(self.device)
-        self.model = model.eval()
+            model = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(self.device).eval()
+        self.model = model  # a model shared with the learner keeps its train/eval mode
         # generate() fills unset options from the checkpoint's generation_config (Qwen ships top_k=20,
         # repetition_penalty=1.05, ...), which would change the distribution: SamplingParams alone rules.
         self.model.generation_config = transformers.GenerationConfig()
