@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/quickstart", help="output directory (reused: an existing run resumes)")
     parser.add_argument("--config", default=str(PRESET), help="the training preset")
     parser.add_argument("--sft-episodes", type=int, default=160, help="scripted episodes for the warm start")
-    parser.add_argument("--sft-steps", type=int, default=300, help="supervised steps of the warm start")
+    parser.add_argument("--sft-steps", type=int, default=100, help="supervised steps of the warm start (batch 16)")
     parser.add_argument("--sft-skill", type=float, default=0.5,
                         help="how often the scripted Problem Solver is right (the executor and verifier then fix it)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="training config overrides (see mappa train --help)")
@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
     base = build_tiny_model(out / "tiny_model", seed=cfg.seed)
     print(f"2/4 warm start: {args.sft_steps} supervised steps on {args.sft_episodes} scripted MathChat episodes ...", flush=True)
     sft_dir = out / "sft_model"
+    t0 = time.perf_counter()
     sft_loss = warm_start(cfg, base, sft_dir, args.sft_episodes, args.sft_steps, args.sft_skill)
+    print(f"    warm start done in {time.perf_counter() - t0:.0f} s: loss {sft_loss['first_loss']:.2f} -> {sft_loss['last_loss']:.2f}", flush=True)
     print(f"3/4 MAPPA training: {cfg.steps} steps x {cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt} episodes ...", flush=True)
     from mappa_train.config import load_config as _load
     from mappa_train.train import train
@@ -102,8 +104,10 @@ def warm_start(cfg, base: Path, out_dir: Path, episodes: int, steps: int, skill:
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(base)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    from tqdm.auto import tqdm
+
     rng, batch_size, losses = random.Random(cfg.seed), 16, []
-    for step in range(steps):
+    for step in tqdm(range(steps), desc="warm start", unit="step", disable=not cfg.log.progress):
         batch = rng.sample(data, min(batch_size, len(data)))
         width = max(len(p) + len(a) for p, a in batch)
         ids = torch.full((len(batch), width), tok.pad_token_id)
@@ -120,7 +124,7 @@ def warm_start(cfg, base: Path, out_dir: Path, episodes: int, steps: int, skill:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
     summary = {"pairs": len(data), "steps": steps, "first_loss": sum(losses[:10]) / len(losses[:10]),

@@ -58,3 +58,17 @@ def test_tiny_end_to_end(tmp_path):
     assert all(t.prompt_ids[:len(p.prompt_ids) + len(p.action_ids)] == p.prompt_ids + p.action_ids
                for t in multi for p in result.transitions
                if p.episode_id == t.episode_id and p.role == t.role and p.turn_index == t.turn_index - 1)
+
+
+@pytest.mark.slow
+def test_one_policy_per_role(tmp_path):
+    """The paper's setting: each role trains its own model; advantages are still whitened globally."""
+    from mappa_train.train import train
+
+    cfg = load_config(None, TINY + [f"out_dir={tmp_path}", "steps=1", "eval_every=0", "model.policies=per_role",
+                                    "log.tensorboard=false", "log.plot=false"])
+    out = train(cfg)
+    step = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"][0]
+    roles = ("problem_solver", "code_executor", "verifier")
+    assert all(step[f"tokens/{r}"] > 0 for r in roles) and "loss" in step
+    assert sorted(p.name for p in (out / "final").iterdir()) == sorted(roles)
