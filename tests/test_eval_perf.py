@@ -24,6 +24,9 @@ a = p.parse_args()
 print("| a table row | 3 |")
 print("steps per second: 12.5")
 print("latency p50 = 70 ms")
+print(" packed:       718 tokens/s  (update 45.52 s, 32686 real tokens)")
+print("Loading weights: 100%|#####| 50/50")
+print("[2026-11-29 21:42:16,211] [WARNING] a log line: 3")
 print("quick" if a.short else "full")
 """
 
@@ -45,7 +48,7 @@ def test_json_figures_and_quick_flag(tmp_path):
 def test_printed_figures(tmp_path):
     res = run_all.run_one(script(tmp_path, "p.py", PRINT_BENCH), full=False, timeout=60)
     assert res["status"] == "ok" and "--short" in res["command"]
-    assert res["figures"] == {"steps per second": 12.5, "latency p50 [ms]": 70.0}
+    assert res["figures"] == {"steps per second": 12.5, "latency p50 [ms]": 70.0, "packed [tokens/s]": 718.0}
     assert res["output_tail"].endswith("quick")
 
 

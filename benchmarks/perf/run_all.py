@@ -28,7 +28,7 @@ from mappa_train.evaluation.report import git_commit
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = ["bench_sandbox.py", "bench_coach.py", "bench_rollout.py", "bench_learner.py"]  # reported even when missing
 QUICK_FLAGS = ("--quick", "--short")
-_FIGURE = re.compile(r"^\s*([A-Za-z][^:=|]{1,80}?)\s*[:=]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%µ]*)\s*$")
+_FIGURE = re.compile(r"^\s*([A-Za-z][^:=]{0,80}?)\s*[:=]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%µ]*)(?:\s.*)?$")
 
 
 def benchmarks() -> list[str]:
@@ -51,10 +51,11 @@ def flatten(d: object, prefix: str = "") -> dict[str, float]:
 
 
 def parse_printed(stdout: str) -> dict[str, float]:
-    """Figures from printed "name: 12.3 ms" lines (the unit joins the name)."""
+    """Figures from printed "name: 12.3 ms [anything]" lines (the unit joins the name); lines with a
+    "|" (tables, progress bars) are skipped."""
     figures = {}
     for line in stdout.splitlines():
-        m = _FIGURE.match(line)
+        m = None if "|" in line else _FIGURE.match(line)
         if m:
             name = m.group(1).strip() + (f" [{m.group(3)}]" if m.group(3) else "")
             figures[name] = float(m.group(2))
