@@ -79,7 +79,8 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 
 def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str = "MAPPA training") -> Path:
-    """Learning curves: eval accuracy, per-role coach score, KL and loss against training step."""
+    """Learning curves against training step: held-out accuracy, per-role coach scores (training
+    episodes and held-out), and the KL to the reference model."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -93,13 +94,13 @@ def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str = "MAP
         (axes[0, 0], evals, [k for k in (evals[0] if evals else {}) if k.endswith("accuracy")], "held-out accuracy"),
         (axes[0, 1], train, sorted({k for r in train for k in r if k.startswith("coach/")}), "coach score (0-10) by role"),
         (axes[1, 0], train, ["kl"], "KL to reference (k1, per token)"),
-        (axes[1, 1], train, ["loss"], "policy loss"),
+        (axes[1, 1], evals, sorted({k for r in evals for k in r if "/coach/" in k}), "held-out coach score by role"),
     ]
     for ax, data, keys, name in panels:
         for key in keys:
             points = [(r["step"], r[key]) for r in data if isinstance(r.get(key), (int, float))]
             if points:
-                ax.plot(*zip(*points), marker="o", markersize=3, label=key.removeprefix("coach/"))
+                ax.plot(*zip(*points), marker="o", markersize=3, label=key.split("coach/")[-1])
         ax.set_title(name)
         ax.set_xlabel("step")
         if len(keys) > 1:
