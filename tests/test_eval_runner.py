@@ -197,7 +197,7 @@ def test_dsbench_builtin_task(tmp_path):
     sandbox = make_sandbox("local", pool_size=1)
     try:
         with pytest.warns(OverlapWarning, match="1/1 problems of eval set 'dsbench'"):  # built-in tasks have no holdout
-            results = evaluate(make_team("mappa_envs.dsbench.scripted:for_env"), [es], tmp_path, "ds", k=1,
+            results = evaluate(make_team("scripted"), [es], tmp_path, "ds", k=1,
                                env_kwargs={"sandbox": sandbox})
     finally:
         sandbox.close()
