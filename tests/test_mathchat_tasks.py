@@ -47,6 +47,11 @@ def test_malformed_files_name_file_and_row(tmp_path, content, message):
     assert str(p) in str(e.value)
 
 
+def test_synthetic_refuses_more_problems_than_it_has():
+    with pytest.raises(ValueError, match="only .* distinct eval problems"):
+        synthetic_tasks(100_000, split="eval")
+
+
 def test_missing_file_and_bad_split():
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_tasks("/nonexistent/tasks.json")
@@ -60,6 +65,9 @@ def test_synthetic_is_seeded_disjoint_and_computed():
     assert [t.prompt for t in synthetic_tasks(60, seed=4)] != [t.prompt for t in a]
     ev = synthetic_tasks(60, seed=3, split="eval")
     assert not {t.prompt for t in a} & {t.prompt for t in ev}
+    # disjoint whatever the sizes and seeds: a small eval set against a large train set
+    big_train = {t.prompt for s in (0, 1) for t in synthetic_tasks(512, seed=s)}
+    assert not big_train & {t.prompt for s in (0, 1) for t in synthetic_tasks(8, seed=s, split="eval")}
     assert {t.meta["family"] for t in a} == set(FAMILIES)
     for t in a:  # the answer is what the solution prints, and it is an integer
         assert _run_solution(t.meta["solution_code"]) == t.answer and t.answer.lstrip("-").isdigit()

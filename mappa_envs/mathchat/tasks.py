@@ -39,9 +39,9 @@ def load_tasks(source: str = "synthetic", split: str = "train", num_tasks: int =
     return tasks if split == "all" else [t for t in tasks if _in_split(t.id, split, eval_fraction)]
 
 
-def _in_split(task_id: str, split: str, eval_fraction: float) -> bool:
-    """A stable, seed-free holdout: a task's split depends only on its id."""
-    bucket = int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+def _in_split(key: str, split: str, eval_fraction: float) -> bool:
+    """A stable, seed-free holdout: a task's split depends only on its id (or text)."""
+    bucket = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
     return (bucket < eval_fraction) == (split == "eval")
 
 
@@ -176,27 +176,29 @@ def _run_solution(code: str) -> str:
 
 
 def synthetic_tasks(num_tasks: int, seed: int = 0, split: str = "train") -> list[Task]:
-    """`num_tasks` distinct problems; train and eval draw from disjoint streams and never share a prompt."""
+    """`num_tasks` distinct problems. A problem's split is a function of its text (1 in 10 is eval),
+    so train and eval never share a problem, whatever their sizes and seeds."""
     if split not in ("train", "eval"):
         raise ValueError(f"synthetic split must be 'train' or 'eval', got {split!r}")
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
-    other = set() if split == "train" else {t.prompt for t in _generate(num_tasks * 4, seed, "train")}
-    return _generate(num_tasks, seed, split, exclude=other)
-
-
-def _generate(num_tasks: int, seed: int, split: str, exclude: set[str] = frozenset()) -> list[Task]:
     rng = random.Random(f"mathchat-synthetic-{seed}-{split}")
-    names = sorted(FAMILIES)
-    tasks, seen = [], set(exclude)
+    families = sorted(FAMILIES)
+    tasks, seen, misses = [], set(), dict.fromkeys(families, 0)
     while len(tasks) < num_tasks:
-        family = names[len(tasks) % len(names)]
+        if not families:
+            raise ValueError(f"the synthetic generator has only {len(tasks)} distinct {split} problems; "
+                             f"ask for fewer (num_tasks={num_tasks})")
+        family = families[len(tasks) % len(families)]
         prompt, code = FAMILIES[family](rng)
-        if prompt in seen:
+        if prompt in seen or _in_split(prompt, "eval", 0.1) != (split == "eval"):
+            misses[family] += 1
+            if misses[family] > 2000:  # this family's parameter space is used up
+                families.remove(family)
             continue
         seen.add(prompt)
-        answer = _run_solution(code)
-        tasks.append(Task(id=f"synthetic-{split}-{seed}-{len(tasks)}", prompt=prompt, answer=answer,
+        misses[family] = 0
+        tasks.append(Task(id=f"synthetic-{split}-{seed}-{len(tasks)}", prompt=prompt, answer=_run_solution(code),
                           meta={"family": family, "solution_code": code}))
     return tasks
 
