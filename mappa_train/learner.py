@@ -172,7 +172,7 @@ class PolicyLearner:
         if not micro:  # this rank has no data for the micro-step the others run: a zero-loss pass
             return self._dummy(self.engine) * 0.0, {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "tokens": 0.0}
         logps = self._forward(self.engine, micro)
-        logp = _pad([lp for lp in logps])  # [R, A]: action tokens only
+        logp = _pad(logps)  # [R, A]: action tokens only
         device = logp.device
         mask = _pad([torch.ones(len(s.action_ids)) for s in micro]).to(device)
         old = _pad([s.old_logp for s in micro]).to(device)
@@ -308,4 +308,4 @@ def _chunks(items: list, n: int) -> list[list]:
 
 def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
     """Right-pad 1-D tensors with zeros into [R, longest]."""
-    return torch.nn.utils.rnn.pad_sequence([r if r.dim() else r[None] for r in rows], batch_first=True)
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)

@@ -11,6 +11,9 @@ run. `ray.address=""` starts Ray on this machine; on a cluster run `ray start --
   rendezvous port); `LearnerGroup` shards samples over them and looks like one `PolicyLearner`.
 - After each update, rank 0's gathered weights go once into the object store and every worker
   loads them.
+
+On a cluster, `model.path` and `out_dir` must be visible to every node (a shared filesystem): actors
+load the starting weights from it and every rank writes its share of each checkpoint there.
 """
 from __future__ import annotations
 
