@@ -56,6 +56,10 @@ def init_distributed() -> tuple[int, int]:
                               MASTER_PORT=str(_free_port()))
         backend = "gloo" if get_accelerator().device_name() == "cpu" else get_accelerator().communication_backend_name()
         deepspeed.init_distributed(dist_backend=backend)
+    else:  # someone else (an in-process vLLM engine) made the group: tell DeepSpeed who we are in it
+        os.environ.setdefault("RANK", str(dist.get_rank()))
+        os.environ.setdefault("WORLD_SIZE", str(dist.get_world_size()))
+        os.environ.setdefault("LOCAL_RANK", "0")
     return dist.get_rank(), dist.get_world_size()
 
 

