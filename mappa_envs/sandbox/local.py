@@ -143,6 +143,9 @@ class LocalSandbox:
                 argv += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
                 argv += ["--ro-bind", top, top]
+        # /tmp first: a Python installed under /tmp (a CI checkout's venv) is then bound over the tmpfs.
+        tmp_size = str(self.limits.workspace_mb << 20)
+        argv += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", tmp_size, "--tmpfs", "/tmp"]
         made: set[str] = set()
         for root in _python_roots(self.python):
             parents = [str(p) for p in reversed(PurePosixPath(root).parents) if str(p) != "/"]
@@ -151,8 +154,7 @@ class LocalSandbox:
                     argv += ["--perms", "0755", "--dir", parent]
                     made.add(parent)
             argv += ["--ro-bind", root, root]
-        tmp_size = str(self.limits.workspace_mb << 20)
-        return argv + ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", tmp_size, "--tmpfs", "/tmp"]
+        return argv
 
     def _make_slot(self) -> Slot:
         host_ws = tempfile.mkdtemp(prefix=_owner_prefix(), dir=self.workspace_root)
