@@ -14,12 +14,12 @@ from mappa_train.metrics import read_metrics
 from tests.test_train import TINY
 
 pytestmark = pytest.mark.slow
-STEPS = 3
+STEPS = 4
 
 
 def _cmd(out) -> list[str]:
     return [sys.executable, "-m", "mappa_envs.cli", "train", *TINY, f"out_dir={out}", f"steps={STEPS}",
-            "eval_every=0", "checkpoint_every=1", "log.tensorboard=false", "log.plot=false"]
+            "eval_every=0", "checkpoint_every=1", f"keep_checkpoints={STEPS}", "log.tensorboard=false", "log.plot=false"]
 
 
 def _same(a: dict, b: dict) -> None:
