@@ -30,14 +30,18 @@ def _same(a: dict, b: dict) -> None:
 
 
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
-    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+    # a world-of-one set up earlier in this pytest process leaves RANK/MASTER_PORT in os.environ: two
+    # children inheriting them would race for the same rendezvous port
+    dist_vars = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {**{k: v for k, v in os.environ.items() if k not in dist_vars}, "DS_ACCELERATOR": "cpu"}
     full = subprocess.Popen(_cmd(tmp_path / "full"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    killed = subprocess.Popen(_cmd(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = (tmp_path / "killed.log").open("w")
+    killed = subprocess.Popen(_cmd(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL, stderr=log)
     marker = tmp_path / "killed" / "checkpoints" / "step_000001" / "state.json"
     deadline = time.monotonic() + 900
     while not marker.exists() and killed.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert marker.exists(), "the run never wrote its first checkpoint"
+    assert marker.exists(), "the run never wrote its first checkpoint:\n" + (tmp_path / "killed.log").read_text()[-3000:]
     killed.send_signal(signal.SIGKILL)
     assert killed.wait() == -signal.SIGKILL, "the run finished before it could be killed"
     resumed = subprocess.run(_cmd(tmp_path / "killed"), env=env, capture_output=True, text=True, timeout=900)
