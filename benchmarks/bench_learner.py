@@ -43,26 +43,28 @@ def main() -> None:
         path = build_tiny_model(tmp, hidden_size=args.hidden, layers=args.layers, heads=args.hidden // 64, kv_heads=1)
         batch = samples(args.samples)
         tokens = sum(len(s) for s in batch)
-        results = {}
-        for packed in (True, False):
-            cfg = LearnerConfig(lr=1e-5, packed=packed, micro_batch_tokens=args.micro_tokens,
+        learners = {}
+        for layout in ("packed", "padded"):
+            cfg = LearnerConfig(lr=1e-5, packed=layout == "packed", micro_batch_tokens=args.micro_tokens,
                                 micro_batch_size=args.micro_rows, train_batch_size=args.samples)
-            learner = PolicyLearner(path, cfg, AlgoConfig())
-            for s, lp in zip(batch, learner.logprobs(batch)):
-                s.old_logp = lp
+            learners[layout] = PolicyLearner(path, cfg, AlgoConfig())
+        for s, lp in zip(batch, learners["packed"].logprobs(batch)):
+            s.old_logp = lp
+        times: dict[str, list[float]] = {"packed": [], "padded": []}
+        for learner in learners.values():
             learner.train(batch, lr=1e-5)  # warm-up
-            times = []
-            for _ in range(args.repeats):
+        for _ in range(args.repeats):  # alternate, so a change in machine load hits both layouts alike
+            for layout, learner in learners.items():
                 t0 = time.perf_counter()
                 learner.train(batch, lr=1e-5)
-                times.append(time.perf_counter() - t0)
-            best = min(times)
-            results["packed" if packed else "padded"] = tokens / best
-            layout = "packed" if packed else "padded"
-            padded_tokens = sum(len(m) * max(map(len, m)) for m in learner._split(batch)) if not packed else tokens
-            print(f"{layout:>7}: {tokens / best:9.0f} tokens/s  (update {best:.2f} s, {tokens} real tokens, "
-                  f"{padded_tokens} computed)", flush=True)
-            del learner
+                times[layout].append(time.perf_counter() - t0)
+        results = {}
+        for layout, learner in learners.items():
+            best = min(times[layout])
+            results[layout] = tokens / best
+            computed = tokens if layout == "packed" else sum(len(m) * max(map(len, m)) for m in learner._split(batch))
+            print(f"{layout:>7}: {tokens / best:9.0f} tokens/s  (best update {best:.2f} s of {args.repeats}, "
+                  f"{tokens} real tokens, {computed} computed)", flush=True)
         print(f"packed / padded = {results['packed'] / results['padded']:.2f}x  "
               f"({args.samples} samples, hidden {args.hidden}, {args.layers} layers, {torch.get_num_threads()} threads)")
 
