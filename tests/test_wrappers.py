@@ -200,6 +200,35 @@ def test_vector_runner_batches_every_waiting_env_and_is_schedule_independent():
             env.close()
 
 
+class Counting(Recording):
+    """Reports token counts the way model policies may: `last_usage`, one entry per conversation."""
+
+    def respond(self, conversations, roles):
+        texts = super().respond(conversations, roles)
+        self.last_usage = [{"prompt_tokens": len(c), "completion_tokens": len(t.split())}
+                           for c, t in zip(conversations, texts)]
+        return texts
+
+
+def test_vector_runner_plays_chosen_jobs_and_reports_each_episode_with_its_env():
+    envs = [make() for _ in range(2)]
+    try:
+        seen = []
+        jobs = [(7, {"task_index": 3}), (7, {"task_index": 5}), (2, None)]
+        results = VectorRunner(envs, Counting(for_env(envs[0]))).play(
+            jobs, on_episode=lambda r, env: seen.append((r.episode, env.unwrapped.transcript()["task_id"])))
+        assert sorted(seen) == sorted((r.episode, r.task_id) for r in results)  # the env was not reset yet
+        tasks = envs[0].unwrapped.scenario.tasks()
+        by = {r.episode: r for r in results}
+        assert (by[0].seed, by[0].task_id, by[1].task_id, by[2].seed) == (7, tasks[3].id, tasks[5].id, 2)
+        turn = by[0].turns[0]
+        assert turn.usage == {"prompt_tokens": len(turn.messages), "completion_tokens": len(turn.action.split())}
+        assert VectorRunner(envs, for_env(envs[0])).run(episodes=1)[0].turns[0].usage is None  # no last_usage
+    finally:
+        for env in envs:
+            env.close()
+
+
 def test_vector_runner_routes_roles_through_a_team_and_checks_the_policy():
     envs = [make() for _ in range(2)]
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 from pettingzoo import AECEnv
 
@@ -25,6 +25,7 @@ class Turn:
     action: str
     reward: float
     info: dict  # the env's record of the action: tool results, checks, coach verdict
+    usage: dict | None = None  # the policy's token counts for this action, when it reports them
 
 
 @dataclass
@@ -40,7 +41,8 @@ class EpisodeResult:
 
 
 class VectorRunner:
-    """Run `episodes` episodes over `envs` with `policy`; episode k is reset with `seed + k`.
+    """Play episodes over `envs` with `policy`: `run` resets episode k with `seed + k`; `play` takes
+    each episode's (seed, options) and reports each episode as it ends.
 
     Results do not depend on how many envs run at once or on scheduling: the seed fixes each episode.
 
@@ -70,19 +72,33 @@ class VectorRunner:
         """Play `episodes` episodes; return them ordered by episode number."""
         if episodes < 0:
             raise ValueError(f"episodes must be >= 0, got {episodes}")
+        jobs = ((None if seed is None else seed + k, options) for k in range(episodes))
+        return sorted(self.play(jobs), key=lambda r: r.episode)
+
+    def play(self, jobs: Iterable[tuple[int | None, dict | None]],
+             on_episode: Callable[[EpisodeResult, AECEnv], None] | None = None) -> list[EpisodeResult]:
+        """Play one episode per (seed, options) job, episode k being the k-th job; return them in finish order.
+
+        `on_episode(result, env)` runs as each episode ends, before its env is reset for the next
+        job, so it can still read the env's own record of the episode.
+        """
+        pending = iter(jobs)
         done: list[EpisodeResult] = []
         live: dict[int, tuple[EpisodeResult, dict]] = {}  # env index -> (episode so far, next step's info)
         started = 0
 
         def start(i: int) -> None:
             nonlocal started
-            ep_seed = None if seed is None else seed + started
+            job = next(pending, None)
+            if job is None:
+                return
+            ep_seed, options = job
             _, info = self.envs[i].reset(seed=ep_seed, options=options)
             returns = {role: 0.0 for role in self.envs[i].env.possible_agents}
             live[i] = (EpisodeResult(started, i, ep_seed, info.get("task_id"), returns=returns), info)
             started += 1
 
-        for i in range(min(episodes, len(self.envs))):
+        for i in range(len(self.envs)):
             start(i)
         with ThreadPoolExecutor(self.workers) as pool:
             while live:
@@ -91,18 +107,28 @@ class VectorRunner:
                 texts = self.policy.respond([info["messages"] for info in infos], [info["role"] for info in infos])
                 if len(texts) != len(order):
                     raise ValueError(f"policy returned {len(texts)} texts for {len(order)} conversations")
+                usages = self._usage(len(order))
                 steps = pool.map(lambda i_text: self.envs[i_text[0]].step(i_text[1]), zip(order, texts))
-                for i, info, text, (_, reward, terminated, truncated, next_info) in zip(order, infos, texts, steps):
+                for i, info, text, usage, step in zip(order, infos, texts, usages, steps):
+                    _, reward, terminated, truncated, next_info = step
                     result = live[i][0]
-                    result.turns.append(Turn(info["role"], info["messages"], text, reward, next_info["action"]))
+                    result.turns.append(Turn(info["role"], info["messages"], text, reward, next_info["action"], usage))
                     for role, r in next_info["rewards"].items():
                         result.returns[role] += r
                     if terminated or truncated:
                         result.outcome, result.truncated = next_info.get("outcome"), truncated
                         done.append(result)
                         del live[i]
-                        if started < episodes:
-                            start(i)
+                        if on_episode:
+                            on_episode(result, self.envs[i].env)
+                        start(i)
                     else:
                         live[i] = (result, next_info)
-        return sorted(done, key=lambda r: r.episode)
+        return done
+
+    def _usage(self, n: int) -> list[dict | None]:
+        """Token counts of the last `respond` call, when the policy reports them (`last_usage`, per conversation)."""
+        usage = getattr(self.policy, "last_usage", None)
+        if isinstance(usage, list) and len(usage) == n:
+            return [dict(u) if u else None for u in usage]
+        return [None] * n

@@ -3,15 +3,14 @@
 One JSON line per finished episode goes to `transcripts.jsonl` (every action with what the agent
 last saw, its tool output and the coach's verdict, then the outcome). A re-run in the same
 directory reads that file first and plays only the episodes it lacks, so an interrupted eval picks
-up where it stopped. Episodes run in batches: every env waiting for an action is answered by one
-`team.respond` call, then the envs step (tool calls, coach) in a thread pool.
+up where it stopped. Episodes run through `VectorRunner`: every env waiting for an action is answered
+by one `team.respond` call, then the envs step (tool calls, coach) in a thread pool.
 """
 from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from mappa_envs.policy import TextPolicy
+from mappa_envs.wrappers import EpisodeResult, Turn, VectorRunner
 from mappa_train.evaluation.hygiene import find_overlap
 
 TRANSCRIPTS = "transcripts.jsonl"
@@ -84,84 +84,41 @@ def plan_jobs(eval_set: EvalSet, tasks: list, k: int, base_seed: int) -> list[Jo
     ]
 
 
-class _Slot:
-    """One env and the episode it is playing."""
-
-    def __init__(self, env):
-        self.env = env
-        self.job: Job | None = None
-        self.extras: list[dict] = []  # per action: what the agent last saw, its length, token usage
-
-    def start(self, job: Job) -> None:
-        self.job, self.extras = job, []
-        self.env.reset(seed=job.seed, options={"task_index": job.task_index})
-        task_id = self.env.unwrapped.episode.task.id
-        if task_id != job.task_id:
-            raise RuntimeError(f"task_index {job.task_index} gave task {task_id!r}, expected {job.task_id!r}: the task source changed")
-
-    def waiting(self) -> tuple[str, list[dict]]:
-        agent = self.env.agent_selection
-        return agent, self.env.infos[agent]["messages"]
-
-    def step(self, agent: str, seen: list[dict], text: str, usage: dict | None) -> dict | None:
-        """Apply one action; returns the episode record when this action ended the episode."""
-        env = self.env
-        env.step(text)
-        self.extras.append({"seen": seen[-1]["content"] if seen else "", "chars": len(text),
-                            **({"usage": usage} if usage else {})})
-        if not all(env.terminations[a] or env.truncations[a] for a in env.agents):
-            return None
-        record = env.unwrapped.transcript()  # task, every action with tool output and coach verdict, outcome
-        record["actions"] = [{**a, **extra} for a, extra in zip(record["actions"], self.extras)]
-        job, self.job = self.job, None
-        return {"set": job.set_name, "task_id": job.task_id, "task_index": job.task_index, "sample": job.sample,
-                "seed": job.seed, **record, "truncated": any(env.truncations.values())}
-
-
 def play(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], batch_size: int = 8,
          on_episode: Callable[[dict], None] | None = None) -> list[dict]:
     """Play `jobs` with up to `batch_size` envs at once; returns the episode records in finish order."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    pending: Iterator[Job] = iter(jobs)
-    slots = [_Slot(make_env()) for _ in range(min(batch_size, len(jobs)))]
+    if not jobs:
+        return []
     records: list[dict] = []
+
+    def finish(result: EpisodeResult, env) -> None:
+        job = jobs[result.episode]
+        if result.task_id != job.task_id:
+            raise RuntimeError(f"task_index {job.task_index} gave task {result.task_id!r}, expected {job.task_id!r}: "
+                               "the task source changed")
+        record = env.unwrapped.transcript()  # task, every action with tool output and coach verdict, outcome
+        record["actions"] = [{**action, **_extras(turn)} for action, turn in zip(record["actions"], result.turns)]
+        record = {"set": job.set_name, "task_id": job.task_id, "task_index": job.task_index, "sample": job.sample,
+                  "seed": job.seed, **record, "truncated": result.truncated}
+        records.append(record)
+        if on_episode:
+            on_episode(record)
+
+    envs = [make_env() for _ in range(min(batch_size, len(jobs)))]
     try:
-        with ThreadPoolExecutor(max_workers=max(1, len(slots))) as pool:
-            for slot in slots:
-                _refill(slot, pending)
-            while active := [s for s in slots if s.job is not None]:
-                waiting = [s.waiting() for s in active]
-                texts = team.respond([m for _, m in waiting], [a for a, _ in waiting])
-                if len(texts) != len(active):
-                    raise RuntimeError(f"the team answered {len(texts)} of {len(active)} conversations")
-                usages = _usage(team, len(active))
-                steps = [pool.submit(s.step, a, m, t, u) for s, (a, m), t, u in zip(active, waiting, texts, usages)]
-                for slot, fut in zip(active, steps):
-                    record = fut.result()
-                    if record is not None:
-                        records.append(record)
-                        if on_episode:
-                            on_episode(record)
-                        _refill(slot, pending)
+        VectorRunner(envs, team).play([(j.seed, {"task_index": j.task_index}) for j in jobs], on_episode=finish)
     finally:
-        for slot in slots:
-            slot.env.close()
+        for env in envs:
+            env.close()
     return records
 
 
-def _refill(slot: _Slot, pending: Iterator[Job]) -> None:
-    job = next(pending, None)
-    if job is not None:
-        slot.start(job)
-
-
-def _usage(team: TextPolicy, n: int) -> list[dict | None]:
-    """Token counts of the last `respond` call, when the policy reports them (`last_usage`)."""
-    usage = getattr(team, "last_usage", None)
-    if isinstance(usage, list) and len(usage) == n:
-        return [dict(u) if u else None for u in usage]
-    return [None] * n
+def _extras(turn: Turn) -> dict:
+    """What the agent last saw, the length of its answer and its token usage, added to each action's record."""
+    seen = turn.messages[-1]["content"] if turn.messages else ""
+    return {"seen": seen, "chars": len(turn.action), **({"usage": turn.usage} if turn.usage else {})}
 
 
 TeamSource = TextPolicy | Callable[[Any], TextPolicy]  # a team, or a builder given an env of the set
