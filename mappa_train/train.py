@@ -205,7 +205,7 @@ def local_rollouts(cfg: TrainConfig, model_path: Path | str) -> Rollouts:
         episodes = [{"seed": seed + offset + i, "options": {"task_id": t}} for i, t in enumerate(task_ids)]
         return collect(envs[eval_set], generators, sampling_params(cfg, eval_set is not None), episodes,
                        role_policy=policy_of, seed=seed + offset, first_episode_id=offset,
-                       max_prompt_tokens=cfg.generation.max_prompt_tokens)
+                       max_prompt_tokens=cfg.generation.max_prompt_tokens, workers=cfg.rollout.step_workers)
 
     def sync(weights: Mapping[str, dict]) -> None:
         for name, gen in generators.items():
