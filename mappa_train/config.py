@@ -88,7 +88,8 @@ class LearnerConfig:
     train_batch_size: int = doc(16, "actions per optimizer step (a step's experience is split into such mini-batches)")
     micro_batch_tokens: int = doc(8192, "most tokens in one forward pass (packed) per rank")
     micro_batch_size: int = doc(4, "most rows in one forward pass when padded")
-    packed: bool = doc(True, "pack sequences into one row (block-diagonal attention) instead of padding")
+    packed: bool = doc(False, "pack samples into rows of micro_batch_tokens (no padding): a win with flash_attention_2 "
+                              "on GPU; with sdpa the block-diagonal mask costs O(row²) (benchmarks/bench_learner.py)")
     zero_stage: int = doc(0, "DeepSpeed ZeRO stage 0-3")
     offload_optimizer: bool = doc(False, "ZeRO: keep optimizer states in CPU memory (GPU runs)")
     grad_checkpointing: bool = doc(False, "recompute activations in backward to save memory")

@@ -44,7 +44,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def learner(model_dir):
-    return PolicyLearner(model_dir, LearnerConfig(lr=LR, micro_batch_tokens=24, train_batch_size=64), AlgoConfig())
+    return PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64), AlgoConfig())
 
 
 def test_logprobs_packed_padded_and_plain_forward_agree(learner, model_dir):
@@ -98,7 +98,7 @@ def test_lr_schedule_and_chunks():
 
 def _worker(model_dir: str, out: str) -> None:
     """One rank of the 2-rank ZeRO-3 run: train on every other sample, report from rank 0."""
-    cfg = LearnerConfig(lr=LR, zero_stage=3, micro_batch_tokens=24, train_batch_size=64)
+    cfg = LearnerConfig(lr=LR, packed=True, zero_stage=3, micro_batch_tokens=24, train_batch_size=64)
     learner = PolicyLearner(model_dir, cfg, AlgoConfig())
     samples = make_samples()
     prepare(learner, samples)  # every rank scores all samples: same old_logp/advantages everywhere
@@ -119,7 +119,7 @@ def test_two_zero3_ranks_match_one_process(model_dir, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     # the same update in one process, ZeRO-0, on the same samples (rank 0 trained 1, rank 1 trained 3 of them)
-    single = PolicyLearner(model_dir, LearnerConfig(lr=LR, micro_batch_tokens=24, train_batch_size=64), AlgoConfig())
+    single = PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64), AlgoConfig())
     samples = make_samples()
     prepare(single, samples)
     trained = samples[0::2][:1] + samples[1::2][:3]
