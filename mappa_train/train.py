@@ -46,9 +46,10 @@ def resolve_model(cfg: TrainConfig) -> Path | str:
 
 
 def make_coach(cfg: TrainConfig):
-    from mappa_envs.coach import LLMCoach, RuleCoach
+    from mappa_envs.coach import CachedCoach, LLMCoach, RuleCoach
 
-    return RuleCoach() if cfg.env.coach == "rule" else LLMCoach(**cfg.env.coach_kwargs)
+    coach = RuleCoach() if cfg.env.coach == "rule" else LLMCoach(**cfg.env.coach_kwargs)
+    return CachedCoach(coach, cfg.env.coach_cache) if cfg.env.coach_cache else coach
 
 
 def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = None, sandbox: Any = None) -> list:
