@@ -48,8 +48,9 @@ def register(env_id: str, entry_point: str | Callable[..., Any], *, description:
     try:  # also reachable as pettingzoo.make("aec", "mappa/<id>"); the lookup happens at make time
         import pettingzoo
 
-        if f"mappa/{env_id}" not in pettingzoo.aec_registry:
-            pettingzoo.register("aec", f"mappa/{env_id}", entry_point=functools.partial(make, env_id))
+        pz_id = env_id if "/" in env_id else f"mappa/{env_id}"  # a namespaced id keeps its own namespace
+        if pz_id not in pettingzoo.aec_registry:
+            pettingzoo.register("aec", pz_id, entry_point=functools.partial(make, env_id))
     except (ImportError, AttributeError):  # PettingZoo < 1.26 has no registry
         pass
 

@@ -222,3 +222,15 @@ def test_reset_options_pick_tasks():
     with pytest.raises(KeyError, match="no task with id"):
         env.reset(options={"task_id": "nope"})
     env.close()
+
+
+def test_a_limit_reached_by_the_final_action_still_terminates():
+    env = make_env(limits=EpisodeLimits(max_total_actions=3))
+    play(env, {**GOOD, "code_executor": ["I trust the solver: \\boxed{42}"]})
+    assert env.episode.outcome.correct
+    assert len(env.episode.actions) == 3 and env.infos == {}  # every agent stepped out after terminating
+    env.reset(seed=0)
+    for action in ("\\boxed{42}", "\\boxed{42}", "\\boxed{42}"):
+        env.step(action)
+    assert all(env.terminations.values()) and not any(env.truncations.values())
+    env.close()

@@ -48,3 +48,13 @@ def test_import_is_light():
             "print(sorted(m for m in ('torch', 'ray', 'vllm', 'deepspeed', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_register_namespaced_id():
+    mappa_envs.register("myorg/TinyMath-v1", "mappa_envs.mathchat.env:MathChatEnv", num_tasks=2)
+    try:
+        env = pettingzoo.make("aec", "myorg/TinyMath-v1", sandbox="local")
+        assert len(env.scenario.tasks()) == 2
+        env.close()
+    finally:
+        mappa_envs.registry.pop("myorg/TinyMath-v1")

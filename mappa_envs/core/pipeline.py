@@ -230,9 +230,9 @@ class PipelineEnv(AECEnv):
         piece = f"{text}\n\nOutput of the code:\n{format_tool_output(results)}" if results else text
         ep.outputs[agent] = piece if self._turn_actions == 1 else f"{ep.outputs[agent]}\n\n{piece}"
         continues = bool(code) and self._turn_actions < role.max_actions
-        last_role = agent == self.possible_agents[-1]
-        truncated = self._over_limits(text, results)
-        done = (not continues and last_role) or truncated
+        finished = not continues and agent == self.possible_agents[-1]
+        truncated = self._over_limits(text, results) and not finished  # a limit hit by the last action is no cut
+        done = finished or truncated
         if done:
             ep.outcome = self.scenario.outcome(ep)
 

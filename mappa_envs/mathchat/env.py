@@ -58,7 +58,7 @@ class MathChatScenario:
 
     def outcome(self, episode: Episode) -> Outcome:
         final = next((a.text for a in reversed(episode.actions) if a.role == VERIFIER), None)
-        if final is None:  # truncated before the Verifier acted: count the current action too
+        if final is None:  # the outcome is judged before the current action is recorded: read its text
             final = episode.outputs.get(VERIFIER)
         predicted = extract_answer(final) if final else None
         correct = answers_match(predicted, episode.task.answer)

@@ -12,7 +12,6 @@ import hashlib
 import json
 import math
 import random
-import re
 from pathlib import Path
 from typing import Callable
 
@@ -31,16 +30,18 @@ def load_tasks(source: str = "synthetic", split: str = "train", num_tasks: int =
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not one of {SPLITS}")
     if source == "synthetic":
+        # the synthetic stream is open-ended: "all" means the training stream
         return synthetic_tasks(num_tasks, seed=seed, split="train" if split == "all" else split)
     if source.startswith("hf:"):
         tasks = _load_hf(source[3:])
     else:
         tasks = load_task_file(source)
-    return tasks if split == "all" else [t for t in tasks if _in_split(t.id, split, eval_fraction)]
+    return tasks if split == "all" else [t for t in tasks if _in_split(t.prompt, split, eval_fraction)]
 
 
 def _in_split(key: str, split: str, eval_fraction: float) -> bool:
-    """A stable, seed-free holdout: a task's split depends only on its id (or text)."""
+    """A stable, seed-free holdout: a task's split depends only on its problem text, so the same
+    problem lands in the same split whatever file, row or id it comes with."""
     bucket = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
     return (bucket < eval_fraction) == (split == "eval")
 
@@ -201,8 +202,3 @@ def synthetic_tasks(num_tasks: int, seed: int = 0, split: str = "train") -> list
         tasks.append(Task(id=f"synthetic-{split}-{seed}-{len(tasks)}", prompt=prompt, answer=_run_solution(code),
                           meta={"family": family, "solution_code": code}))
     return tasks
-
-
-def normalize_problem_text(text: str) -> str:
-    """Whitespace- and case-insensitive form of a problem, for train/eval overlap checks."""
-    return re.sub(r"\s+", " ", text).strip().lower()
