@@ -20,8 +20,11 @@ Options a researcher will want (defaults are the paper's):
   loss, GRPO-style, since k1's gradient is zero in expectation).
 - per-role whitening (the reference code) instead of global (the paper's text).
 
-Where this departs from the paper: σ is the population standard deviation (no Bessel correction)
-plus 1e-8; the k1 KL uses the logprobs of the policy that sampled the batch (πθ_old), which at the
+Where this departs from the paper: σ is the population standard deviation (no Bessel correction),
+floored at `std_floor` (1e-4, as the reference code), so a batch whose returns are all nearly equal
+(every coach score the same) gives advantages near 0, not float noise blown up to ±1; the PPO
+log-ratio is clamped to ±MAX_LOG_RATIO before exp, so a stale or corrupted old log-prob (−inf,
++95) cannot overflow to inf/NaN (the clamped tokens get no gradient); the k1 KL uses the logprobs of the policy that sampled the batch (πθ_old), which at the
 first update step equals πθ — the paper does not say which it uses.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ import torch
 
 Scope = Literal["action", "agent", "episode"]
 SCOPES = ("action", "agent", "episode")
+MAX_LOG_RATIO = 20.0  # |log π/π_old| beyond this is clamped: exp(20) ≈ 5e8 is finite in fp32, exp(89) is not
 
 
 def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -75,8 +79,8 @@ def returns_to_go(rewards: torch.Tensor, mask: torch.Tensor, group: torch.Tensor
     return returns * mask
 
 
-def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = None, eps: float = 1e-8) -> torch.Tensor:
-    """(x − μ)/σ with μ, σ over all masked entries of the batch (or of each `group` [B]). -> [B, T]."""
+def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = None, std_floor: float = 1e-4) -> torch.Tensor:
+    """(x − μ)/max(σ, std_floor), μ and σ over all masked entries of the batch (or of each `group` [B]). -> [B, T]."""
     if group is None:
         group = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
     out = torch.zeros_like(x)
@@ -85,7 +89,7 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = Non
         m = mask[rows].bool()
         values = x[rows][m]
         mean, std = values.mean(), values.std(unbiased=False)
-        out[rows] = torch.where(m, (x[rows] - mean) / (std + eps), 0.0)
+        out[rows] = torch.where(m, (x[rows] - mean) / std.clamp(min=std_floor), 0.0)
     return out
 
 
@@ -94,9 +98,11 @@ def ppo_clip_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.
     """PPO clipped surrogate, −min(ρÂ, clip(ρ, 1−ε, 1+ε)Â), as a masked token mean. -> scalar.
 
     `n_tokens` replaces the mask's own count as the divisor, so micro-batches (and ranks) that each
-    hold part of a batch add up to the mean over the whole batch.
+    hold part of a batch add up to the mean over the whole batch. `mask` may hold per-token weights
+    (1/len for a sequence mean). log ρ is clamped to ±MAX_LOG_RATIO (NaN counts as 0).
     """
-    ratio = torch.exp(logp - old_logp)
+    log_ratio = torch.nan_to_num(logp - old_logp, nan=0.0).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    ratio = torch.exp(log_ratio)
     surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - eps, 1 + eps) * advantages)
     return -(surrogate * mask).sum() / (mask.sum() if n_tokens is None else n_tokens)
 
@@ -110,7 +116,8 @@ def kl_loss(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, beta
 def advantages(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, reward: torch.Tensor, *,
                beta: float = 0.01, kl_in_loss: bool = False, scope: Scope = "action",
                episode: torch.Tensor | None = None, agent: torch.Tensor | None = None,
-               order: torch.Tensor | None = None, per_role: torch.Tensor | None = None) -> torch.Tensor:
+               order: torch.Tensor | None = None, per_role: torch.Tensor | None = None,
+               std_floor: float = 1e-4) -> torch.Tensor:
     """Steps 1–4 for a whole batch: whitened returns [B, T] from per-action rewards [B] (already scaled).
 
     `episode`, `agent` and `order` ([B] integer ids) are needed for scopes "agent" and "episode";
@@ -125,4 +132,4 @@ def advantages(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tenso
         if episode is None or order is None or (scope == "agent" and agent is None):
             raise ValueError(f"scope {scope!r} needs episode and order ids (and agent ids for 'agent')")
         group = episode if scope == "episode" else episode * (int(agent.max()) + 1) + agent
-    return whiten(returns_to_go(rewards, mask, group, order), mask, per_role)
+    return whiten(returns_to_go(rewards, mask, group, order), mask, per_role, std_floor=std_floor)

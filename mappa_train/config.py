@@ -55,7 +55,11 @@ class GenerationConfig:
     temperature: float = doc(1.0, "sampling temperature for training rollouts")
     top_p: float = doc(1.0, "nucleus sampling for training rollouts")
     eval_temperature: float = doc(0.6, "sampling temperature for evaluation")
-    vllm_gpu_memory_utilization: float = doc(0.6, "vLLM: fraction of GPU memory for weights and KV cache")
+    vllm_gpu_memory_utilization: float = doc(0.6, "vLLM: fraction of a GPU's memory for all the engines it holds, "
+                                                   "split evenly between them (weights + KV cache)")
+    continuation: Literal["append", "render"] = doc("append", "a later action of a turn is prompted with the previous "
+                                                    "prompt + sampled ids + the new messages' tokens (append), or the whole "
+                                                    "chat rendered again (render); see mappa_train/chat_tokens.py")
 
 
 @dataclass
@@ -75,8 +79,16 @@ class AlgoConfig:
     reward_scale: float = doc(1.0, "multiplies the coach's 0–10 score before it enters the reward")
     outcome_weight: float = doc(0.0, "adds weight × outcome score (0/1) to every action's reward")
     whiten: Literal["global", "per_role"] = doc("global", "advantage normalisation over the whole batch (paper) or per role")
-    old_logprobs: Literal["learner", "generator"] = doc("learner", "PPO's old log-probs: recomputed by the learner, or the generator's own")
+    old_logprobs: Literal["learner", "generator"] = doc("learner", "PPO's old log-probs: recomputed by the learner, or the "
+                                                        "generator's own (the learner's are computed either way, for logprob_gap)")
     epochs: int = doc(1, "passes over each batch of experience")
+    std_floor: float = doc(1e-4, "whitening divides by max(σ, std_floor): equal coach scores give advantages near 0")
+    loss_mean: Literal["token", "sequence"] = doc("token", "PPO loss: mean over the batch's action tokens (paper), or "
+                                                  "mean over actions of each action's token mean")
+    mask_length_cut: bool = doc(True, "leave actions cut at max_new_tokens (finish_reason=length) out of the loss, "
+                                      "like the reference code; counted as length_cut either way")
+    logprob_gap_warn: float = doc(0.05, "warn when the mean |generator − learner| log-prob gap of a step exceeds this "
+                                        "(a broken weight sync or template shows at once)")
 
 
 @dataclass
@@ -94,6 +106,8 @@ class LearnerConfig:
     zero_stage: int = doc(0, "DeepSpeed ZeRO stage 0-3")
     offload_optimizer: bool = doc(False, "ZeRO: keep optimizer states in CPU memory (GPU runs)")
     grad_checkpointing: bool = doc(False, "recompute activations in backward to save memory")
+    logprob_chunk_tokens: int = doc(1024, "action tokens per LM-head chunk when computing log-probs "
+                                          "(peak logits memory = chunk × vocab × 4 bytes)")
 
 
 @dataclass
@@ -115,6 +129,13 @@ class RayConfig:
 
 
 @dataclass
+class HardwareConfig:
+    gpus: int = doc(0, "GPUs per node the run may use (0: CPU); the dry-run checks the placement against it")
+    nodes: int = doc(1, "nodes (Ray mode); each has `gpus` GPUs")
+    gpu_memory_gb: float = doc(80.0, "memory of one GPU, GiB")
+
+
+@dataclass
 class TrainConfig:
     out_dir: str = doc("runs/mappa", "where checkpoints, metrics, plots and the final model go")
     seed: int = doc(0, "seeds task order, sampling and initialisation")
@@ -132,6 +153,7 @@ class TrainConfig:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     log: LogConfig = field(default_factory=LogConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
@@ -144,13 +166,17 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                 "rollout.samples_per_prompt": cfg.rollout.samples_per_prompt, "rollout.step_workers": cfg.rollout.step_workers,
                 "algo.epochs": cfg.algo.epochs, "learner.lr": cfg.learner.lr, "learner.train_batch_size": cfg.learner.train_batch_size,
                 "learner.micro_batch_tokens": cfg.learner.micro_batch_tokens, "learner.micro_batch_size": cfg.learner.micro_batch_size,
-                "ray.rollout_workers": cfg.ray.rollout_workers, "ray.learner_ranks": cfg.ray.learner_ranks}
+                "ray.rollout_workers": cfg.ray.rollout_workers, "ray.learner_ranks": cfg.ray.learner_ranks,
+                "algo.std_floor": cfg.algo.std_floor, "algo.logprob_gap_warn": cfg.algo.logprob_gap_warn,
+                "learner.logprob_chunk_tokens": cfg.learner.logprob_chunk_tokens, "hardware.nodes": cfg.hardware.nodes,
+                "hardware.gpu_memory_gb": cfg.hardware.gpu_memory_gb}
     for key, value in positive.items():
         if not value > 0:
             raise ConfigError(f"{key} must be > 0, got {value!r}")
     non_negative = {"eval_every": cfg.eval_every, "algo.beta": cfg.algo.beta, "learner.warmup_steps": cfg.learner.warmup_steps,
                     "learner.grad_clip": cfg.learner.grad_clip, "learner.weight_decay": cfg.learner.weight_decay,
-                    "algo.outcome_weight": cfg.algo.outcome_weight, "ray.gpus_per_worker": cfg.ray.gpus_per_worker}
+                    "algo.outcome_weight": cfg.algo.outcome_weight, "ray.gpus_per_worker": cfg.ray.gpus_per_worker,
+                    "hardware.gpus": cfg.hardware.gpus}
     for key, value in non_negative.items():
         if value < 0:
             raise ConfigError(f"{key} must be >= 0, got {value!r}")

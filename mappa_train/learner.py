@@ -8,6 +8,15 @@ Batches are micro-batched by token budget. Packed micro-batches put several samp
 positions restarting per sample and a block-diagonal causal mask, so no compute goes to padding;
 padded micro-batches are the usual [rows, longest] layout (both give the same log-probs).
 
+Log-probs never materialize a [tokens, vocab] tensor: the model runs with `logits_to_keep=1`, its
+last hidden states are taken at the positions that score action tokens only (prompt positions need
+no logits), and the LM head + log-softmax run over those in chunks of `logprob_chunk_tokens`; with
+gradients on, each chunk is recomputed in backward instead of kept (`benchmarks/bench_logprobs.py`
+measures peak memory and time against the full-logits way).
+
+The loss is a token mean over the mini-batch (every action token weighs the same, the paper) or a
+sequence mean (`algo.loss_mean=sequence`: every action weighs the same, its tokens share 1/len).
+
 Distributed (torchrun or Ray, `deepspeed.init_distributed`): each rank is given its share of the
 samples. Ranks agree on the number of mini-batches and micro-batches (ZeRO-3 gathers parameters
 collectively, so every rank must run every forward); a rank with nothing left runs a one-token
@@ -24,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from mappa_train import algo
 from mappa_train.config import AlgoConfig, LearnerConfig
@@ -133,10 +142,7 @@ class PolicyLearner:
         model.eval()
         out: list[torch.Tensor] = []
         for micro in self._micro_batches(samples, self._global_max(len(self._split(samples)))):
-            if micro:
-                out += [lp.float().cpu() for lp in self._forward(model, micro)]
-            else:  # keep step with ranks that still have data (ZeRO-3 gathers collectively)
-                self._dummy(model)
+            out += [lp.float().cpu() for lp in self._forward(model, micro)]  # an empty micro keeps step (ZeRO-3)
         return out
 
     # ---- training --------------------------------------------------------------------------------
@@ -148,15 +154,17 @@ class PolicyLearner:
         self.engine.train()
         total = self._global_sum(len(samples))
         n_minibatches = max(1, math.ceil(total / self.cfg.train_batch_size))
-        stats = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "tokens": 0.0}
+        stats = {"loss": 0.0, "weight": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "tokens": 0.0}
         grad_norms = []
         for _ in range(self.algo.epochs):
             for mb in _chunks(samples, n_minibatches):
-                n_tokens = self._global_sum(sum(len(s.action_ids) for s in mb))
+                # the loss's divisor over all ranks: action tokens (token mean) or actions (sequence mean)
+                per_sequence = self.algo.loss_mean == "sequence"
+                total = self._global_sum(len(mb) if per_sequence else sum(len(s.action_ids) for s in mb))
                 micros = self._micro_batches(mb, self._global_max(len(self._split(mb))))
                 for i, micro in enumerate(micros):
                     self.engine.set_gradient_accumulation_boundary(i == len(micros) - 1)
-                    loss, part = self._loss(micro, max(n_tokens, 1))
+                    loss, part = self._loss(micro, max(total, 1))
                     self.engine.backward(loss * self.world)  # DeepSpeed averages gradients over ranks
                     for k in stats:
                         stats[k] += part[k]
@@ -167,68 +175,73 @@ class PolicyLearner:
                 if self.cfg.zero_stage > 0 and self.engine.get_global_grad_norm() is not None:
                     grad_norms.append(float(self.engine.get_global_grad_norm()))
         tokens = max(self._global_sum(stats.pop("tokens")), 1.0)
-        result = {k: self._global_sum(v) / tokens for k, v in stats.items()}
+        weight = max(self._global_sum(stats.pop("weight")), 1e-12)
+        result = {k: self._global_sum(v) / (weight if k == "loss" else tokens) for k, v in stats.items()}
         result.update(lr=lr, grad_norm=sum(grad_norms) / max(1, len(grad_norms)), optimizer_steps=float(n_minibatches * self.algo.epochs),
                       tokens=tokens / self.algo.epochs)
         return result
 
-    def _loss(self, micro: list[Sample], n_tokens: float) -> tuple[torch.Tensor, dict[str, float]]:
-        if not micro:  # this rank has no data for the micro-step the others run: a zero-loss pass
-            return self._dummy(self.engine) * 0.0, {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "tokens": 0.0}
+    def _loss(self, micro: list[Sample], total: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """This micro-batch's share of the mini-batch loss (its sum divided by the global `total`)."""
         logps = self._forward(self.engine, micro)
-        logp = _pad(logps)  # [R, A]: action tokens only
+        if not micro:  # this rank has no data for the micro-step the others run: a zero-loss pass
+            zero = {"loss": 0.0, "weight": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "tokens": 0.0}
+            return logps.sum() * 0.0, zero
+        logp = _pad(logps).float()  # [R, A]: action tokens only
         device = logp.device
         mask = _pad([torch.ones(len(s.action_ids)) for s in micro]).to(device)
+        # per-token weights: 1 (token mean) or 1/len (sequence mean); the divisor `total` matches
+        weight = mask if self.algo.loss_mean == "token" else mask / mask.sum(1, keepdim=True)
         old = _pad([s.old_logp for s in micro]).to(device)
         adv = _pad([s.advantages for s in micro]).to(device)
-        loss = algo.ppo_clip_loss(logp.float(), old, adv, mask, eps=self.algo.clip_eps, n_tokens=n_tokens)
+        loss = algo.ppo_clip_loss(logp, old, adv, weight, eps=self.algo.clip_eps, n_tokens=total)
         if self.algo.kl_in_loss:
             ref = _pad([s.ref_logp for s in micro]).to(device)
-            loss = loss + algo.kl_loss(logp.float(), ref, mask, beta=self.algo.beta, n_tokens=n_tokens)
+            loss = loss + algo.kl_loss(logp, ref, weight, beta=self.algo.beta, n_tokens=total)
         with torch.no_grad():
-            ratio = torch.exp(logp.float() - old)
-            clipped = ((ratio - 1).abs() > self.algo.clip_eps).float()
-            part = {"loss": float(loss) * n_tokens, "clip_frac": float((clipped * mask).sum()),
-                    "approx_kl": float(((old - logp.float()) * mask).sum()), "tokens": float(mask.sum())}
+            log_ratio = (logp - old).clamp(-algo.MAX_LOG_RATIO, algo.MAX_LOG_RATIO)
+            clipped = ((log_ratio.exp() - 1).abs() > self.algo.clip_eps).float()
+            part = {"loss": float(loss) * total, "weight": float(weight.sum()), "clip_frac": float((clipped * mask).sum()),
+                    "approx_kl": float((-log_ratio * mask).sum()), "tokens": float(mask.sum())}
         return loss, part
 
     # ---- forward passes --------------------------------------------------------------------------
 
-    def _forward(self, model, micro: list[Sample]) -> list[torch.Tensor]:
-        """Per-sample log-probs of the action tokens, from one packed or padded forward pass."""
+    def _forward(self, model, micro: list[Sample]):
+        """Per-sample log-probs of the action tokens, from one packed or padded forward pass.
+
+        An empty `micro` runs a one-token pass through the same modules and returns an empty tensor,
+        so that a rank without data takes part in every ZeRO-3 gather (and, with grad, backward).
+        """
         device = self.engine.device
+        rows = micro or [Sample([self.pad_id], [])]
         if self.cfg.packed:
-            ids = torch.tensor([t for s in micro for t in s.prompt_ids + s.action_ids], device=device)[None]
-            positions = torch.cat([torch.arange(len(s)) for s in micro]).to(device)[None]
+            ids = torch.tensor([t for s in rows for t in s.prompt_ids + s.action_ids], device=device)[None]
+            positions = torch.cat([torch.arange(len(s)) for s in rows]).to(device)[None]
             kwargs = {"position_ids": positions}
             if self.attn != "flash_attention_2":  # flash-attention finds the packed samples from position_ids
-                segment = torch.cat([torch.full((len(s),), i) for i, s in enumerate(micro)]).to(device)
+                segment = torch.cat([torch.full((len(s),), i) for i, s in enumerate(rows)]).to(device)
                 causal = torch.ones(len(segment), len(segment), dtype=torch.bool, device=device).tril()
                 kwargs["attention_mask"] = (causal & (segment[:, None] == segment[None, :]))[None, None]
-            token_logp = self._token_logp(model(input_ids=ids, **kwargs).logits, ids)[0]  # [L]
-            out, start = [], 0
-            for s in micro:
-                a, end = len(s.prompt_ids), start + len(s)
-                out.append(token_logp[start + a - 1:end - 1])  # logits at t score token t+1
-                start = end
-            return out
-        width = max(len(s) for s in micro)
-        ids = torch.full((len(micro), width), self.pad_id, device=device)
-        attention = torch.zeros((len(micro), width), dtype=torch.long, device=device)
-        for r, s in enumerate(micro):
-            ids[r, :len(s)] = torch.tensor(s.prompt_ids + s.action_ids)
-            attention[r, :len(s)] = 1
-        token_logp = self._token_logp(model(input_ids=ids, attention_mask=attention).logits, ids)  # [R, width-1]
-        return [token_logp[r, len(s.prompt_ids) - 1:len(s) - 1] for r, s in enumerate(micro)]
-
-    def _dummy(self, model) -> torch.Tensor:
-        return model(input_ids=torch.tensor([[self.pad_id]], device=self.engine.device)).logits.sum()
-
-    def _token_logp(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """log p(ids[:, t+1] | ids[:, :t+1]) at the sampling temperature. [R, L, V] -> [R, L-1]."""
-        logits = logits[:, :-1].float() / self.temperature
-        targets = ids[:, 1:]
-        return -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none").view(targets.shape)
+            starts = torch.tensor([0] + [len(s) for s in rows]).cumsum(0)[:-1].tolist()
+            where = [(0, start + len(s.prompt_ids) - 1, len(s.action_ids)) for s, start in zip(rows, starts)]
+        else:
+            width = max(len(s) for s in rows)
+            ids = torch.full((len(rows), width), self.pad_id, device=device)
+            attention = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+            for r, s in enumerate(rows):
+                ids[r, :len(s)] = torch.tensor(s.prompt_ids + s.action_ids)
+                attention[r, :len(s)] = 1
+            kwargs = {"attention_mask": attention}
+            where = [(r, len(s.prompt_ids) - 1, len(s.action_ids)) for r, s in enumerate(rows)]
+        # hidden state t scores token t+1: keep the positions that score action tokens, nothing else
+        row = torch.tensor([r for r, _, n in where for _ in range(n)], dtype=torch.long, device=device)
+        col = torch.tensor([c + i for _, c, n in where for i in range(n)], dtype=torch.long, device=device)
+        hidden = final_hidden(model, input_ids=ids, **kwargs)[row, col]  # [N, H]
+        chunk = self.cfg.logprob_chunk_tokens
+        n_chunks = self._global_max(math.ceil(len(col) / chunk))  # every rank calls the head as often (ZeRO-3)
+        logp = action_logprobs(hidden, output_head(model), ids[row, col + 1], self.temperature, chunk, n_chunks)
+        return list(logp.split([len(s.action_ids) for s in micro])) if micro else logp
 
     def _split(self, samples: list[Sample]) -> list[list[Sample]]:
         """Micro-batches: by token budget when packed (a sample longer than it goes alone), by rows when padded."""
@@ -297,6 +310,55 @@ class PolicyLearner:
         path, _ = self.engine.load_checkpoint(str(ckpt_dir), tag="state")
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint under {ckpt_dir}")
+
+
+# ---- log-probs without a [tokens, vocab] tensor ----------------------------------------------------
+
+def causal_lm(model):
+    """The transformers causal LM inside a DeepSpeed engine and/or a peft wrapper."""
+    model = getattr(model, "module", model)  # DeepSpeedEngine
+    return model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+
+
+def output_head(model) -> torch.nn.Module:
+    return causal_lm(model).get_output_embeddings()
+
+
+def final_hidden(model, **inputs) -> torch.Tensor:
+    """The decoder's last hidden states [R, L, H], from the model's own forward (so DeepSpeed's hooks
+    run as usual) with logits kept for one position only."""
+    captured: list[torch.Tensor] = []
+    decoder = causal_lm(model).get_decoder()
+    handle = decoder.register_forward_hook(lambda _m, _in, out: captured.append(out[0]))
+    try:
+        model(**inputs, logits_to_keep=1)
+    finally:
+        handle.remove()
+    return captured[-1]
+
+
+def action_logprobs(hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, temperature: float,
+                    chunk: int, n_chunks: int | None = None) -> torch.Tensor:
+    """log softmax(head(hidden) / temperature)[targets], `chunk` rows at a time. [N, H], [N] -> [N] fp32.
+
+    The biggest tensor is [chunk, V] fp32 (a full [N, V] one is 50 GB at 32k tokens and a 152k
+    vocabulary). With grad, each chunk's logits are recomputed in backward rather than stored.
+    `n_chunks` (>= the chunks needed) pads with empty chunks: ranks then call `head` equally often.
+    """
+    n_chunks = max(n_chunks or 0, math.ceil(len(targets) / chunk))
+    out = []
+    for i in range(n_chunks):
+        h, t = hidden[i * chunk:(i + 1) * chunk], targets[i * chunk:(i + 1) * chunk]
+        if torch.is_grad_enabled():
+            out.append(checkpoint(_chunk_logprobs, h, t, head, temperature, use_reentrant=False))
+        else:
+            out.append(_chunk_logprobs(h, t, head, temperature))
+    return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+
+
+def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float) -> torch.Tensor:
+    logits = head(hidden).float() / temperature  # [C, V]
+    return logits.gather(1, targets[:, None])[:, 0] - logits.logsumexp(1)
 
 
 def _chunks(items: list, n: int) -> list[list]:

@@ -11,9 +11,13 @@ entry of `episodes` (its `reset` kwargs) until none are left.
 
 Token-in, token-out. The first prompt of an agent's turn is its chat messages
 (`infos[agent]["messages"]`) rendered by the chat template. A later prompt in the same turn (a tool
-using agent that saw its code's output) is the previous prompt + the sampled action ids + the tokens
-of only the new messages, so the learner trains on exactly the ids that were sampled, in exactly the
-context they were sampled in; earlier text is never re-tokenized.
+using agent that saw its code's output) is, by default, the previous prompt + the sampled action ids
++ the tokens of only the new messages (`mappa_train.chat_tokens`), so the learner trains on exactly
+the ids that were sampled, in exactly the context they were sampled in.
+
+What was judged: an action cut at max_new_tokens has `finish_reason="length"`; an action the env cut
+(its `max_action_chars`, reported in `infos[agent]["action"]["input_error"]`) keeps in
+`judged_tokens` how many of its ids fall within the text the sandbox and the coach saw.
 
 Only the public PettingZoo AEC API is used: reset, step, agent_selection, agents, possible_agents,
 terminations, truncations, infos.
@@ -27,7 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from mappa_train.generation import Generation, Generator, SamplingParams, chat_prompt_ids
+from mappa_train.chat_tokens import ChatFormat, env_cut_chars, judged_prefix
+from mappa_train.generation import Generation, Generator, SamplingParams
 
 
 @dataclass
@@ -46,6 +51,8 @@ class Transition:
     action_index: int  # position in the episode (counting dropped actions)
     turn_index: int  # position within the role's turn
     task_id: str
+    finish_reason: str = "stop"  # "length": cut at max_new_tokens
+    judged_tokens: int | None = None  # the env cut the action's text: only this many ids were judged
 
 
 @dataclass
@@ -106,6 +113,7 @@ def collect(
     max_prompt_tokens: int | None = None,
     first_episode_id: int = 0,
     workers: int | None = None,
+    continuation: str = "append",
 ) -> Rollout:
     """Run `len(episodes)` episodes on `envs` (B = len(envs) at once) and return their transitions.
 
@@ -121,11 +129,13 @@ def collect(
             in `overflow`); set it to the engine's context length minus `max_new_tokens`.
         first_episode_id: episode ids count up from here.
         workers: threads running env.reset/step concurrently (default: one per env).
+        continuation: how a later action of a turn is prompted, "append" or "render" (see chat_tokens).
     """
     if not envs:
         raise ValueError("collect needs at least one env")
     policies = policies if isinstance(policies, Mapping) else {"shared": policies}
     route = _route(policies, role_policy, envs[0].possible_agents)
+    formats = {name: ChatFormat.of(gen.tokenizer, continuation) for name, gen in policies.items()}
     rng = random.Random(seed)
     queue = deque((first_episode_id + i, spec) for i, spec in enumerate(episodes))
     slots = [_Slot(env) for env in envs]
@@ -141,9 +151,10 @@ def collect(
             out.rounds += 1
             waiting = [(s, s.env.agent_selection) for s in active]
             for s, agent in waiting:
-                _refresh_prompt(s, agent, policies[route[agent]].tokenizer)
+                _refresh_prompt(s, agent, formats[route[agent]])
             actions = _generate(policies, route, waiting, params, rng, max_prompt_tokens, out)
-            _parallel(pool, out, [(_act, s, (a, route[a], g)) for (s, a), g in zip(waiting, actions)])
+            _parallel(pool, out, [(_act, s, (a, route[a], g, formats[route[a]].tokenizer))
+                                  for (s, a), g in zip(waiting, actions)])
             ended = [s for s in active if s.stats is not None]
             for s in ended:  # bank the episode; the env takes the next one, if any
                 out.episodes.append(s.stats)
@@ -223,24 +234,24 @@ def _start(slot: _Slot, item: tuple[int, dict]) -> None:
     slot.last_actor, slot.stop_token, slot.actions, slot.dropped, slot.pending, slot.stats = None, None, 0, 0, [], None
 
 
-def _refresh_prompt(slot: _Slot, agent: str, tokenizer) -> None:
+def _refresh_prompt(slot: _Slot, agent: str, fmt: ChatFormat) -> None:
     """Set `slot.prompts[agent]` for the action the agent is about to take."""
     messages = slot.env.infos[agent]["messages"]
     seen = slot.seen.get(agent, 0)
     continuing = (slot.last_actor == agent and len(messages) > seen
                   and messages[seen]["role"] == "assistant")
     if continuing:  # the agent saw its tool output: extend its own tokens with the new messages only
-        slot.prompts[agent] = slot.prompts[agent] + appended_ids(tokenizer, messages[seen + 1:], slot.stop_token)
+        slot.prompts[agent] = fmt.next_prompt_ids(slot.prompts[agent], messages, seen, slot.stop_token)
         slot.turn_index[agent] += 1
     else:
-        slot.prompts[agent] = chat_prompt_ids(tokenizer, messages)
+        slot.prompts[agent] = fmt.prompt_ids(messages)
         slot.turn_index[agent] = 0
     slot.seen[agent] = len(messages)
 
 
-def _act(slot: _Slot, arg: tuple[str, str, Generation | None]) -> None:
+def _act(slot: _Slot, arg: tuple[str, str, Generation | None, Any]) -> None:
     """Step the env with the agent's action; record the transition; finish the episode if it ended."""
-    agent, policy, gen = arg
+    agent, policy, gen, tokenizer = arg
     env = slot.env
     prompt = slot.prompts[agent]
     env.step(gen.text if gen is not None else "")
@@ -248,11 +259,13 @@ def _act(slot: _Slot, arg: tuple[str, str, Generation | None]) -> None:
     coach = info.get("coach")
     ok = coach is None or bool(coach.get("ok", True))
     if gen is not None and ok:
+        kept = env_cut_chars(info.get("input_error"))
+        judged = None if kept is None else judged_prefix(tokenizer, gen.token_ids, kept)
         slot.pending.append(Transition(
             role=agent, policy=policy, prompt_ids=prompt, action_ids=list(gen.token_ids),
             logprobs=list(gen.logprobs), coach_reward=float(info["reward"]), coach_ok=ok, outcome_reward=0.0,
             episode_id=slot.episode_id, action_index=slot.actions, turn_index=slot.turn_index[agent],
-            task_id=slot.task_id))
+            task_id=slot.task_id, finish_reason=gen.finish_reason, judged_tokens=judged))
     slot.dropped += not ok
     slot.actions += 1
     slot.last_actor = agent
@@ -273,29 +286,3 @@ def _finish(slot: _Slot) -> None:
         t.outcome_reward = float(score or 0.0)
     slot.stats = EpisodeStats(slot.episode_id, slot.task_id, score, outcome.get("correct"), slot.actions,
                               slot.dropped, truncated)
-
-
-# --- appending tokens for a continuing turn ---------------------------------------------------------
-
-_SENTINEL = "\u2063MAPPA-ACTION\u2063"
-_BASE = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-         {"role": "assistant", "content": _SENTINEL}]
-
-
-def appended_ids(tokenizer, new_messages: list[dict], stop_token: int | None) -> list[int]:
-    """Tokens that follow a sampled action when `new_messages` join the chat and the assistant is
-    prompted again: the template's end of the assistant turn (minus the stop token the model already
-    sampled), the new messages, and the opening of the next assistant turn. Only this text is
-    tokenized; it is found by rendering the template around a fixed stand-in conversation.
-    """
-    base = tokenizer.apply_chat_template(_BASE, tokenize=False)
-    full = tokenizer.apply_chat_template(_BASE + list(new_messages), tokenize=False, add_generation_prompt=True)
-    if not full.startswith(base):
-        raise ValueError("the chat template renders earlier turns differently once messages are added; "
-                         "token-exact appending needs a template that only appends (e.g. ChatML)")
-    end_of_turn = base[base.rindex(_SENTINEL) + len(_SENTINEL):]
-    if stop_token is not None:
-        stop_text = tokenizer.decode([stop_token], skip_special_tokens=False)
-        if stop_text and end_of_turn.startswith(stop_text):
-            end_of_turn = end_of_turn[len(stop_text):]
-    return tokenizer.encode(end_of_turn + full[len(base):], add_special_tokens=False)

@@ -19,6 +19,7 @@ import json
 import random
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -36,13 +37,18 @@ SHARED = "shared"
 
 # ---- set-up ----------------------------------------------------------------------------------------
 
-def resolve_model(cfg: TrainConfig) -> Path | str:
-    """The starting checkpoint: 'tiny' builds one offline under out_dir."""
-    if cfg.model.path == "tiny":
-        from mappa_train.tiny_model import build_tiny_model
+def resolve_model(cfg: TrainConfig) -> Path:
+    """The starting checkpoint as a local directory (mappa_train.models); 'tiny' is built under out_dir."""
+    from mappa_train.models import resolve_model as resolve
 
-        return build_tiny_model(Path(cfg.out_dir) / "tiny_model", seed=cfg.seed)
-    return cfg.model.path
+    return resolve(cfg.model.path, tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed)
+
+
+def check_template(cfg: TrainConfig, model_path: Path | str):
+    """Refuse, before anything starts, a chat template the rollout cannot prompt token-exactly."""
+    from mappa_train.chat_tokens import ChatFormat
+
+    return ChatFormat.of(AutoTokenizer.from_pretrained(model_path), cfg.generation.continuation)
 
 
 def make_coach(cfg: TrainConfig):
@@ -84,11 +90,19 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
            lr: float) -> dict[str, float]:
     """One REINFORCE++ update from a step's transitions (see mappa_train.algo); returns metrics."""
     kept = [t for t in transitions if t.coach_ok]  # a failed coach call has no reward to learn from
-    metrics: dict[str, float] = {"actions": float(len(kept))}
+    length_cut = sum(t.finish_reason == "length" for t in kept)
+    env_cut = sum(t.judged_tokens is not None for t in kept)
+    if cfg.algo.mask_length_cut:  # no natural end: its coach score says little about its tokens
+        kept = [t for t in kept if t.finish_reason != "length"]
+    kept = [t for t in kept if t.judged_tokens != 0]  # the env kept none of its text
+    metrics: dict[str, float] = {"actions": float(len(kept)), "length_cut": float(length_cut), "env_cut": float(env_cut)}
     if not kept:
         return metrics
-    samples = [Sample(list(t.prompt_ids), list(t.action_ids)) for t in kept]
-    old, ref = [None] * len(kept), [None] * len(kept)
+    # an action the env cut is trained on the ids the sandbox and the coach saw, no more
+    judged = [len(t.action_ids) if t.judged_tokens is None else t.judged_tokens for t in kept]
+    samples = [Sample(list(t.prompt_ids), list(t.action_ids[:n])) for t, n in zip(kept, judged)]
+    gen_lp = [torch.tensor(t.logprobs[:n], dtype=torch.float32) for t, n in zip(kept, judged)]
+    ref, learner_lp = [None] * len(kept), [None] * len(kept)
     for name, learner in learners.items():
         idx = [i for i, t in enumerate(kept) if policy_of[t.role] == name]
         if not idx:
@@ -96,9 +110,10 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
         mine = [samples[i] for i in idx]
         for i, lp in zip(idx, learner.logprobs(mine, reference=True)):
             ref[i] = lp
-        gen_lp = [torch.tensor(kept[i].logprobs, dtype=torch.float32) for i in idx]
-        for i, lp in zip(idx, gen_lp if cfg.algo.old_logprobs == "generator" else learner.logprobs(mine)):
-            old[i] = lp
+        for i, lp in zip(idx, learner.logprobs(mine)):  # π_θ_old as the learner sees it
+            learner_lp[i] = lp
+    old = gen_lp if cfg.algo.old_logprobs == "generator" else learner_lp
+    metrics.update(logprob_gap(gen_lp, learner_lp, cfg.algo.logprob_gap_warn))
     # [N, A] tensors over action tokens only: the advantage math never looks at prompts
     mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(s.action_ids)) for s in samples], batch_first=True)
     old_t = torch.nn.utils.rnn.pad_sequence(old, batch_first=True)
@@ -111,7 +126,8 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     advantages = algo.advantages(
         old_t, ref_t, mask, reward, beta=cfg.algo.beta, kl_in_loss=cfg.algo.kl_in_loss, scope=cfg.algo.scope,
         episode=torch.tensor([episodes[str(t.episode_id)] for t in kept]), agent=role_id,
-        order=torch.tensor([t.action_index for t in kept]), per_role=role_id if cfg.algo.whiten == "per_role" else None)
+        order=torch.tensor([t.action_index for t in kept]), per_role=role_id if cfg.algo.whiten == "per_role" else None,
+        std_floor=cfg.algo.std_floor)
     for i, s in enumerate(samples):
         n = len(s.action_ids)
         s.old_logp, s.ref_logp, s.advantages = old_t[i, :n], ref_t[i, :n], advantages[i, :n]
@@ -129,6 +145,18 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     if len(learners) > 1:  # a token-weighted loss over policies, for the plot
         metrics["loss"] = sum(metrics[f"loss/{n}"] * metrics[f"tokens/{n}"] for n in learners if f"loss/{n}" in metrics) / tokens
     return metrics
+
+
+def logprob_gap(generator: Sequence[torch.Tensor], learner: Sequence[torch.Tensor], warn_above: float) -> dict[str, float]:
+    """Mean and max |generator − learner| log-prob over action tokens; warns when the mean is above
+    `warn_above` (a broken weight sync, a template or dtype mismatch)."""
+    gap = torch.cat([(g - l.float()).abs() for g, l in zip(generator, learner)])
+    mean, biggest = float(gap.mean()), float(gap.max())
+    if mean > warn_above:
+        warnings.warn(f"generator and learner log-probs differ by {mean:.4f} on average (max {biggest:.3f}) > "
+                      f"algo.logprob_gap_warn={warn_above}: are the generator's weights synced and the dtypes the same?",
+                      stacklevel=2)
+    return {"logprob_gap_mean": mean, "logprob_gap_max": biggest}
 
 
 # ---- checkpoints ---------------------------------------------------------------------------------
@@ -183,9 +211,9 @@ def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[st
                          f"exceeds the model's context ({limit}); lower generation.max_prompt_tokens")
     if g.backend == "hf":
         kwargs: dict = {"dtype": torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32}
-    else:
+    else:  # one GPU holds this process's engines: they share vllm_gpu_memory_utilization (vLLM checks the sum)
         kwargs = {"dtype": cfg.model.dtype, "max_model_len": g.max_prompt_tokens + g.max_new_tokens,
-                  "gpu_memory_utilization": g.vllm_gpu_memory_utilization, "seed": cfg.seed}
+                  "gpu_memory_utilization": g.vllm_gpu_memory_utilization / len(names), "seed": cfg.seed}
     return {name: make_generator(g.backend, str(model_path), **kwargs) for name in names}
 
 
@@ -206,7 +234,8 @@ def local_rollouts(cfg: TrainConfig, model_path: Path | str) -> Rollouts:
         episodes = [{"seed": seed + offset + i, "options": {"task_id": t}} for i, t in enumerate(task_ids)]
         return collect(envs[eval_set], generators, sampling_params(cfg, eval_set is not None), episodes,
                        role_policy=policy_of, seed=seed + offset, first_episode_id=offset,
-                       max_prompt_tokens=cfg.generation.max_prompt_tokens, workers=cfg.rollout.step_workers)
+                       max_prompt_tokens=cfg.generation.max_prompt_tokens, workers=cfg.rollout.step_workers,
+                       continuation=cfg.generation.continuation)
 
     def sync(weights: Mapping[str, dict]) -> None:
         for name, gen in generators.items():
@@ -232,6 +261,7 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     torch.manual_seed(cfg.seed)
     model_path = resolve_model(cfg)
+    check_template(cfg, model_path)
     rollouts = rollouts or local_rollouts(cfg, model_path)
     policy_of = rollouts.policy_of
     if learners is None:

@@ -98,7 +98,8 @@ def test_lr_schedule_and_chunks():
 
 def _worker(model_dir: str, out: str) -> None:
     """One rank of the 2-rank ZeRO-3 run: train on every other sample, report from rank 0."""
-    cfg = LearnerConfig(lr=LR, packed=True, zero_stage=3, micro_batch_tokens=24, train_batch_size=64)
+    # 3-token LM-head chunks: the ranks hold different token counts, so they must agree on the chunk count
+    cfg = LearnerConfig(lr=LR, packed=True, zero_stage=3, micro_batch_tokens=24, train_batch_size=64, logprob_chunk_tokens=3)
     learner = PolicyLearner(model_dir, cfg, AlgoConfig())
     samples = make_samples()
     prepare(learner, samples)  # every rank scores all samples: same old_logp/advantages everywhere

@@ -20,7 +20,8 @@ from mappa_envs.mathchat import prompts as duties  # noqa: E402
 from mappa_envs.sandbox import make_sandbox  # noqa: E402
 from mappa_train.generation import Generation, SamplingParams  # noqa: E402
 from mappa_train.generation.hf import HFGenerator  # noqa: E402
-from mappa_train.rollout import appended_ids, collect  # noqa: E402
+from mappa_train.chat_tokens import ChatFormat, TemplateError  # noqa: E402
+from mappa_train.rollout import collect  # noqa: E402
 from mappa_train.tiny_model import build_tiny_model  # noqa: E402
 
 TASKS = [Task(id=f"t{i}", prompt=f"What is {i} times 7?", answer=str(7 * i)) for i in range(1, 5)]
@@ -222,19 +223,22 @@ def test_role_policy_must_cover_every_role(hf, make_envs):
         collect(envs, {"a": hf, "b": hf}, PARAMS, episodes(1))
 
 
-def test_appended_ids_tokenize_only_the_new_messages(hf):
+def test_continuation_tokenizes_only_the_new_messages(hf):
     tok = hf.tokenizer
-    new = [{"role": "user", "content": "Output of your code:\n[cell 1] ok\n42"}]
+    fmt = ChatFormat.of(tok)
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+            {"role": "user", "content": "Output of your code:\n[cell 1] ok\n42"}]
     tail = "<|im_start|>user\nOutput of your code:\n[cell 1] ok\n42<|im_end|>\n<|im_start|>assistant\n"
-    assert appended_ids(tok, new, stop_token=tok.eos_token_id) == tok.encode("\n" + tail, add_special_tokens=False)
+    assert fmt.next_prompt_ids([7], chat, 1, stop_token=tok.eos_token_id) == [7] + tok.encode("\n" + tail, add_special_tokens=False)
     # an action cut at max_new_tokens has no stop token yet: the template's end of turn is added
-    assert appended_ids(tok, new, stop_token=None) == tok.encode("<|im_end|>\n" + tail, add_special_tokens=False)
+    assert fmt.next_prompt_ids([7], chat, 1, stop_token=None) == [7] + tok.encode("<|im_end|>\n" + tail, add_special_tokens=False)
 
 
-def test_a_template_that_rewrites_history_is_refused(model_dir):
+def test_a_template_that_drops_history_is_refused(model_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    tok.chat_template = "{% for m in messages[-2:] %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    with pytest.raises(ValueError, match="renders earlier turns differently"):
-        appended_ids(tok, [{"role": "user", "content": "x"}], None)
+    tok.chat_template = ("{% for m in messages[-1:] %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant: {% endif %}")
+    with pytest.raises(TemplateError, match="continuation=render"):
+        ChatFormat.of(tok)

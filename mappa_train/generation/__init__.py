@@ -98,15 +98,24 @@ def decode(tokenizer, token_ids: list[int]) -> str:
 
 
 def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
-    """The token ids of `messages` rendered by the tokenizer's chat template, assistant turn opened."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("the tokenizer has no chat_template; set tokenizer.chat_template (e.g. ChatML)")
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+    """The token ids of `messages` rendered by the tokenizer's chat template, assistant turn opened
+    (a template without a system role gets the system message folded into the first user message)."""
+    from mappa_train.chat_tokens import ChatFormat
+
+    return ChatFormat.of(tokenizer, "render").prompt_ids(messages)
 
 
 def stop_ids(tokenizer, params: SamplingParams) -> list[int]:
-    """The tokenizer's eos plus the caller's stop tokens."""
+    """The tokenizer's eos, the chat template's end-of-turn token (Gemma's <end_of_turn>, which is not
+    its eos), plus the caller's stop tokens."""
+    from mappa_train.chat_tokens import ChatFormat, TemplateError
+
     ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            ids += [i for i in ChatFormat.of(tokenizer, "render").stop_token_ids if i not in ids]
+        except TemplateError:  # not a chat model's template: plain completion, eos only
+            pass
     return ids + [i for i in params.stop_token_ids if i not in ids]
 
 
