@@ -11,6 +11,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="a YAML preset (configs/mathchat.yaml, configs/dsbench.yaml, configs/quickstart.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="override config keys, e.g. learner.lr=1e-5 steps=10")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    parser.add_argument("--dry-run", action="store_true", help="resolve the model, check its chat template, print the "
+                        "GPU placement and memory plan against `hardware`, and exit (0: it fits)")
     parser.epilog = "config keys (key = default  [type]  meaning):\n  " + "\n  ".join(help_lines())
 
 
@@ -27,13 +29,24 @@ def run(args: argparse.Namespace) -> int:
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
-    if cfg.ray.enabled:
-        from mappa_train.ray_mode import train_with_ray
+    from mappa_train.chat_tokens import TemplateError
+    from mappa_train.models import ModelSourceError
 
-        out = train_with_ray(cfg)
-    else:
-        from mappa_train.train import train
+    try:
+        if args.dry_run:
+            from mappa_train.train import dry_run
 
-        out = train(cfg)
+            return dry_run(cfg)
+        if cfg.ray.enabled:
+            from mappa_train.ray_mode import train_with_ray
+
+            out = train_with_ray(cfg)
+        else:
+            from mappa_train.train import train
+
+            out = train(cfg)
+    except (ModelSourceError, TemplateError) as e:
+        print(f"mappa train: {e}")
+        return 2
     print(f"done: metrics, curves.png and the final model are in {out}")
     return 0

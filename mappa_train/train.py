@@ -51,6 +51,13 @@ def check_template(cfg: TrainConfig, model_path: Path | str):
     return ChatFormat.of(AutoTokenizer.from_pretrained(model_path), cfg.generation.continuation)
 
 
+def dry_run(cfg: TrainConfig) -> int:
+    """`mappa train --dry-run`: resolve the model, check its template, print the placement plan (plan.py)."""
+    from mappa_train.plan import dry_run as check
+
+    return check(cfg)
+
+
 def make_coach(cfg: TrainConfig):
     from mappa_envs.coach import CachedCoach, LLMCoach, RuleCoach
 

@@ -1,0 +1,280 @@
+"""`mappa train --dry-run`: resolve the model, check its chat template, and place every vLLM engine and
+learner rank on the declared GPUs (`hardware`) with the memory each asks for; nothing is started.
+
+The placement is the one the trainer uses:
+- local mode (`ray.enabled=false`): one process; its generators (one per policy) and learners share
+  GPU 0. The vLLM engines of one process share `generation.vllm_gpu_memory_utilization` of their
+  GPU, split evenly, so their fractions add up to what vLLM's start-up check allows.
+- Ray mode: each rollout worker and each learner rank is an actor asking `ray.gpus_per_worker`
+  GPUs; actors are packed onto GPUs in order (two 0.5-GPU actors share one). A rollout worker's
+  engines share its GPU as above.
+
+Memory figures are estimates from config.json (parameters, KV cache bytes per token) and the
+learner settings; an engine must hold its weights, ~2 GiB of runtime overhead and the KV cache of at
+least one full-length sequence (`max_model_len`), or vLLM refuses to start.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from mappa_train.config import TrainConfig
+
+GiB = 1 << 30
+ENGINE_OVERHEAD = 2 * GiB  # CUDA context, graphs, sampler and activation workspace of one vLLM engine
+RANK_OVERHEAD = 2 * GiB  # CUDA context and DeepSpeed buffers of one learner rank
+
+
+@dataclass
+class Shape:
+    """The sizes of a decoder-only transformer that memory depends on, from its config.json."""
+
+    params: int
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    max_positions: int | None
+
+    @classmethod
+    def of(cls, config: dict) -> Shape:
+        c = config.get("text_config", config)
+        h, layers, inter, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
+        heads = c["num_attention_heads"]
+        kv, hd = c.get("num_key_value_heads", heads), c.get("head_dim") or h // heads
+        per_layer = h * heads * hd * 2 + h * kv * hd * 2 + 3 * h * inter + 2 * h
+        embed = vocab * h * (1 if c.get("tie_word_embeddings", config.get("tie_word_embeddings")) else 2)
+        return cls(layers * per_layer + embed + h, layers, h, inter, heads, kv, hd, vocab, c.get("max_position_embeddings"))
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+
+def activation_bytes(shape: Shape, tokens: int, cfg: TrainConfig) -> dict[str, int]:
+    """Estimated training activations of one micro-batch of `tokens` tokens (backward included).
+
+    With gradient checkpointing each layer keeps only its input, and one layer's activations live at
+    a time during the recompute; without it every layer keeps them all. Flash-attention keeps no
+    [T, T] term; a packed row with another kernel builds a T×T block-diagonal mask. Log-probs add one
+    LM-head chunk of fp32 logits (~3 live copies: logits, exp, grad).
+    """
+    b = 2 if cfg.model.dtype == "bfloat16" else 4
+    s = shape
+    per_layer = tokens * (4 * s.hidden + 2 * s.heads * s.head_dim + 2 * s.kv_heads * s.head_dim + 3 * s.intermediate) * b
+    if cfg.learner.grad_checkpointing:
+        layers = s.layers * tokens * s.hidden * b + per_layer
+    else:
+        layers = s.layers * per_layer
+    mask = tokens * tokens if cfg.learner.packed and cfg.model.attn_implementation != "flash_attention_2" else 0
+    logits = 3 * min(tokens, cfg.learner.logprob_chunk_tokens) * s.vocab * 4
+    return {"layers": layers, "attention_mask": mask, "logits_chunk": logits, "total": layers + mask + logits}
+
+
+def micro_batch_tokens(cfg: TrainConfig) -> int:
+    g = cfg.generation
+    return cfg.learner.micro_batch_tokens if cfg.learner.packed else cfg.learner.micro_batch_size * (
+        g.max_prompt_tokens + g.max_new_tokens)
+
+
+def learner_bytes(shape: Shape, cfg: TrainConfig, ranks: int) -> dict[str, int]:
+    """GPU memory of one learner rank: weights, grads, optimizer (unless offloaded), reference, activations."""
+    lc, p = cfg.learner, shape.params
+    b = 2 if cfg.model.dtype == "bfloat16" else 4
+    zero = lc.zero_stage
+    weights = p * b // (ranks if zero == 3 else 1)
+    grads = p * 4 // (ranks if zero >= 2 else 1)
+    optimizer_state = p * (12 if b == 2 else 8) // (ranks if zero >= 1 else 1)  # fp32 master + Adam moments
+    out = {"weights": weights, "grads": grads, "optimizer": 0 if lc.offload_optimizer else optimizer_state,
+           "reference": weights, "activations": activation_bytes(shape, micro_batch_tokens(cfg), cfg)["total"],
+           "overhead": RANK_OVERHEAD}
+    out["total"] = sum(out.values())
+    out["cpu_optimizer"] = optimizer_state if lc.offload_optimizer else 0
+    return out
+
+
+@dataclass
+class GPU:
+    index: int
+    node: int
+    used: float = 0.0  # GPUs' worth of Ray requests placed here
+    holds: list[tuple[str, int]] = field(default_factory=list)  # (what, bytes)
+
+    def memory(self) -> int:
+        return sum(n for _, n in self.holds)
+
+
+@dataclass
+class Plan:
+    lines: list[str]
+    problems: list[str]
+
+
+def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
+    """Put the engines and learner ranks on `hardware` GPUs; a problem for everything that does not fit."""
+    hw, g = cfg.hardware, cfg.generation
+    lines: list[str] = []
+    problems: list[str] = []
+    if hw.gpus == 0:
+        lines.append("hardware.gpus=0: a CPU run (vLLM-CPU or transformers generators, DeepSpeed on CPU); "
+                     "no GPU placement to check")
+        return Plan(lines, problems)
+    gpus = [GPU(i, node) for node in range(hw.nodes) for i in range(node * hw.gpus, (node + 1) * hw.gpus)]
+    capacity = int(hw.gpu_memory_gb * GiB)
+    b = 2 if cfg.model.dtype == "bfloat16" else 4
+    weights = shape.params * b
+    max_len = g.max_prompt_tokens + g.max_new_tokens
+    ranks = cfg.ray.learner_ranks if cfg.ray.enabled else 1
+    learner = learner_bytes(shape, cfg, ranks)
+
+    def engine_line(names: list[str]) -> tuple[str, int]:
+        if g.backend == "hf":  # a full transformers copy per policy; its KV cache grows with the batch
+            kv = cfg.rollout.num_envs * max_len * shape.kv_bytes_per_token(b)
+            each = weights + kv
+            return f"transformers generators {', '.join(names)}: {_gib(each)} each (weights + KV of num_envs × " \
+                   f"max_model_len)", each * len(names)
+        share = g.vllm_gpu_memory_utilization / len(names)
+        each = share * capacity
+        kv_tokens = int((each - weights - ENGINE_OVERHEAD) // shape.kv_bytes_per_token(b))
+        if kv_tokens < max_len:
+            problems.append(f"a vLLM engine's share {share:.3f} of a {hw.gpu_memory_gb:g} GiB GPU holds "
+                            f"{max(kv_tokens, 0)} KV tokens < max_model_len {max_len}: vLLM refuses to start; raise "
+                            "generation.vllm_gpu_memory_utilization, give each policy its own GPU, or lower max_prompt_tokens")
+        return (f"vLLM engines {', '.join(names)}: gpu_memory_utilization {share:.3f} each = {_gib(each)} "
+                f"(weights {_gib(weights)}, KV cache {max(kv_tokens, 0):,} tokens = "
+                f"{max(kv_tokens, 0) / max_len:.1f} × max_model_len {max_len})"), int(each * len(names))
+
+    def learner_line(name: str, rank: int) -> tuple[str, int]:
+        m = learner
+        return (f"learner {name} rank {rank}/{ranks}: {_gib(m['total'])} (weights {_gib(m['weights'])}, grads "
+                f"{_gib(m['grads'])}, optimizer {_gib(m['optimizer'])}{' (offloaded)' if cfg.learner.offload_optimizer else ''}, "
+                f"reference {_gib(m['reference'])}, activations {_gib(m['activations'])}, overhead {_gib(m['overhead'])})"), m["total"]
+
+    if not cfg.ray.enabled:  # one process on GPU 0
+        for what, size in (engine_line(policies), *[learner_line(p, 0) for p in policies]):
+            gpus[0].holds.append((what, size))
+        if g.backend == "vllm":
+            room = (1 - g.vllm_gpu_memory_utilization) * capacity
+            need = sum(learner_line(p, 0)[1] for p in policies)
+            if need > room:
+                problems.append(f"GPU 0: the learners need {_gib(need)} beside the engines' "
+                                f"{g.vllm_gpu_memory_utilization:g} of the GPU ({_gib(room)} left); lower "
+                                "generation.vllm_gpu_memory_utilization or use Ray mode with more GPUs")
+    else:
+        actors = [(f"rollout worker {w}", engine_line(policies)) for w in range(cfg.ray.rollout_workers)]
+        actors += [(None, learner_line(p, r)) for p in policies for r in range(ranks)]
+        ask = cfg.ray.gpus_per_worker
+        if ask <= 0:
+            problems.append("ray.gpus_per_worker=0 with hardware.gpus>0: Ray would put every engine and rank on the CPU")
+        for label, (what, size) in actors:
+            gpu = _fit(gpus, ask)
+            if gpu is None:
+                problems.append(f"no GPU left for {label or what.split(':')[0]}: {len(actors)} actors × {ask:g} GPU > "
+                                f"{len(gpus)} GPUs; lower ray.rollout_workers / ray.learner_ranks or add GPUs")
+                continue
+            gpu.holds.append((f"{label}: {what}" if label else what, size))
+    for gpu in gpus:
+        if not gpu.holds:
+            continue
+        lines.append(f"GPU {gpu.index} (node {gpu.node}): {_gib(gpu.memory())} of {_gib(capacity)}")
+        lines += [f"    {what}" for what, _ in gpu.holds]
+        if gpu.memory() > capacity:
+            problems.append(f"GPU {gpu.index} needs {_gib(gpu.memory())} > {hw.gpu_memory_gb:g} GiB")
+    if learner["cpu_optimizer"]:
+        total = learner["cpu_optimizer"] * ranks * len(policies)
+        lines.append(f"CPU memory: offloaded optimizer states {_gib(total)} in all "
+                     f"({len(policies)} policies × {ranks} ranks × {_gib(learner['cpu_optimizer'])})")
+    return Plan(lines, problems)
+
+
+def _fit(gpus: list[GPU], ask: float) -> GPU | None:
+    """The first GPU with room for an actor asking `ask` GPUs (whole GPUs for ask >= 1)."""
+    for i, gpu in enumerate(gpus):
+        if ask >= 1:
+            span = gpus[i:i + math.ceil(ask)]
+            if len(span) == math.ceil(ask) and all(x.used == 0 for x in span) and len({x.node for x in span}) == 1:
+                for x in span:
+                    x.used = 1.0
+                return gpu
+        elif gpu.used + ask <= 1 + 1e-9:
+            gpu.used += ask
+            return gpu
+    return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+def dry_run(cfg: TrainConfig, echo=print) -> int:
+    """Check that `cfg` can start on its declared hardware; print the plan. 0 when everything fits."""
+    from transformers import AutoTokenizer
+
+    from mappa_train.chat_tokens import ChatFormat, TemplateError
+    from mappa_train.models import ModelSourceError, describe_model
+
+    problems: list[str] = []
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            echo(f"this machine has no GPU: checking the plan against the declared hardware "
+                 f"({cfg.hardware.nodes} × {cfg.hardware.gpus} GPUs of {cfg.hardware.gpu_memory_gb:g} GiB)")
+        elif torch.cuda.device_count() < cfg.hardware.gpus:
+            problems.append(f"hardware.gpus={cfg.hardware.gpus} but this machine has {torch.cuda.device_count()} GPUs")
+    except ImportError:
+        echo("torch is not installed: pip install 'mappa[train]'")
+        return 1
+    try:
+        info = describe_model(cfg.model.path, tiny_dir=f"{cfg.out_dir}/tiny_model", seed=cfg.seed)
+    except ModelSourceError as e:
+        echo(f"model: {e}")
+        return 1
+    shape = Shape.of(info.config)
+    echo(f"model {cfg.model.path} -> {info.path}: {shape.params / 1e9:.2f} B parameters, {shape.layers} layers, "
+         f"vocab {shape.vocab}, context {shape.max_positions}")
+    try:
+        fmt = ChatFormat.of(AutoTokenizer.from_pretrained(info.path), cfg.generation.continuation)
+        echo(f"chat template: ok (continuation={cfg.generation.continuation}, stop ids {list(fmt.stop_token_ids)}"
+             f"{', system folded into the first user turn' if fmt.fold_system else ''})")
+    except TemplateError as e:
+        problems.append(f"chat template: {e}")
+    max_len = cfg.generation.max_prompt_tokens + cfg.generation.max_new_tokens
+    if shape.max_positions and max_len > shape.max_positions:
+        problems.append(f"generation.max_prompt_tokens + max_new_tokens = {max_len} > the model's context "
+                        f"{shape.max_positions}")
+    policies = _policies(cfg, problems)
+    if policies:
+        tokens = micro_batch_tokens(cfg)
+        act = activation_bytes(shape, tokens, cfg)
+        echo(f"activations per micro-batch of {tokens} tokens: {_gib(act['total'])} (layers {_gib(act['layers'])}, "
+             f"attention mask {_gib(act['attention_mask'])}, LM-head chunk {_gib(act['logits_chunk'])})")
+        plan = place(cfg, shape, policies)
+        for line in plan.lines:
+            echo(line)
+        problems += plan.problems
+    for p in problems:
+        echo(f"problem: {p}")
+    echo("the plan fits: ready to train" if not problems else f"{len(problems)} problem(s): the run would not start")
+    return 0 if not problems else 1
+
+
+def _policies(cfg: TrainConfig, problems: list[str]) -> list[str]:
+    """The policy names of the run, from the env's roles (built offline: rule coach, local sandbox)."""
+    if cfg.model.policies == "shared":
+        return ["shared"]
+    import mappa_envs
+    from mappa_envs.coach import RuleCoach
+
+    try:
+        env = mappa_envs.make(cfg.env.id, coach=RuleCoach(), sandbox="local", **cfg.env.kwargs)
+    except Exception as e:  # noqa: BLE001 - missing data, bad kwargs: reported, not raised
+        problems.append(f"env {cfg.env.id} cannot be built from env.kwargs ({type(e).__name__}: {e}); "
+                        "is its data in place?")
+        return []
+    try:
+        return list(env.possible_agents)
+    finally:
+        env.close()
