@@ -31,12 +31,15 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from mappa_train import algo
-from mappa_train.config import AlgoConfig, LearnerConfig
+
+if TYPE_CHECKING:  # at run time the learner needs torch only (benchmarks/gpu_check.py imports it bare)
+    from mappa_train.config import AlgoConfig, LearnerConfig
 
 
 @dataclass
@@ -357,7 +360,9 @@ def action_logprobs(hidden: torch.Tensor, head: torch.nn.Module, targets: torch.
 
 
 def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float) -> torch.Tensor:
-    logits = head(hidden).float() / temperature  # [C, V]
+    logits = head(hidden).float()  # [C, V]
+    if temperature != 1.0:
+        logits = logits / temperature
     return logits.gather(1, targets[:, None])[:, 0] - logits.logsumexp(1)
 
 

@@ -7,10 +7,12 @@ run. `ray.address=""` starts Ray on this machine; on a cluster run `ray start --
 - `RolloutWorker` actors each own `rollout.num_envs` envs and a generator per policy; a step's tasks
   are split across them in order, and episode seeds are the same as in local mode, so results do
   not depend on the number of workers (up to the sampling seed of each generate call).
-- Each policy gets `ray.learner_ranks` `LearnerRank` actors forming one DeepSpeed world (its own
-  rendezvous port); `LearnerGroup` shards samples over them and looks like one `PolicyLearner`.
-- After each update, rank 0's gathered weights go once into the object store and every worker
-  loads them.
+- Each policy gets `ray.learner_ranks` `LearnerRank` actors forming one DeepSpeed world; its
+  rendezvous is rank 0's node IP (as Ray sees it) and a port free on that node, so the ranks may sit
+  on different machines. `LearnerGroup` shards samples over them and looks like one `PolicyLearner`.
+- After each update every rank takes part in gathering the weights (collective under ZeRO-3), but
+  only rank 0 puts them in the object store, once; the driver passes the reference on and each
+  rollout worker reads the one copy (the driver never holds the weights).
 
 On a cluster, `model.path` and `out_dir` must be visible to every node (a shared filesystem): actors
 load the starting weights from it and every rank writes its share of each checkpoint there.
@@ -34,6 +36,12 @@ def _ray():
     return ray
 
 
+def _resolve(weights: Mapping[str, object]) -> dict[str, dict]:
+    """{policy: state dict or ObjectRef} -> {policy: state dict}."""
+    ray = _ray()
+    return {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in weights.items()}
+
+
 class RolloutWorkerImpl:
     """Envs and generators in a Ray actor; `collect` runs a slice of a step's episodes."""
 
@@ -48,28 +56,41 @@ class RolloutWorkerImpl:
     def collect(self, task_ids: list[str], seed: int, eval_set: str | None, offset: int):
         return self.local.collect(task_ids, seed, eval_set, offset)
 
-    def load_weights(self, weights: dict[str, dict]) -> None:
-        self.local.sync(weights)
+    def load_weights(self, weights: dict[str, object]) -> None:
+        self.local.sync(_resolve(weights))
 
     def close(self) -> None:
         self.local.close()
 
 
 class LearnerRankImpl:
-    """One DeepSpeed rank of one policy's learner, in a Ray actor."""
+    """One DeepSpeed rank of one policy's learner, in a Ray actor: `rendezvous` on rank 0, then `start`."""
 
-    def __init__(self, rank: int, world: int, master_port: int, model_path: str, cfg: TrainConfig, pad_id: int):
-        os.environ.update(RANK=str(rank), LOCAL_RANK="0", WORLD_SIZE=str(world), LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1" if world == 1 else os.environ.get("MAPPA_MASTER_ADDR", "127.0.0.1"),
-                          MASTER_PORT=str(master_port))
+    def __init__(self, rank: int, world: int, model_path: str, cfg: TrainConfig, pad_id: int):
+        self.rank, self.world, self.model_path, self.cfg, self.pad_id = rank, world, model_path, cfg, pad_id
+        self.learner = None
+
+    def rendezvous(self) -> tuple[str, int]:
+        """This actor's node IP and a port free on it: where the other ranks find rank 0."""
+        return _ray().util.get_node_ip_address(), _free_port()
+
+    def start(self, master_addr: str, master_port: int) -> None:
+        os.environ.update(RANK=str(self.rank), LOCAL_RANK="0", WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         from mappa_train.learner import PolicyLearner
 
-        self.learner = PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
+        cfg = self.cfg
+        self.learner = PolicyLearner(self.model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
                                      attn_implementation=cfg.model.attn_implementation,
-                                     temperature=cfg.generation.temperature, pad_id=pad_id)
+                                     temperature=cfg.generation.temperature, pad_id=self.pad_id)
 
     def call(self, method: str, *args):
         return getattr(self.learner, method)(*args)
+
+    def weights_ref(self):
+        """Gather the weights (every rank: collective); rank 0 puts them in the object store, once."""
+        state = self.learner.state_dict()
+        return _ray().put(state) if self.rank == 0 else None
 
 
 class LearnerGroup:
@@ -79,6 +100,7 @@ class LearnerGroup:
 
     def __init__(self, ranks: list):
         self.ranks = ranks
+        self.master: tuple[str, int] | None = None  # rank 0's (node IP, port), set by start_learners
 
     def _all(self, method: str, *args) -> list:
         return _ray().get([r.call.remote(method, *args) for r in self.ranks])
@@ -97,8 +119,9 @@ class LearnerGroup:
     def train(self, samples: list[Sample], lr: float) -> dict[str, float]:
         return self._sharded("train", samples, lr)[0]  # metrics are already reduced over ranks
 
-    def state_dict(self) -> dict:
-        return self._all("state_dict")[0]
+    def state_dict(self):
+        """An ObjectRef to the full weights (one copy in the object store), for `Rollouts.sync`."""
+        return _ray().get([r.weights_ref.remote() for r in self.ranks])[0]
 
     def save_checkpoint(self, ckpt_dir) -> None:
         self._all("save_checkpoint", str(ckpt_dir))
@@ -108,6 +131,15 @@ class LearnerGroup:
 
     def save_pretrained(self, out_dir) -> None:
         self._all("save_pretrained", str(out_dir))
+
+
+def start_learners(groups: Mapping[str, LearnerGroup]) -> None:
+    """Every group's ranks rendezvous at their rank 0's node and start their engines, all groups at once."""
+    ray = _ray()
+    masters = ray.get([g.ranks[0].rendezvous.remote() for g in groups.values()])
+    for group, master in zip(groups.values(), masters):
+        group.master = master
+    ray.get([r.start.remote(*g.master) for g in groups.values() for r in g.ranks])
 
 
 def ray_rollouts(workers: list):
@@ -136,9 +168,10 @@ def ray_rollouts(workers: list):
                 setattr(merged, k, max(getattr(merged, k), getattr(p, k)))
         return merged
 
-    def sync(weights: Mapping[str, dict]) -> None:
-        ref = ray.put(dict(weights))  # one copy in the object store, read by every worker
-        ray.get([w.load_weights.remote(ref) for w in workers])
+    def sync(weights: Mapping[str, object]) -> None:
+        """Weights as ObjectRefs (LearnerGroup.state_dict) or dicts (put once here); every worker reads the copy."""
+        refs = {k: v if isinstance(v, ray.ObjectRef) else ray.put(v) for k, v in weights.items()}
+        ray.get([w.load_weights.remote(refs) for w in workers])
 
     def close() -> None:
         ray.get([w.close.remote() for w in workers])
@@ -151,11 +184,12 @@ def train_with_ray(cfg: TrainConfig) -> Path:
     ray = _ray()
     from transformers import AutoTokenizer
 
-    from mappa_train.train import resolve_model, train
+    from mappa_train.train import check_template, resolve_model, train
 
+    model_path = str(resolve_model(cfg))
+    check_template(cfg, model_path)  # before any actor starts
     if not ray.is_initialized():
         ray.init(address=cfg.ray.address or None, include_dashboard=False, log_to_driver=True)
-    model_path = str(resolve_model(cfg))
     env_vars = {k: os.environ[k] for k in ("DS_ACCELERATOR", "OMP_NUM_THREADS") if k in os.environ}
     options = dict(num_cpus=cfg.ray.cpus_per_worker, num_gpus=cfg.ray.gpus_per_worker, runtime_env={"env_vars": env_vars})
     Worker = ray.remote(RolloutWorkerImpl).options(**options)
@@ -163,11 +197,10 @@ def train_with_ray(cfg: TrainConfig) -> Path:
     workers = [Worker.remote(cfg, model_path) for _ in range(cfg.ray.rollout_workers)]
     rollouts = ray_rollouts(workers)
     pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
-    learners = {}
-    for name in sorted(set(rollouts.policy_of.values())):
-        port = _free_port()
-        learners[name] = LearnerGroup([Rank.remote(r, cfg.ray.learner_ranks, port, model_path, cfg, pad_id)
-                                       for r in range(cfg.ray.learner_ranks)])
+    learners = {name: LearnerGroup([Rank.remote(r, cfg.ray.learner_ranks, model_path, cfg, pad_id)
+                                    for r in range(cfg.ray.learner_ranks)])
+                for name in sorted(set(rollouts.policy_of.values()))}
+    start_learners(learners)
     try:
         return train(cfg, rollouts=rollouts, learners=learners)
     finally:
@@ -177,5 +210,5 @@ def train_with_ray(cfg: TrainConfig) -> Path:
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))  # any interface: the other ranks connect from other machines
         return s.getsockname()[1]

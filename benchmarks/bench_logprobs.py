@@ -1,0 +1,140 @@
+"""Chunked vs naive log-probs for one learner micro-batch on SmolLM2-135M, CPU: peak memory and time.
+
+    python benchmarks/bench_logprobs.py [--prompt 512] [--action 1536] [--chunk 256] [--repeats 2]
+
+naive: the model's full logits [T, V], upcast to fp32, log-softmax over every position, the action
+tokens picked afterwards (what the learner did before). chunked: what `mappa_train.learner` does:
+hidden states at the action-scoring positions only, LM head + log-softmax in chunks of `--chunk`
+rows, each recomputed in backward. Two measurements per variant, forward + backward each:
+- micro-batch: the whole model (gradient checkpointing on, as in the GPU presets);
+- log-prob head: from the final hidden states to the loss, the part chunking changes.
+
+The head's saving is ~T/chunk (T = micro-batch tokens; 32 at the presets' 32768-token micro-batches
+and the default 1024-row chunk); the whole micro-batch's is bounded by what chunking does not
+touch, the checkpointed layer inputs (T × hidden × layers).
+
+Peak memory is the process's resident-set high-water mark above its level just before the measured
+pass (Linux: /proc/self/clear_refs resets the mark), so every allocation counts. Each variant runs
+in its own process; times are medians. Prints ratios side by side; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def head_loss(variant: str, hidden, head, ids, prompt: int, chunk: int):
+    """-sum log p(action tokens) from final hidden states [1, T, H], the naive or the chunked way."""
+    import torch
+
+    from mappa_train.learner import action_logprobs
+
+    if variant == "naive":
+        logits = head(hidden)[:, :-1].float()  # [1, T-1, V]
+        token_logp = -torch.nn.functional.cross_entropy(logits[0], ids[0, 1:], reduction="none")
+        return -token_logp[prompt - 1:].sum()
+    cols = torch.arange(prompt - 1, ids.shape[1] - 1)
+    return -action_logprobs(hidden[0, cols], head, ids[0, cols + 1], 1.0, chunk).sum()
+
+
+def measure(step, repeats: int) -> tuple[float, list[float]]:
+    """(peak MiB above the start, seconds per repeat) of `step()`, after one warm-up."""
+    step()  # warm-up: .grad tensors allocated once
+    Path("/proc/self/clear_refs").write_text("5")  # reset the resident-set high-water mark
+    before = _status_kib("VmRSS")
+    step()
+    peak = (_status_kib("VmHWM") - before) / 1024
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return peak, times
+
+
+def child(args) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mappa_train.learner import final_hidden, output_head
+    from mappa_train.models import resolve_model
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(args.model), dtype=torch.float32)
+    model.config.use_cache = False
+    model.gradient_checkpointing_enable()
+    model.train()
+    ids = torch.randint(100, model.config.vocab_size, (1, args.prompt + args.action))
+    head = output_head(model)
+    losses = []
+
+    def whole():
+        model.zero_grad(set_to_none=False)
+        loss = head_loss(args.variant, final_hidden(model, input_ids=ids), head, ids, args.prompt, args.chunk)
+        loss.backward()
+        losses.append(float(loss))
+
+    with torch.no_grad():
+        hidden = final_hidden(model, input_ids=ids)
+
+    def head_only():
+        model.zero_grad(set_to_none=False)
+        h = hidden.detach().requires_grad_(True)
+        head_loss(args.variant, h, head, ids, args.prompt, args.chunk).backward()
+
+    result = {"variant": args.variant}
+    result["whole_mib"], result["whole_s"] = measure(whole, args.repeats)
+    result["head_mib"], result["head_s"] = measure(head_only, args.repeats + 2)
+    result["loss"] = losses[0]
+    print(json.dumps(result))
+
+
+def run(variant: str, args) -> dict:
+    cmd = [sys.executable, __file__, "--child", variant, "--model", args.model, "--prompt", str(args.prompt),
+           "--action", str(args.action), "--chunk", str(args.chunk), "--repeats", str(args.repeats)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="any model.path (default: the built-in SmolLM2-135M)")
+    parser.add_argument("--prompt", type=int, default=512, help="prompt tokens of the micro-batch")
+    parser.add_argument("--action", type=int, default=1536, help="action (trained) tokens of the micro-batch")
+    parser.add_argument("--chunk", type=int, default=256, help="LM-head rows per chunk (learner.logprob_chunk_tokens)")
+    parser.add_argument("--repeats", type=int, default=2, help="timed passes per measurement")
+    parser.add_argument("--child", choices=["naive", "chunked"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.variant = args.child
+        return child(args)
+    r = {v: run(v, args) for v in ("naive", "chunked")}
+    t = args.prompt + args.action
+    print(f"{args.model}: one micro-batch of {args.prompt} prompt + {args.action} action tokens (T={t}), "
+          f"LM-head chunk {args.chunk} rows, forward + backward, fp32, gradient checkpointing, CPU")
+    for part in ("whole", "head"):
+        name = {"whole": "micro-batch  ", "head": "log-prob head"}[part]
+        secs = {v: statistics.median(r[v][f"{part}_s"]) for v in r}
+        for v in r:
+            print(f"  {name} {v:8s} peak +{r[v][f'{part}_mib']:8.1f} MiB  {secs[v]:7.2f} s")
+        print(f"  {name} chunked vs naive: {r['naive'][f'{part}_mib'] / max(r['chunked'][f'{part}_mib'], 1e-9):.1f}x "
+              f"less peak memory at {secs['chunked'] / secs['naive']:.2f}x the time")
+    print(f"  same loss: naive {r['naive']['loss']:.3f}, chunked {r['chunked']['loss']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
