@@ -1,17 +1,19 @@
 """Chunked vs naive log-probs for one learner micro-batch on SmolLM2-135M, CPU: peak memory and time.
 
-    python benchmarks/bench_logprobs.py [--prompt 512] [--action 1536] [--chunk 256] [--repeats 2]
+    python benchmarks/bench_logprobs.py [--prompt 1024 --action 7168] [--whole-prompt 512 --whole-action 1536]
 
 naive: the model's full logits [T, V], upcast to fp32, log-softmax over every position, the action
 tokens picked afterwards (what the learner did before). chunked: what `mappa_train.learner` does:
 hidden states at the action-scoring positions only, LM head + log-softmax in chunks of `--chunk`
 rows, each recomputed in backward. Two measurements per variant, forward + backward each:
-- micro-batch: the whole model (gradient checkpointing on, as in the GPU presets);
-- log-prob head: from the final hidden states to the loss, the part chunking changes.
+- log-prob head: from the final hidden states to the loss, the part chunking changes, at the
+  learner's default micro-batch (`learner.micro_batch_tokens` = 8192 tokens) and chunk (512);
+- micro-batch: the whole model (gradient checkpointing on, as in the GPU presets) at 2048 tokens,
+  the most this 2-core machine runs in minutes. Its saving is bounded by what chunking does not
+  touch, the checkpointed layer inputs (T × hidden × layers).
 
-The head's saving is ~T/chunk (T = micro-batch tokens; 32 at the presets' 32768-token micro-batches
-and the default 1024-row chunk); the whole micro-batch's is bounded by what chunking does not
-touch, the checkpointed layer inputs (T × hidden × layers).
+The head's saving grows with T/chunk (the presets' 32768-token micro-batches and Qwen's 152k
+vocabulary: ~18 GiB per fp32 copy of the full logits, against 0.3 GiB per chunk).
 
 Peak memory is the process's resident-set high-water mark above its level just before the measured
 pass (Linux: /proc/self/clear_refs resets the mark), so every allocation counts. Each variant runs
@@ -28,6 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from mappa_train.config import LearnerConfig  # noqa: E402
 
 
 def _status_kib(field: str) -> int:
@@ -52,13 +56,14 @@ def head_loss(variant: str, hidden, head, ids, prompt: int, chunk: int):
 
 
 def measure(step, repeats: int) -> tuple[float, list[float]]:
-    """(peak MiB above the start, seconds per repeat) of `step()`, after one warm-up."""
+    """(peak MiB above the start, seconds of the measured pass and each repeat) of `step()`, after a warm-up."""
     step()  # warm-up: .grad tensors allocated once
     Path("/proc/self/clear_refs").write_text("5")  # reset the resident-set high-water mark
     before = _status_kib("VmRSS")
+    t0 = time.perf_counter()
     step()
+    times = [time.perf_counter() - t0]
     peak = (_status_kib("VmHWM") - before) / 1024
-    times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         step()
@@ -78,18 +83,19 @@ def child(args) -> None:
     model.config.use_cache = False
     model.gradient_checkpointing_enable()
     model.train()
-    ids = torch.randint(100, model.config.vocab_size, (1, args.prompt + args.action))
     head = output_head(model)
     losses = []
+    whole_ids = torch.randint(100, model.config.vocab_size, (1, args.whole_prompt + args.whole_action))
 
     def whole():
         model.zero_grad(set_to_none=False)
-        loss = head_loss(args.variant, final_hidden(model, input_ids=ids), head, ids, args.prompt, args.chunk)
+        hidden = final_hidden(model, input_ids=whole_ids)
+        loss = head_loss(args.variant, hidden, head, whole_ids, args.whole_prompt, args.chunk)
         loss.backward()
         losses.append(float(loss))
 
-    with torch.no_grad():
-        hidden = final_hidden(model, input_ids=ids)
+    ids = torch.randint(100, model.config.vocab_size, (1, args.prompt + args.action))
+    hidden = torch.randn(1, ids.shape[1], model.config.hidden_size)  # the head's input; its values do not matter
 
     def head_only():
         model.zero_grad(set_to_none=False)
@@ -97,15 +103,17 @@ def child(args) -> None:
         head_loss(args.variant, h, head, ids, args.prompt, args.chunk).backward()
 
     result = {"variant": args.variant}
+    result["head_mib"], result["head_s"] = measure(head_only, args.repeats)
     result["whole_mib"], result["whole_s"] = measure(whole, args.repeats)
-    result["head_mib"], result["head_s"] = measure(head_only, args.repeats + 2)
     result["loss"] = losses[0]
     print(json.dumps(result))
 
 
 def run(variant: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--child", variant, "--model", args.model, "--prompt", str(args.prompt),
-           "--action", str(args.action), "--chunk", str(args.chunk), "--repeats", str(args.repeats)]
+    cmd = [sys.executable, __file__, "--child", variant, "--model", args.model, "--chunk", str(args.chunk),
+           "--repeats", str(args.repeats)]
+    for key in ("prompt", "action", "whole_prompt", "whole_action"):
+        cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -113,20 +121,23 @@ def run(variant: str, args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="any model.path (default: the built-in SmolLM2-135M)")
-    parser.add_argument("--prompt", type=int, default=512, help="prompt tokens of the micro-batch")
-    parser.add_argument("--action", type=int, default=1536, help="action (trained) tokens of the micro-batch")
-    parser.add_argument("--chunk", type=int, default=256, help="LM-head rows per chunk (learner.logprob_chunk_tokens)")
-    parser.add_argument("--repeats", type=int, default=2, help="timed passes per measurement")
+    parser.add_argument("--prompt", type=int, default=1024, help="prompt tokens of the head's micro-batch")
+    parser.add_argument("--action", type=int, default=7168, help="action (trained) tokens of the head's micro-batch")
+    parser.add_argument("--whole-prompt", type=int, default=512, help="prompt tokens of the whole-model micro-batch")
+    parser.add_argument("--whole-action", type=int, default=1536, help="action tokens of the whole-model micro-batch")
+    parser.add_argument("--chunk", type=int, default=LearnerConfig().logprob_chunk_tokens,
+                        help="LM-head rows per chunk (learner.logprob_chunk_tokens)")
+    parser.add_argument("--repeats", type=int, default=1, help="timed passes per measurement after the measured one")
     parser.add_argument("--child", choices=["naive", "chunked"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         args.variant = args.child
         return child(args)
     r = {v: run(v, args) for v in ("naive", "chunked")}
-    t = args.prompt + args.action
-    print(f"{args.model}: one micro-batch of {args.prompt} prompt + {args.action} action tokens (T={t}), "
-          f"LM-head chunk {args.chunk} rows, forward + backward, fp32, gradient checkpointing, CPU")
-    for part in ("whole", "head"):
+    print(f"{args.model}, fp32, CPU, forward + backward, LM-head chunk {args.chunk} rows:")
+    print(f"  log-prob head: {args.prompt} prompt + {args.action} action tokens; micro-batch (whole model, gradient "
+          f"checkpointing): {args.whole_prompt} prompt + {args.whole_action} action tokens")
+    for part in ("head", "whole"):
         name = {"whole": "micro-batch  ", "head": "log-prob head"}[part]
         secs = {v: statistics.median(r[v][f"{part}_s"]) for v in r}
         for v in r:

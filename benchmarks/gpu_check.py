@@ -129,7 +129,8 @@ def check_logprobs(model, device, tokens: int, chunk: int) -> None:
     naive(), chunked()  # warm-up
     (m_naive, t_naive), (m_chunked, t_chunked) = peak_bytes(naive, device), peak_bytes(chunked, device)
     print(f"log-probs over {tokens} tokens, vocab {model.lm_head.out_features}, chunk {chunk}: naive "
-          f"{m_naive / 2**20:.0f} MiB {t_naive * 1e3:.1f} ms, chunked {m_chunked / 2**20:.0f} MiB {t_chunked * 1e3:.1f} ms"
+          f"{m_naive / 2**20:.0f} MiB {t_naive * 1e3:.1f} ms, chunked {m_chunked / 2**20:.0f} MiB "
+          f"{t_chunked * 1e3:.1f} ms"
           f" -> {m_naive / max(m_chunked, 1):.1f}x less memory at {t_chunked / t_naive:.2f}x the time")
 
 

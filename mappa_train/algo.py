@@ -24,7 +24,8 @@ Where this departs from the paper: σ is the population standard deviation (no B
 floored at `std_floor` (1e-4, as the reference code), so a batch whose returns are all nearly equal
 (every coach score the same) gives advantages near 0, not float noise blown up to ±1; the PPO
 log-ratio is clamped to ±MAX_LOG_RATIO before exp, so a stale or corrupted old log-prob (−inf,
-+95) cannot overflow to inf/NaN (the clamped tokens get no gradient); the k1 KL uses the logprobs of the policy that sampled the batch (πθ_old), which at the
++95) cannot overflow to inf/NaN (the clamped tokens get no gradient);
+the k1 KL uses the logprobs of the policy that sampled the batch (πθ_old), which at the
 first update step equals πθ — the paper does not say which it uses.
 """
 from __future__ import annotations
@@ -79,7 +80,8 @@ def returns_to_go(rewards: torch.Tensor, mask: torch.Tensor, group: torch.Tensor
     return returns * mask
 
 
-def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = None, std_floor: float = 1e-4) -> torch.Tensor:
+def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = None,
+           std_floor: float = 1e-4) -> torch.Tensor:
     """(x − μ)/max(σ, std_floor), μ and σ over all masked entries of the batch (or of each `group` [B]). -> [B, T]."""
     if group is None:
         group = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)

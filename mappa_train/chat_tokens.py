@@ -90,7 +90,8 @@ class ChatFormat:
         """Ids of `messages` rendered by the template, assistant turn opened (an agent's first action)."""
         return self.tokenizer.encode(self.render(messages), add_special_tokens=False)
 
-    def next_prompt_ids(self, previous: list[int], messages: list[dict], seen: int, stop_token: int | None) -> list[int]:
+    def next_prompt_ids(self, previous: list[int], messages: list[dict], seen: int,
+                        stop_token: int | None) -> list[int]:
         """The prompt of an agent's next action in the same turn.
 
         `previous` is the last prompt + the ids sampled for it; `messages[seen]` is that action as the

@@ -57,9 +57,9 @@ class GenerationConfig:
     eval_temperature: float = doc(0.6, "sampling temperature for evaluation")
     vllm_gpu_memory_utilization: float = doc(0.6, "vLLM: fraction of a GPU's memory for all the engines it holds, "
                                                    "split evenly between them (weights + KV cache)")
-    continuation: Literal["append", "render"] = doc("append", "a later action of a turn is prompted with the previous "
-                                                    "prompt + sampled ids + the new messages' tokens (append), or the whole "
-                                                    "chat rendered again (render); see mappa_train/chat_tokens.py")
+    continuation: Literal["append", "render"] = doc(
+        "append", "a later action of a turn is prompted with the previous prompt + sampled ids + the new messages' "
+                  "tokens (append), or the whole chat rendered again (render); see mappa_train/chat_tokens.py")
 
 
 @dataclass
@@ -79,8 +79,9 @@ class AlgoConfig:
     reward_scale: float = doc(1.0, "multiplies the coach's 0–10 score before it enters the reward")
     outcome_weight: float = doc(0.0, "adds weight × outcome score (0/1) to every action's reward")
     whiten: Literal["global", "per_role"] = doc("global", "advantage normalisation over the whole batch (paper) or per role")
-    old_logprobs: Literal["learner", "generator"] = doc("learner", "PPO's old log-probs: recomputed by the learner, or the "
-                                                        "generator's own (the learner's are computed either way, for logprob_gap)")
+    old_logprobs: Literal["learner", "generator"] = doc(
+        "learner", "PPO's old log-probs: recomputed by the learner, or the generator's own (the learner's are "
+                   "computed either way, for logprob_gap)")
     epochs: int = doc(1, "passes over each batch of experience")
     std_floor: float = doc(1e-4, "whitening divides by max(σ, std_floor): equal coach scores give advantages near 0")
     loss_mean: Literal["token", "sequence"] = doc("token", "PPO loss: mean over the batch's action tokens (paper), or "
@@ -106,7 +107,7 @@ class LearnerConfig:
     zero_stage: int = doc(0, "DeepSpeed ZeRO stage 0-3")
     offload_optimizer: bool = doc(False, "ZeRO: keep optimizer states in CPU memory (GPU runs)")
     grad_checkpointing: bool = doc(False, "recompute activations in backward to save memory")
-    logprob_chunk_tokens: int = doc(1024, "action tokens per LM-head chunk when computing log-probs "
+    logprob_chunk_tokens: int = doc(512, "action tokens per LM-head chunk when computing log-probs "
                                           "(peak logits memory = chunk × vocab × 4 bytes)")
 
 

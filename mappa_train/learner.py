@@ -204,8 +204,9 @@ class PolicyLearner:
         with torch.no_grad():
             log_ratio = (logp - old).clamp(-algo.MAX_LOG_RATIO, algo.MAX_LOG_RATIO)
             clipped = ((log_ratio.exp() - 1).abs() > self.algo.clip_eps).float()
-            part = {"loss": float(loss) * total, "weight": float(weight.sum()), "clip_frac": float((clipped * mask).sum()),
-                    "approx_kl": float((-log_ratio * mask).sum()), "tokens": float(mask.sum())}
+            part = {"loss": float(loss) * total, "weight": float(weight.sum()),
+                    "clip_frac": float((clipped * mask).sum()), "approx_kl": float((-log_ratio * mask).sum()),
+                    "tokens": float(mask.sum())}
         return loss, part
 
     # ---- forward passes --------------------------------------------------------------------------
@@ -359,7 +360,8 @@ def action_logprobs(hidden: torch.Tensor, head: torch.nn.Module, targets: torch.
     return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
 
 
-def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float) -> torch.Tensor:
+def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module,
+                    temperature: float) -> torch.Tensor:
     logits = head(hidden).float()  # [C, V]
     if temperature != 1.0:
         logits = logits / temperature

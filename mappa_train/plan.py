@@ -47,7 +47,8 @@ class Shape:
         kv, hd = c.get("num_key_value_heads", heads), c.get("head_dim") or h // heads
         per_layer = h * heads * hd * 2 + h * kv * hd * 2 + 3 * h * inter + 2 * h
         embed = vocab * h * (1 if c.get("tie_word_embeddings", config.get("tie_word_embeddings")) else 2)
-        return cls(layers * per_layer + embed + h, layers, h, inter, heads, kv, hd, vocab, c.get("max_position_embeddings"))
+        params = layers * per_layer + embed + h
+        return cls(params, layers, h, inter, heads, kv, hd, vocab, c.get("max_position_embeddings"))
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
@@ -59,17 +60,18 @@ def activation_bytes(shape: Shape, tokens: int, cfg: TrainConfig) -> dict[str, i
     With gradient checkpointing each layer keeps only its input, and one layer's activations live at
     a time during the recompute; without it every layer keeps them all. Flash-attention keeps no
     [T, T] term; a packed row with another kernel builds a T×T block-diagonal mask. Log-probs add one
-    LM-head chunk of fp32 logits (~3 live copies: logits, exp, grad).
+    LM-head chunk of fp32 logits (~3 live copies: logits, exp, grad) and the head's weight gradient.
     """
     b = 2 if cfg.model.dtype == "bfloat16" else 4
     s = shape
-    per_layer = tokens * (4 * s.hidden + 2 * s.heads * s.head_dim + 2 * s.kv_heads * s.head_dim + 3 * s.intermediate) * b
+    width = 4 * s.hidden + 2 * s.heads * s.head_dim + 2 * s.kv_heads * s.head_dim + 3 * s.intermediate
+    per_layer = tokens * width * b  # norms' and projections' inputs, q/k/v, attention out, gate/up/act
     if cfg.learner.grad_checkpointing:
         layers = s.layers * tokens * s.hidden * b + per_layer
     else:
         layers = s.layers * per_layer
     mask = tokens * tokens if cfg.learner.packed and cfg.model.attn_implementation != "flash_attention_2" else 0
-    logits = 3 * min(tokens, cfg.learner.logprob_chunk_tokens) * s.vocab * 4
+    logits = 3 * min(tokens, cfg.learner.logprob_chunk_tokens) * s.vocab * 4 + s.vocab * s.hidden * b
     return {"layers": layers, "attention_mask": mask, "logits_chunk": logits, "total": layers + mask + logits}
 
 
@@ -141,16 +143,18 @@ def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
         if kv_tokens < max_len:
             problems.append(f"a vLLM engine's share {share:.3f} of a {hw.gpu_memory_gb:g} GiB GPU holds "
                             f"{max(kv_tokens, 0)} KV tokens < max_model_len {max_len}: vLLM refuses to start; raise "
-                            "generation.vllm_gpu_memory_utilization, give each policy its own GPU, or lower max_prompt_tokens")
+                            "generation.vllm_gpu_memory_utilization, give each policy its own GPU, or lower "
+                            "max_prompt_tokens")
         return (f"vLLM engines {', '.join(names)}: gpu_memory_utilization {share:.3f} each = {_gib(each)} "
                 f"(weights {_gib(weights)}, KV cache {max(kv_tokens, 0):,} tokens = "
                 f"{max(kv_tokens, 0) / max_len:.1f} × max_model_len {max_len})"), int(each * len(names))
 
     def learner_line(name: str, rank: int) -> tuple[str, int]:
         m = learner
+        offloaded = " (offloaded)" if cfg.learner.offload_optimizer else ""
         return (f"learner {name} rank {rank}/{ranks}: {_gib(m['total'])} (weights {_gib(m['weights'])}, grads "
-                f"{_gib(m['grads'])}, optimizer {_gib(m['optimizer'])}{' (offloaded)' if cfg.learner.offload_optimizer else ''}, "
-                f"reference {_gib(m['reference'])}, activations {_gib(m['activations'])}, overhead {_gib(m['overhead'])})"), m["total"]
+                f"{_gib(m['grads'])}, optimizer {_gib(m['optimizer'])}{offloaded}, reference {_gib(m['reference'])}, "
+                f"activations {_gib(m['activations'])}, overhead {_gib(m['overhead'])})"), m["total"]
 
     if not cfg.ray.enabled:  # one process on GPU 0
         for what, size in (engine_line(policies), *[learner_line(p, 0) for p in policies]):
@@ -167,7 +171,8 @@ def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
         actors += [(None, learner_line(p, r)) for p in policies for r in range(ranks)]
         ask = cfg.ray.gpus_per_worker
         if ask <= 0:
-            problems.append("ray.gpus_per_worker=0 with hardware.gpus>0: Ray would put every engine and rank on the CPU")
+            problems.append("ray.gpus_per_worker=0 with hardware.gpus>0: Ray would put every engine and rank on "
+                            "the CPU")
         for label, (what, size) in actors:
             gpu = _fit(gpus, ask)
             if gpu is None:

@@ -102,7 +102,8 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     if cfg.algo.mask_length_cut:  # no natural end: its coach score says little about its tokens
         kept = [t for t in kept if t.finish_reason != "length"]
     kept = [t for t in kept if t.judged_tokens != 0]  # the env kept none of its text
-    metrics: dict[str, float] = {"actions": float(len(kept)), "length_cut": float(length_cut), "env_cut": float(env_cut)}
+    metrics: dict[str, float] = {"actions": float(len(kept)), "length_cut": float(length_cut),
+                                 "env_cut": float(env_cut)}
     if not kept:
         return metrics
     # an action the env cut is trained on the ids the sandbox and the coach saw, no more
@@ -154,15 +155,16 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     return metrics
 
 
-def logprob_gap(generator: Sequence[torch.Tensor], learner: Sequence[torch.Tensor], warn_above: float) -> dict[str, float]:
+def logprob_gap(generator: Sequence[torch.Tensor], learner: Sequence[torch.Tensor],
+                warn_above: float) -> dict[str, float]:
     """Mean and max |generator − learner| log-prob over action tokens; warns when the mean is above
     `warn_above` (a broken weight sync, a template or dtype mismatch)."""
     gap = torch.cat([(g - l.float()).abs() for g, l in zip(generator, learner)])
     mean, biggest = float(gap.mean()), float(gap.max())
     if mean > warn_above:
         warnings.warn(f"generator and learner log-probs differ by {mean:.4f} on average (max {biggest:.3f}) > "
-                      f"algo.logprob_gap_warn={warn_above}: are the generator's weights synced and the dtypes the same?",
-                      stacklevel=2)
+                      f"algo.logprob_gap_warn={warn_above}: are the generator's weights synced and the dtypes "
+                      "the same?", stacklevel=2)
     return {"logprob_gap_mean": mean, "logprob_gap_max": biggest}
 
 

@@ -97,7 +97,8 @@ def test_templates_the_code_cannot_handle_are_refused_up_front():
     with pytest.raises(TemplateError, match="ignores add_generation_prompt"):
         ChatFormat.of(tok, "render")
     # a template that keeps only the last user message: earlier assistant text is gone
-    tok.chat_template = ("{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list | last }}"
+    tok.chat_template = ("{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list "
+                         "| last }}"
                          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     with pytest.raises(TemplateError, match="continuation=render"):
         ChatFormat.of(tok, "append")
@@ -163,7 +164,8 @@ def sandbox():
 def test_every_trained_sample_is_exactly_what_the_generator_was_fed(family, continuation, sandbox):
     tok = family_tokenizer(family)
     gen = Scripted(tok, family)
-    env = mappa_envs.make("MathChat-v0", tasks=[Task(id="t", prompt="What is 6 times 7?", answer="42")], sandbox=sandbox)
+    tasks = [Task(id="t", prompt="What is 6 times 7?", answer="42")]
+    env = mappa_envs.make("MathChat-v0", tasks=tasks, sandbox=sandbox)
     try:
         rollout = collect([env], gen, SamplingParams(max_new_tokens=64), [{"seed": 0, "options": {"task_id": "t"}}],
                           continuation=continuation)
@@ -175,3 +177,18 @@ def test_every_trained_sample_is_exactly_what_the_generator_was_fed(family, cont
     if continuation == "append":  # each later prompt extends the previous prompt and its sampled ids
         for prev, t in zip(executor, executor[1:]):
             assert t.prompt_ids[:len(prev.prompt_ids) + len(prev.action_ids)] == prev.prompt_ids + prev.action_ids
+
+
+def test_training_refuses_a_bad_template_before_anything_starts(tmp_path, monkeypatch):
+    from mappa_train import train as driver
+    from mappa_train.config import load_config
+    from mappa_train.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "m")
+    tok = family_tokenizer("smollm2")
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    tok.save_pretrained(model)
+    monkeypatch.setattr(driver, "local_rollouts", lambda *a: pytest.fail("rollouts started with a bad template"))
+    cfg = load_config(None, [f"model.path={model}", f"out_dir={tmp_path / 'run'}"])
+    with pytest.raises(TemplateError, match="ignores add_generation_prompt"):
+        driver.train(cfg)

@@ -19,7 +19,8 @@ from mappa_train.plan import Shape, activation_bytes, dry_run  # noqa: E402
 from tests.chat_fixtures import TEMPLATES, family_tokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = next((p for p in (ROOT.parent / "shared" / "data" / "bench", Path("/work/shared/data/bench")) if p.is_dir()), None)
+BENCH = next((p for p in (ROOT.parent / "shared" / "data" / "bench", Path("/work/shared/data/bench")) if p.is_dir()),
+             None)
 PRESETS = {"mathchat": ("qwen3-thinking-2507", "Qwen3-4B-Thinking-2507"), "dsbench": ("qwen3", "Qwen3-4B")}
 
 
@@ -119,6 +120,7 @@ def test_activation_estimate_scales_as_documented():
     assert 134e6 < shape.params < 135e6  # SmolLM2-135M
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["learner.grad_checkpointing=true"])
     a, b = activation_bytes(shape, 1000, cfg), activation_bytes(shape, 2000, cfg)
-    assert b["layers"] == 2 * a["layers"] and a["logits_chunk"] == 3 * 1000 * 49152 * 4
+    chunk = cfg.learner.logprob_chunk_tokens  # 3 fp32 copies of a chunk's logits + the head's weight gradient
+    assert b["layers"] == 2 * a["layers"] and a["logits_chunk"] == 3 * chunk * 49152 * 4 + 49152 * 576 * 4
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["learner.grad_checkpointing=false"])
     assert activation_bytes(shape, 1000, cfg)["layers"] > 5 * a["layers"]  # every layer keeps everything

@@ -102,7 +102,7 @@ def test_the_rollout_records_how_many_ids_the_env_judged():
     finally:
         env.close()
         sandbox.close()
-    assert rollout.transitions and all(r.input_error and "cut to max_action_chars=100" in r.input_error for r in records)
+    assert rollout.transitions and all("cut to max_action_chars=100" in (r.input_error or "") for r in records)
     for t, record in zip(rollout.transitions, records):
         kept = tok.decode(t.action_ids[:t.judged_tokens], skip_special_tokens=True)
         assert len(kept) <= 100 and record.text.startswith(kept)  # within what the sandbox and the coach saw

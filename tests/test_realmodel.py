@@ -120,16 +120,16 @@ def test_one_mappa_training_step_on_mathchat(smollm2, tmp_path):
                              "env.sandbox=local", "env.sandbox_kwargs={preimport: []}", "rollout.num_envs=2",
                              "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1", "rollout.step_workers=2",
                              "generation.max_new_tokens=48", "generation.max_prompt_tokens=1536", "learner.lr=1e-5",
+                             "algo.mask_length_cut=false",  # SmolLM2 rarely stops within 48 tokens: train on all
                              "learner.micro_batch_size=2", "log.tensorboard=false", "log.plot=false",
                              "log.progress=false"])
     out = train(cfg)
     (step,) = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
     shown = ("actions", "length_cut", "env_cut", "tokens", "loss", "grad_norm", "logprob_gap_mean", "logprob_gap_max")
     print(f"\nMAPPA step on SmolLM2: {json.dumps({k: step.get(k) for k in shown})}")
-    assert step["episodes"] == 2 and step["actions"] + step["length_cut"] >= 6
+    assert step["episodes"] == 2 and step["actions"] >= 6 and step["length_cut"] >= 0
     assert step["logprob_gap_mean"] < 1e-4  # transformers generator and learner: same fp32 weights
-    if step["actions"]:
-        assert step["tokens"] > 0 and torch.isfinite(torch.tensor([step["loss"], step["grad_norm"]])).all()
+    assert step["tokens"] > 0 and torch.isfinite(torch.tensor(step["loss"])) and 0 < step["grad_norm"] < float("inf")
     assert (out / "final" / "shared" / "model.safetensors").exists()
 
 
