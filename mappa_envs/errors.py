@@ -5,8 +5,10 @@ A command line catches `MappaError` and prints `str(e)` (no traceback). Subclass
 
     MappaError
     ├── EnvArgumentError   a bad argument to make()/an env constructor (also ValueError)
-    │   └── UnknownEnvError   an env id nobody registered (also KeyError)
+    │   ├── UnknownEnvError   an env id nobody registered (also KeyError)
+    │   └── UnknownTaskError  a task id the env does not have (also KeyError)
     ├── TaskDataError      a malformed or empty task file/folder (also ValueError)
+    │   └── TaskDataNotFoundError  a task file/folder that does not exist (also FileNotFoundError)
     └── ResetNeededError   an env used before reset() (also RuntimeError)
 """
 from __future__ import annotations
@@ -27,12 +29,20 @@ class UnknownEnvError(EnvArgumentError, KeyError):
     """`make`/`spec` got an env id that is not registered."""
 
 
+class UnknownTaskError(EnvArgumentError, KeyError):
+    """`reset(options={"task_id": ...})` named a task the env does not have."""
+
+
 class TaskDataError(MappaError, ValueError):
     """A task file, folder or record is malformed or empty; the message names the file, line and column."""
+
+
+class TaskDataNotFoundError(TaskDataError, FileNotFoundError):
+    """A task file or data folder that was named does not exist."""
 
 
 class ResetNeededError(MappaError, RuntimeError):
     """An env was stepped, observed or rendered before `reset()`."""
 
 
-__all__ = ["EnvArgumentError", "MappaError", "ResetNeededError", "TaskDataError", "UnknownEnvError"]
+__all__ = ["EnvArgumentError", "MappaError", "ResetNeededError", "TaskDataError", "TaskDataNotFoundError", "UnknownEnvError", "UnknownTaskError"]

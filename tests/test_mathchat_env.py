@@ -124,7 +124,7 @@ def test_verifier_sees_upstream_outputs_and_tool_output():
     steps = play(env, GOOD)
     verifier_prompt = steps[-1][2]["messages"][-1]["content"]
     assert "## Output of the problem_solver" in verifier_prompt and "## Output of the code_executor" in verifier_prompt
-    assert "[cell 1] ok\n42" in verifier_prompt
+    assert "[cell 1] ok\n    42" in verifier_prompt  # cell output indented under its header
     env.close()
 
 

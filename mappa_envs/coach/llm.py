@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mappa_envs.coach.parse import parse_reply
-from mappa_envs.coach.prompts import FORMAT_VERSION, json_schema, load_template, render_messages
+from mappa_envs.coach.prompts import FORMAT_VERSION, coach_messages, json_schema, load_template
 from mappa_envs.coach.types import CoachRequest, CoachScore
 
 OnFailure = Literal["raise", "skip", "neutral"]
@@ -291,7 +291,7 @@ class _Call:
 
     def _kwargs(self, retry_note: str | None) -> dict:
         c = self.config
-        messages = render_messages(self.template, self.request, c.max_field_chars, c.structured_output, retry_note)
+        messages = coach_messages(self.template, self.request, c.max_field_chars, c.structured_output, retry_note)
         kwargs: dict[str, Any] = dict(model=c.model, messages=messages, temperature=c.temperature, max_tokens=c.max_tokens)
         if c.structured_output:
             kwargs["response_format"] = json_schema(self.request.ask_answer_correct)
