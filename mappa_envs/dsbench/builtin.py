@@ -173,16 +173,30 @@ def _description(spec: Spec, sample: pd.DataFrame) -> str:
     ])
 
 
+def _draw(spec: Spec, rng: np.random.Generator, attempts: int = 50) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train, test) of a fresh table; for a task shaped like a public dataset, drawn again until joining
+    its test rows to the public copy predicts no better than chance (`lookalike.reveals`)."""
+    from mappa_envs.dsbench import lookalike
+
+    for _ in range(attempts):
+        full = spec.make(rng)
+        ids = rng.permutation(len(full)) + 10_000  # opaque, shuffled ids: row order carries no signal
+        full.insert(0, spec.id_column, ids)
+        test_mask = np.zeros(len(full), bool)
+        test_mask[rng.choice(len(full), int(round(spec.test_fraction * len(full))), replace=False)] = True
+        train, test = full[~test_mask], full[test_mask]
+        if spec.id not in lookalike.PUBLIC or not lookalike.reveals(
+                spec.id, spec.metric, test.drop(columns=list(spec.targets)), test[spec.targets[0]].to_numpy(),
+                spec.pos_label):
+            return train, test
+    raise RuntimeError(f"built-in task {spec.id}: {attempts} draws all correlate with the public dataset it is "
+                       "shaped like; its generator copies that dataset's structure")
+
+
 def _generate_one(spec: Spec, root: Path, seed: int) -> dict:
     from mappa_envs.dsbench.reference import baseline_submission, reference_scores
 
-    rng = _task_rng(seed, spec.id)
-    full = spec.make(rng)
-    ids = rng.permutation(len(full)) + 10_000  # opaque, shuffled ids: row order carries no signal
-    full.insert(0, spec.id_column, ids)
-    test_mask = np.zeros(len(full), bool)
-    test_mask[rng.choice(len(full), int(round(spec.test_fraction * len(full))), replace=False)] = True
-    train, test = full[~test_mask], full[test_mask]
+    train, test = _draw(spec, _task_rng(seed, spec.id))
     folder, answers_dir = root / "data_resplit" / spec.id, root / "answers" / spec.id
     folder.mkdir(parents=True)
     answers_dir.mkdir(parents=True)

@@ -3,8 +3,9 @@
 Every value, including every coefficient that links the features to the target, is drawn from the
 `rng` the caller passes; `builtin.py` seeds it with a secret kept on the host. So no test label can be
 looked up: no row comes from a dataset the sandbox can read (six tasks carry the column names of
-well-known scikit-learn/statsmodels datasets, but none of their rows or feature-target relations),
-and the generator code alone cannot reproduce the answers without the seed.
+well-known scikit-learn/statsmodels datasets, but none of their rows, and their feature-target
+relations are drawn, not copied; `lookalike.py` checks that the public copies predict nothing), and
+the generator code alone cannot reproduce the answers without the seed.
 """
 from __future__ import annotations
 
@@ -106,6 +107,10 @@ def diabetes(rng: Rng, n: int = 442) -> pd.DataFrame:
                          "tch": tch, "ltg": ltg, "glucose": glucose, "progression": progression})
 
 
+def _z(x: np.ndarray) -> np.ndarray:
+    return (x - x.mean()) / (x.std() + 1e-9)
+
+
 def affairs(rng: Rng, n: int = 4000) -> pd.DataFrame:
     jobs = np.array(["student", "farming", "white-collar", "teacher", "managerial", "professional"])
     faith = np.array(["not", "mildly", "fairly", "strongly"])
@@ -116,9 +121,9 @@ def affairs(rng: Rng, n: int = 4000) -> pd.DataFrame:
     religious = rng.integers(0, 4, n)
     educ = rng.choice([9, 12, 14, 16, 17, 20], n, p=[0.02, 0.3, 0.35, 0.2, 0.08, 0.05]).astype(float)
     occ, occ_h = rng.integers(0, 6, n), rng.integers(0, 6, n)
-    job_effect, faith_effect = rng.normal(0, 0.3, 6), np.sort(rng.normal(0, 0.4, 4))[::rng.choice([-1, 1])]
-    logit = (-0.9 - rng.uniform(0.5, 0.9) * (rate - 4) + rng.uniform(0.03, 0.1) * (yrs - 9)
-             + rng.normal(0, 0.05) * (age - 29) + faith_effect[religious] + job_effect[occ] + rng.normal(0, 0.1) * children)
+    w = rng.normal(0, 0.6, 5)  # secret effects of rating, years, age, children, education
+    logit = (-0.9 + sum(wk * _z(x) for wk, x in zip(w, (rate, yrs, age, children, educ)))
+             + rng.normal(0, 0.4, 4)[religious] + rng.normal(0, 0.3, 6)[occ])
     had_affair = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
     return pd.DataFrame({"rate_marriage": rate, "age": age, "yrs_married": yrs, "children": children,
                          "religious": faith[religious], "educ": educ, "occupation": jobs[occ],
@@ -126,23 +131,19 @@ def affairs(rng: Rng, n: int = 4000) -> pd.DataFrame:
 
 
 def party(rng: Rng, n: int = 944) -> pd.DataFrame:
-    ideology = rng.normal(0, 1, n)  # left (-) to right (+)
-    def scale7(x):
-        return np.clip(np.round(x), 1, 7)
-    self_lr = scale7(4.3 + 1.3 * ideology + rng.normal(0, 0.8, n))
-    clin_lr = scale7(2.9 + 0.4 * ideology + rng.normal(0, 1.1, n))
-    dole_lr = scale7(5.4 - 0.3 * ideology + rng.normal(0, 1.0, n))
-    age = np.round(np.clip(rng.normal(47, 16, n), 19, 91))
-    educ = rng.integers(1, 8, n)
-    income = rng.integers(1, 25, n)
-    logpopul = np.round(rng.normal(2.5, 2.0, n), 4)
-    tvnews = rng.integers(0, 8, n)
-    lean = ideology + rng.normal(0, 0.15) * (income - 16) / 6 + rng.normal(0, 0.15) * (logpopul - 2.5) / 2
-    vote = np.where(lean + rng.normal(0, 0.7, n) > 0.2, "Dole", "Clinton")
+    scale7 = lambda x: np.clip(np.round(x), 1, 7)  # noqa: E731
+    features = {
+        "TVnews": rng.integers(0, 8, n).astype(float), "selfLR": scale7(rng.normal(4.3, 1.4, n)),
+        "ClinLR": scale7(rng.normal(2.9, 1.2, n)), "DoleLR": scale7(rng.normal(5.4, 1.1, n)),
+        "age": np.round(np.clip(rng.normal(47, 16, n), 19, 91)), "educ": rng.integers(1, 8, n).astype(float),
+        "income": rng.integers(1, 25, n).astype(float), "logpopul": np.round(rng.normal(2.5, 2.0, n), 4),
+    }
+    lean = sum(wk * _z(x) for wk, x in zip(rng.normal(0, 1, len(features)), features.values()))  # secret weights
+    lean = _z(lean) + rng.normal(0, 0.5, n)
+    vote = np.where(lean + rng.normal(0, 0.7, n) > rng.normal(0, 0.3), "Dole", "Clinton")
     cuts = np.sort(rng.normal(0, 0.9, 6))
-    party_id = np.searchsorted(cuts, lean + 0.5 * (vote == "Dole") + rng.normal(0, 0.5, n))
-    return pd.DataFrame({"TVnews": tvnews, "selfLR": self_lr, "ClinLR": clin_lr, "DoleLR": dole_lr, "age": age,
-                         "educ": educ, "income": income, "logpopul": logpopul, "vote": vote, "party_id": party_id})
+    party_id = np.searchsorted(cuts, lean + 0.5 * (vote == "Dole"))
+    return pd.DataFrame({**features, "vote": vote, "party_id": party_id})
 
 
 def loans(rng: Rng, n: int = 4000) -> pd.DataFrame:
