@@ -45,4 +45,5 @@ class ResetNeededError(MappaError, RuntimeError):
     """An env was stepped, observed or rendered before `reset()`."""
 
 
-__all__ = ["EnvArgumentError", "MappaError", "ResetNeededError", "TaskDataError", "TaskDataNotFoundError", "UnknownEnvError", "UnknownTaskError"]
+__all__ = ["EnvArgumentError", "MappaError", "ResetNeededError", "TaskDataError", "TaskDataNotFoundError",
+           "UnknownEnvError", "UnknownTaskError"]

@@ -28,7 +28,8 @@ class EnvSpec:
         accepted = accepted_kwargs(entry)
         unknown = sorted(set(merged) - accepted) if accepted is not None else []
         if unknown:
-            raise EnvArgumentError(f"{self.id} got unknown keyword argument(s) {unknown}; it accepts {sorted(accepted)}")
+            raise EnvArgumentError(f"{self.id} got unknown keyword argument(s) {unknown}; "
+                                   f"it accepts {sorted(accepted)}")
         return entry(**merged)
 
 

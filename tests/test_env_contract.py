@@ -9,8 +9,14 @@ import pytest
 
 import mappa_envs
 from mappa_envs.core.pipeline import ActionRecord, EpisodeLimits, Outcome, Task
-from mappa_envs.errors import (EnvArgumentError, MappaError, ResetNeededError, TaskDataError, UnknownEnvError,
-                               UnknownTaskError)
+from mappa_envs.errors import (
+    EnvArgumentError,
+    MappaError,
+    ResetNeededError,
+    TaskDataError,
+    UnknownEnvError,
+    UnknownTaskError,
+)
 from mappa_envs.mathchat.scripted import for_env
 
 TASKS = [Task("a", "What is 6 times 7?", "42"), Task("b", "What is 2 plus 2?", "4")]

@@ -171,7 +171,8 @@ def test_a_scenario_that_raises_is_a_recorded_failure_and_logged(sandbox, caplog
         with caplog.at_level(logging.ERROR):
             env.step("\\boxed{1}")
         record = env.last_action
-        assert record.checks == {} and record.env_errors == ["scenario.checks failed: ZeroDivisionError: division by zero"]
+        assert record.checks == {}
+        assert record.env_errors == ["scenario.checks failed: ZeroDivisionError: division by zero"]
         assert env.infos["problem_solver"]["action"]["env_errors"] == record.env_errors
         assert "scenario.checks failed" in caplog.text and "Traceback" in caplog.text
         assert env.agent_selection == "code_executor"  # the episode goes on

@@ -98,7 +98,7 @@ def test_two_action_executor_keeps_interpreter_state():
                                                  "\\boxed{42}"]})
     assert steps[2][2]["action"]["tool_results"][0]["stdout"] == "42\n"
     # its second prompt is its first plus its action and the tool output, appended
-    first_prompt, second_prompt = steps[0], steps[2][2]["messages"]
+    second_prompt = steps[2][2]["messages"]
     assert second_prompt[-2] == {"role": "assistant", "content": "```python\nprint(secret)\n```"} or \
         second_prompt[-4]["content"] == "```python\nsecret = 6 * 7\n```"
     env.close()

@@ -1,5 +1,4 @@
 """MathChat task sources: files in the AIME/AMC formats, bad files, and the synthetic generator."""
-import json
 from pathlib import Path
 
 import pytest
@@ -8,6 +7,8 @@ from mappa_envs.mathchat import load_task_file, load_tasks, synthetic_tasks
 from mappa_envs.mathchat.tasks import FAMILIES, TaskSourceError, _run_solution
 
 BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "bench"
+if not BENCH.is_dir():  # a worktree next to the main checkout: the shared data sits beside that
+    BENCH = Path("/work/shared/data/bench")
 
 
 def test_loads_real_problem_sets():
@@ -39,7 +40,8 @@ def test_jsonl_files_load(tmp_path):
     ('{"prompt": "x", "answer": 1}\n{bad json\n', "line 2, column 2: .*not valid JSON"),
     ('{"a": 1}', "record 1 has no non-empty text field"),  # one object is a file of one record
     ('7', "expected a JSON array"),
-    ('[\n  {"prompt": "x", "answer": 1},\n  {"prompt": "y" "answer": 2}\n]', r"line 3, column 18: Expecting ',' delimiter"),
+    ('[\n  {"prompt": "x", "answer": 1},\n  {"prompt": "y" "answer": 2}\n]',
+     r"line 3, column 18: Expecting ',' delimiter"),
     ('{\n  "prompt": "x",\n  "answer": \n}\n', "line 4, column 1: Expecting value"),
     ('', "is empty"),
     ('  \n\n', "is empty"),

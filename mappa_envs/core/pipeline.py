@@ -20,13 +20,14 @@ import logging
 import math
 import time
 from dataclasses import replace
-from typing import Any, Callable, Literal, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Literal, TypeVar
 
 import numpy as np
 from pettingzoo import AECEnv
 
 from mappa_envs.coach.types import Coach, CoachRequest, CoachScore
-from mappa_envs.core.records import ActionRecord, Episode, EpisodeLimits, Outcome, Role, Task
+from mappa_envs.core.arguments import coach_from, sandbox_from
+from mappa_envs.core.records import ActionRecord, Episode, EpisodeLimits, Outcome, Role, Scenario, Task
 from mappa_envs.core.spaces import LLMText, prompt_space
 from mappa_envs.core.tools import extract_code_blocks, format_tool_output
 from mappa_envs.core.untrusted import clip, fence_mark, fenced, one_line, safe_text, sanitized
@@ -38,31 +39,12 @@ T = TypeVar("T")
 
 RewardMode = Literal["process", "outcome", "process+outcome"]
 REWARD_MODES = ("process", "outcome", "process+outcome")
-SANDBOX_BACKENDS = ("auto", "docker", "local")
 # Per-episode attributes: a pickled or copied env carries none of them (it is reset again where it lands).
 _EPISODE_ATTRS = ("agents", "rewards", "_cumulative_rewards", "terminations", "truncations", "infos",
                   "agent_selection", "_messages", "_turn_actions", "_started", "_transcript_chars")
 
 __all__ = ["ActionRecord", "Episode", "EpisodeLimits", "Outcome", "PipelineEnv", "REWARD_MODES", "Role",
            "Scenario", "Task", "chat_as_text"]
-
-
-class Scenario(Protocol):
-    """What makes MathChat differ from DSBench.
-
-    A scenario may also set `preimport: tuple[str, ...]`, the modules the default sandbox's kernels
-    import before the first cell (absent: the backend's data-science default).
-    """
-
-    env_id: str
-    roles: tuple[Role, ...]
-
-    def tasks(self) -> Sequence[Task]: ...
-    def prepare(self, episode: Episode) -> None: ...  # put the task's files in the workspace
-    def task_prompt(self, task: Task) -> str: ...
-    def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]: ...
-    def outcome(self, episode: Episode) -> Outcome: ...
-    def coach_evidence(self, episode: Episode, role: Role) -> dict: ...  # extra CoachRequest fields
 
 
 def chat_as_text(messages: list[dict]) -> str:
@@ -113,8 +95,8 @@ class PipelineEnv(AECEnv):
         self.limits = EpisodeLimits.coerce(limits)
         self.render_mode = render_mode
         self.timings_in_infos = timings_in_infos
-        self.coach = _coach_from(coach)
-        self._sandbox, self._sandbox_backend = _sandbox_from(sandbox)
+        self.coach = coach_from(coach)
+        self._sandbox, self._sandbox_backend = sandbox_from(sandbox)
         self._own_sandbox = self._sandbox is None
         self._tasks = tuple(scenario.tasks())
         if not self._tasks:
@@ -170,7 +152,8 @@ class PipelineEnv(AECEnv):
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         if options is not None and not isinstance(options, dict):
-            raise EnvArgumentError(f"reset(options=...) takes a dict (task_id=, task_index=), got {type(options).__name__}")
+            raise EnvArgumentError(f"reset(options=...) takes a dict (task_id=, task_index=), "
+                                   f"got {type(options).__name__}")
         if seed is not None:
             self._rng = np.random.default_rng(seed)
             self._obs_space.seed(seed)
@@ -368,7 +351,8 @@ class PipelineEnv(AECEnv):
             except Exception as e:  # a session that cannot run the cell: the cell failed, the episode goes on
                 log.warning("%s: the sandbox could not run a cell of %s", self.env_id, role.name, exc_info=True)
                 errors.append(_failure("sandbox.run", e))
-                r = ExecResult(ok=False, error=f"the sandbox could not run this cell: {type(e).__name__}: {one_line(e)}")
+                detail = clip(f"{type(e).__name__}: {one_line(e)}", 400)
+                r = ExecResult(ok=False, error=f"the sandbox could not run this cell: {detail}")
             results.append(_clean_result(r))
             if not r.ok:  # like a notebook's "run all": stop at the first failing cell
                 break
@@ -464,35 +448,6 @@ class PipelineEnv(AECEnv):
         if self._session_cm is not None:
             cm, self._session_cm = self._session_cm, None
             cm.__exit__(None, None, None)
-
-
-def _coach_from(coach: Any) -> Coach:
-    from mappa_envs.coach.rule import RuleCoach
-
-    if coach is None or (isinstance(coach, str) and coach == "rule"):
-        return RuleCoach()
-    if isinstance(coach, str):
-        raise EnvArgumentError(f"coach={coach!r}: the only coach named by a string is 'rule'; for an LLM judge pass "
-                               "a coach object, e.g. coach=mappa_envs.coach.LLMCoach.from_preset('gemini-2.5-flash')")
-    if not callable(getattr(coach, "score", None)):
-        raise EnvArgumentError(f"coach must be 'rule', None or an object with score(request) -> CoachScore; "
-                               f"got {type(coach).__name__}")
-    return coach
-
-
-def _sandbox_from(sandbox: Any) -> tuple[Sandbox | None, str]:
-    """(a caller's sandbox or None, the backend to make lazily when None)."""
-    if sandbox is None:
-        return None, "local"
-    if isinstance(sandbox, str):
-        if sandbox not in SANDBOX_BACKENDS:
-            raise EnvArgumentError(f"sandbox={sandbox!r} is not a backend; use one of {SANDBOX_BACKENDS} or a "
-                                   "Sandbox object from mappa_envs.sandbox.make_sandbox(...)")
-        return None, sandbox
-    if not callable(getattr(sandbox, "session", None)):
-        raise EnvArgumentError(f"sandbox must be a backend name {SANDBOX_BACKENDS} or a Sandbox (with session()); "
-                               f"got {type(sandbox).__name__}")
-    return sandbox, getattr(sandbox, "name", "custom")
 
 
 def _failure(what: str, e: BaseException) -> str:

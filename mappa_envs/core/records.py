@@ -8,7 +8,7 @@ and `infos[agent]["outcome"]` as plain dicts (`to_info()`) for plain PettingZoo 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 from mappa_envs.coach.types import CoachScore
 from mappa_envs.errors import EnvArgumentError
@@ -92,6 +92,24 @@ class Episode:
     state: dict = field(default_factory=dict)  # scenario-private scratch space
 
 
+class Scenario(Protocol):
+    """What makes MathChat differ from DSBench.
+
+    A scenario may also set `preimport: tuple[str, ...]`, the modules the default sandbox's kernels
+    import before the first cell (absent: the backend's data-science default).
+    """
+
+    env_id: str
+    roles: tuple[Role, ...]
+
+    def tasks(self) -> Sequence[Task]: ...
+    def prepare(self, episode: Episode) -> None: ...  # put the task's files in the workspace
+    def task_prompt(self, task: Task) -> str: ...
+    def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]: ...
+    def outcome(self, episode: Episode) -> Outcome: ...
+    def coach_evidence(self, episode: Episode, role: Role) -> dict: ...  # extra CoachRequest fields
+
+
 @dataclass(frozen=True)
 class EpisodeLimits:
     """Truncation limits and caps on what the env handles. Wall time is off by default so that
@@ -132,4 +150,4 @@ class EpisodeLimits:
         raise EnvArgumentError(f"limits must be an EpisodeLimits or a dict of its fields, got {type(value).__name__}")
 
 
-__all__ = ["ActionRecord", "Episode", "EpisodeLimits", "Outcome", "Role", "Task"]
+__all__ = ["ActionRecord", "Episode", "EpisodeLimits", "Outcome", "Role", "Scenario", "Task"]

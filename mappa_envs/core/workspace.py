@@ -37,7 +37,7 @@ def read_file(session, path: str, max_bytes: int) -> bytes:
         try:
             data = session.read_file(path)
         except Exception as e:  # any failure of the session is the file's verdict, not the env's crash
-            raise WorkspaceFileError(f"{one_line(path)} could not be read: {type(e).__name__}: {one_line(e)}"[:500]) from None
+            raise WorkspaceFileError(f"{one_line(path)} could not be read: {_brief(e)}") from None
         if len(data) > max_bytes:
             raise WorkspaceFileError(f"{one_line(path)} is {len(data)} bytes, over the {max_bytes}-byte read cap")
         return data
@@ -90,7 +90,7 @@ def inventory(session, max_entries: int = MAX_ENTRIES) -> dict[str, tuple | None
         try:
             return {str(p): None for p in session.list_files()[:max_entries]}
         except Exception as e:
-            raise WorkspaceFileError(f"the workspace could not be listed: {type(e).__name__}: {one_line(e)}"[:500]) from None
+            raise WorkspaceFileError(f"the workspace could not be listed: {_brief(e)}") from None
     found: dict[str, tuple | None] = {}
     pending = [""]
     while pending and len(found) < max_entries:  # a stack, not recursion: any depth is fine
@@ -107,6 +107,10 @@ def inventory(session, max_entries: int = MAX_ENTRIES) -> dict[str, tuple | None
         except OSError:  # a directory it may not enter, or a path too long: what it holds stays unlisted
             continue
     return found
+
+
+def _brief(e: BaseException) -> str:
+    return f"{type(e).__name__}: {one_line(e)}"[:400]
 
 
 def _kind(mode: int) -> str:

@@ -87,7 +87,8 @@ def read_records(path: str | Path) -> list[dict]:
             try:
                 row["metadata"] = json.loads(row["metadata"])
             except json.JSONDecodeError as e:
-                raise DSBenchFormatError(f"{path}: {where} has a 'metadata' string that is not JSON ({e.msg})") from None
+                raise DSBenchFormatError(f"{path}: {where} has a 'metadata' string that is not JSON ({e.msg})") \
+                    from None
         task_id = (row.get("metadata") or {}).get("task_id") if isinstance(row.get("metadata"), dict) else None
         if not task_id:
             raise DSBenchFormatError(f"{path}: {where} has no metadata.task_id; keys: {sorted(row)}")
@@ -174,7 +175,8 @@ def load_dsbench(root: str | Path, split: str = "eval", metadata: str | Path | N
         if "metric" not in info or "id_column" not in info:
             errors.append(f"task {task_id!r}: no metric/id_column in the cleaned-prompt file and no known correction")
             continue
-        text = record.get("prompt") if info.get("use_raw_prompt") or not info.get("cleaned_prompt") else info["cleaned_prompt"]
+        raw = info.get("use_raw_prompt") or not info.get("cleaned_prompt")
+        text = record.get("prompt") if raw else info["cleaned_prompt"]
         try:
             tasks.append(task_from_folder(data, task_id, text or "", info["metric"], info["id_column"],
                                           meta={"url": record["metadata"].get("url"),

@@ -104,7 +104,8 @@ def _load_hf(spec: str) -> list[Task]:
         raise ImportError("Hugging Face task sources need the datasets package: pip install datasets") from None
     name, _, split = spec.partition(":")
     data = datasets.load_dataset(name, split=split or "train")
-    return [_task_from_row(dict(row), f"{name}-{i}", f"{name}[{split or 'train'}] row {i}") for i, row in enumerate(data)]
+    where = f"{name}[{split or 'train'}] row"
+    return [_task_from_row(dict(row), f"{name}-{i}", f"{where} {i}") for i, row in enumerate(data)]
 
 
 # --- the synthetic generator -----------------------------------------------------------------------

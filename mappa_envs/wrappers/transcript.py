@@ -66,7 +66,8 @@ class TranscriptRecorder(BaseWrapper):
             ep["returns"][a] = ep["returns"].get(a, 0.0) + float(r)
         if live:
             ep["actions"].append({"role": agent, "messages": messages, "action": action,
-                                  "reward": float(env.rewards.get(agent, 0.0)), "record": env.infos[agent].get("action")})
+                                  "reward": float(env.rewards.get(agent, 0.0)),
+                                  "record": env.infos[agent].get("action")})
         if env.agents and all(env.terminations[a] or env.truncations[a] for a in env.agents):
             ep["finished"] = True
             ep["truncated"] = any(env.truncations[a] for a in env.agents)
