@@ -39,8 +39,9 @@ def test_scores_and_sends_the_rendered_request(stub):
     assert (body["model"], body["temperature"], body["max_tokens"]) == ("stub-model", 0.3, 321)
     system, user = body["messages"][0]["content"], body["messages"][1]["content"]
     assert "Root cause" in system and "Criteria for the agent being scored (verifier)" in system
-    for evidence in ("What is 41 + 1?", "\\boxed{42}", "### problem_solver", "stdout:\n42", "answer_present: True",
-                     "Reference answer (ground truth)\n42", "ANSWER_CORRECT:", "SCORE: <one number from 0 to 10>"):
+    for evidence in ("What is 41 + 1?", "\\boxed{42}", "### problem_solver", "stdout:\n<<<BEGIN ", "\n42\n<<<END ",
+                     "answer_present: True", "Reference answer (ground truth)\n42", "ANSWER_CORRECT:",
+                     "SCORE: <one number from 0 to 10>"):
         assert evidence in user
 
 
