@@ -1,17 +1,15 @@
 """`mappa eval` end to end on MathChat-v0 (local sandbox, rule coach): outputs, resume, seeding, hygiene."""
 import json
-from pathlib import Path
 
 import pytest
 
-from mappa_envs.cli import main
+from mappa_cli.main import main
 from mappa_envs.sandbox import make_sandbox
 from mappa_train.evaluation.evalsets import resolve
 from mappa_train.evaluation.hygiene import OverlapWarning
-from mappa_train.evaluation.runner import TRANSCRIPTS, evaluate, run_eval
+from mappa_train.evaluation.runner import TRANSCRIPTS, EvalSpecError, evaluate_team, run_eval
 from mappa_train.evaluation.teams import make_team
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bench"
+from tests.bench_data import BENCH as DATA
 
 
 class AlternatingTeam:
@@ -100,7 +98,7 @@ def test_metrics_of_a_mixed_team(tmp_path, envkw):
     by = records["synthetic:3"]
     assert [(r["task_index"], r["sample"], r["outcome"]["correct"]) for r in by] == [
         (0, 0, True), (0, 1, False), (1, 0, True), (1, 1, False), (2, 0, True), (2, 1, False)]
-    results = evaluate(alternating_team, [synthetic(3)], tmp_path, "mixed", k=2, env_kwargs=envkw, plots=False)
+    results = evaluate_team(alternating_team, [synthetic(3)], tmp_path, "mixed", k=2, env_kwargs=envkw, plots=False)
     s = results["sets"]["synthetic:3"]
     assert s["avg@k"]["mean"] == 0.5 and s["pass@k"]["1"]["mean"] == 0.5
     assert s["pass@k"]["2"]["mean"] == 1.0  # one right sample of two
@@ -108,12 +106,14 @@ def test_metrics_of_a_mixed_team(tmp_path, envkw):
 
 
 def test_policy_token_counts_are_reported(tmp_path, envkw):
-    results = evaluate(lambda env: CountingTeam(env.unwrapped.scenario.tasks()), [synthetic(2)], tmp_path, "tokens",
-                       k=1, env_kwargs=envkw, plots=False)
+    team = lambda env: CountingTeam(env.unwrapped.scenario.tasks())  # noqa: E731
+    results = evaluate_team(team, [synthetic(2)], tmp_path, "tokens",
+                            k=1, env_kwargs=envkw, plots=False)
     cost = results["sets"]["synthetic:2"]["cost"]
     assert cost["policy_prompt_tokens"] == 100 * cost["actions"] and cost["policy_completion_tokens"] > 0
     episode = json.loads((tmp_path / TRANSCRIPTS).read_text().splitlines()[0])
-    assert episode["actions"][0]["usage"] == {"prompt_tokens": 100, "completion_tokens": 7}  # "I am the problem_solver; ..."
+    # "I am the problem_solver; no code needed." is 7 words
+    assert episode["actions"][0]["usage"] == {"prompt_tokens": 100, "completion_tokens": 7}
 
 
 def test_resume_skips_finished_episodes(tmp_path, envkw):
@@ -157,7 +157,7 @@ def test_overlap_with_the_training_source_is_warned_and_reported(tmp_path, envkw
     es = resolve("amc", DATA, train_source=str(DATA / "amc.json"))  # amc_eval_32 is a subset of amc.json
     es.max_problems = 2
     with pytest.warns(OverlapWarning, match="2/2 problems of eval set 'amc'"):
-        results = evaluate(alternating_team, [es], tmp_path, "leaky", k=1, env_kwargs=envkw, plots=False)
+        results = evaluate_team(alternating_team, [es], tmp_path, "leaky", k=1, env_kwargs=envkw, plots=False)
     overlap = results["sets"]["amc"]["overlap"]
     assert overlap["n_overlap"] == 2 and overlap["fraction"] == 1.0 and overlap["train_source"].endswith("amc.json")
 
@@ -172,7 +172,7 @@ def test_named_sets_resolve_to_the_data_files(envkw):
 
 def test_bad_set_names_say_what_to_do(tmp_path, monkeypatch):
     monkeypatch.delenv("MAPPA_DATA_DIR", raising=False)
-    with pytest.raises(FileNotFoundError, match="--data-dir"):
+    with pytest.raises(EvalSpecError, match="--data-dir"):
         resolve("aime2025")
     with pytest.raises(ValueError, match="unknown eval set 'gsm8k'"):
         resolve("gsm8k")
@@ -197,7 +197,7 @@ def test_dsbench_builtin_task(tmp_path):
     sandbox = make_sandbox("local", pool_size=1)
     try:
         with pytest.warns(OverlapWarning, match="1/1 problems of eval set 'dsbench'"):  # built-in tasks have no holdout
-            results = evaluate(make_team("scripted"), [es], tmp_path, "ds", k=1,
+            results = evaluate_team(make_team("scripted"), [es], tmp_path, "ds", k=1,
                                env_kwargs={"sandbox": sandbox})
     finally:
         sandbox.close()

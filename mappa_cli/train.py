@@ -1,0 +1,65 @@
+"""`mappa train --config FILE key=value ...`: train a team with MAPPA."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from mappa_train.config import help_lines
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--config",
+                        help="a YAML preset (configs/mathchat.yaml, configs/dsbench.yaml, configs/quickstart.yaml)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="override config keys, e.g. learner.lr=1e-5 steps=10")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    parser.epilog = "config keys (key = default  [type]  meaning):\n  " + "\n  ".join(help_lines())
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load(args.config, args.overrides)
+    if args.print_config:
+        import yaml
+
+        from mappa_train.config import to_dict
+
+        print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        return 0
+    if cfg.ray.enabled:
+        from mappa_train.ray_mode import train_with_ray
+
+        out = train_with_ray(cfg)
+    else:
+        from mappa_train.train import train
+
+        out = train(cfg)
+    print(f"done: metrics, curves.png and the final model are in {out}")
+    return 0
+
+
+def load(path: str | None, overrides: list[str]):
+    """`load_config`, with a YAML syntax error named by where it is: the file (line, column) or the override."""
+    import yaml
+
+    from mappa_cli.errors import yaml_message
+    from mappa_train.config import ConfigError, load_config
+
+    try:
+        return load_config(path, overrides)
+    except yaml.YAMLError as e:
+        raise ConfigError(yaml_message(e, source=_culprit(path, overrides))) from e
+
+
+def _culprit(path: str | None, overrides: list[str]) -> str | None:
+    """The config file if it does not parse, else the first override whose value does not."""
+    import yaml
+
+    texts = [(path, Path(path).read_text())] if path else []
+    texts += [(f"override {o!r}", o.partition("=")[2]) for o in overrides]
+    for name, text in texts:
+        try:
+            yaml.safe_load(text)
+        except yaml.YAMLError:
+            return name
+    return None

@@ -1,0 +1,197 @@
+"""Every bad input of issue 15 through the real CLI: exit status != 0, one short line that names the problem,
+no traceback (`--debug` / MAPPA_DEBUG=1 bring it back)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mappa_cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--no-plots", "--preimport", "", "--no-progress"]
+
+
+def fails(argv: list[str], capsys, status: int = 2) -> str:
+    """Run `mappa ARGV` in-process; assert it failed with `status` in one short line; return that line."""
+    rc = main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("== ")]  # the eval's per-team header
+    assert rc == status, err
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith(f"mappa {argv[0]}: ")
+    return lines[0]
+
+
+def run_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run([sys.executable, "-m", "mappa_cli", *argv], capture_output=True, text=True, env=environ,
+                          timeout=300)
+
+
+@pytest.fixture
+def out(tmp_path):
+    return ["--out", str(tmp_path / "out")]
+
+
+def test_unknown_env_id(capsys):
+    assert "unknown env id 'Nope-v0'" in fails(["run", "Nope-v0"], capsys)
+
+
+def test_unknown_eval_set(capsys, out):
+    assert "unknown eval set 'gsm8k'" in fails(["eval", "--team", "scripted", "--sets", "gsm8k", *out], capsys)
+
+
+@pytest.mark.parametrize("team, message", [
+    ("gpt", "unknown team spec 'gpt'"),
+    ("openai:just-a-model", "expected openai:MODEL@BASE_URL"),
+    ("solver=scripted", "the team names the roles ['solver'], but MathChat-v0 has"),
+    ("nosuchmodule:factory", "cannot import nosuchmodule"),
+    ("scripted:7", "SKILL in [0, 1]"),
+])
+def test_bad_team_spec(team, message, capsys, out):
+    assert message in fails(["eval", "--team", team, "--sets", "synthetic:1", *FAST, *out], capsys)
+
+
+def test_bad_coach_spec(capsys, out):
+    assert "unknown coach 'gpt5'" in fails(["eval", "--team", "scripted", "--coach", "gpt5", *out], capsys)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["eval", "--team", "scripted", "--k", "0"], "argument --k: must be >= 1, got 0"),
+    (["eval", "--team", "scripted", "--batch-size", "x"], "argument --batch-size: expected an integer, got 'x'"),
+    (["eval", "--team", "scripted", "--top-p", "0"], "--top-p must lie in (0, 1]"),
+    (["eval"], "one of the arguments --team --compare --leaderboard is required"),
+    (["run", "MathChat-v0", "--skill", "7"], "argument --skill: must lie in [0, 1], got 7"),
+    (["run", "MathChat-v0", "--episodes", "0"], "argument --episodes: must be >= 1, got 0"),
+    (["run", "MathChat-v0", "--env-arg", "novalue"], "expected KEY=VALUE"),
+    (["run", "MathChat-v0", "--policy", "nosuch"], "expected 'scripted', 'random' or 'module:factory'"),
+    (["sandbox", "check", "--cells", "-1"], "argument --cells: must be >= 1, got -1"),
+])
+def test_out_of_range_and_malformed_arguments(argv, message, capsys):
+    line = fails(argv, capsys)
+    assert message in line and "usage:" not in line
+
+
+def test_missing_data_directory(tmp_path, capsys, out, monkeypatch):
+    missing = str(tmp_path / "nope")
+    line = fails(["eval", "--team", "scripted", "--sets", "aime2025", "--data-dir", missing, *out], capsys)
+    assert f"--data-dir {tmp_path / 'nope'} is not a folder" in line
+    monkeypatch.delenv("MAPPA_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)  # no data/bench here
+    line = fails(["eval", "--team", "scripted", "--sets", "aime2025", *out], capsys)
+    assert "needs aime_2025.json: no data directory was given; pass --data-dir DIR" in line
+
+
+def test_malformed_dsbench_folder(tmp_path, capsys, out):
+    (tmp_path / "ds").mkdir()
+    line = fails(["eval", "--team", "scripted", "--sets", f"dsbench:{tmp_path / 'ds'}", *FAST, *out], capsys)
+    assert f"{tmp_path / 'ds'} is not a DSBench data folder" in line
+
+
+def test_unreachable_endpoint(capsys, out):
+    line = fails(["eval", "--team", "openai:m@http://127.0.0.1:1/v1", "--sets", "synthetic:1", *FAST, *out], capsys,
+                 status=1)
+    assert "http://127.0.0.1:1/v1" in line and "Connection error" in line and "is the server running" in line
+
+
+def test_unreachable_coach_is_a_failed_run_not_low_scores(capsys, tmp_path):
+    rc = main(["eval", "--team", "scripted", "--sets", "synthetic:1", "--coach", "judge@http://127.0.0.1:1/v1",
+               "--coach-set", "max_retries=0", "--coach-set", "api_key_env=none", "--out", str(tmp_path), *FAST])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert "coach: a call failed (APIConnectionError: Connection error." in err
+    assert "coach: 4/4 calls failed (last error: APIConnectionError: Connection error." in err
+    assert err.strip().splitlines()[-1].startswith("mappa eval: every coach call failed")
+
+
+def test_bad_yaml_names_line_and_column(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seed: 0\nlearner:\n  lr: 1e-5\n    steps: 3\n")
+    line = fails(["train", "--config", str(bad)], capsys)
+    assert line == f"mappa train: {bad}: invalid YAML at line 4, column 10: mapping values are not allowed here"
+    line = fails(["train", "steps=[1"], capsys)
+    assert line.startswith("mappa train: override 'steps=[1': invalid YAML at line 1, column 3: ")
+
+
+def test_train_config_errors_keep_their_wording(capsys):
+    line = fails(["train", "lerner.lr=1e-5"], capsys)
+    assert line.startswith("mappa train: unknown config key 'lerner.lr': the top level has out_dir, seed")
+    assert fails(["train", "learner.lr=fast"], capsys) == "mappa train: learner.lr must be float, got 'fast' (str)"
+
+
+def test_malformed_json_data_file(tmp_path, capsys, out):
+    broken = tmp_path / "broken.json"
+    broken.write_text('[\n  {"prompt": "What is 1 + 1?", "answer": "2"},\n  {"prompt": "2 + 2?" "answer": "4"}\n]\n')
+    line = fails(["eval", "--team", "scripted", "--sets", str(broken), *FAST, *out], capsys)
+    assert str(broken) in line and "JSON" in line
+
+
+def test_hf_team_with_a_path_that_does_not_exist(tmp_path, capsys, out):
+    missing = tmp_path / "models" / "tiny"
+    line = fails(["eval", "--team", f"hf:{missing}", "--sets", "synthetic:1", *FAST, *out], capsys)
+    assert f"the path {missing} does not exist" in line and "Repo id" not in line
+
+
+def test_hub_id_offline_says_the_hub_is_unreachable(tmp_path):
+    result = run_cli("eval", "--team", "hf:SomeOrg/some-model", "--sets", "synthetic:1", *FAST,
+                     "--out", str(tmp_path / "out"), HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert "not in the local cache while the hub is switched off (HF_HUB_OFFLINE=1)" in line
+    assert "huggingface-cli download SomeOrg/some-model" in line
+
+
+def test_empty_task_file_is_an_error(tmp_path, capsys, out):
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    line = fails(["eval", "--team", "scripted", "--sets", str(empty), *FAST, *out], capsys)
+    assert "empty" in line
+
+
+def test_eval_out_resumes_the_same_run_and_refuses_another(tmp_path, capsys):
+    common = ["eval", "--sets", "synthetic:2", "--name", "run", "--out", str(tmp_path), *FAST]
+    assert main([*common, "--team", "scripted"]) == 0
+    transcripts = (tmp_path / "run" / "transcripts.jsonl").read_text()
+    capsys.readouterr()
+    assert main([*common, "--team", "scripted"]) == 0  # the same settings: resumes (nothing left to play)
+    assert "synthetic:2: 2/2 episodes already done (resuming)" in capsys.readouterr().err
+    line = fails([*common, "--team", "scripted:0.5"], capsys)
+    assert f"{tmp_path / 'run'} holds a run with other settings (team: 'scripted' then, 'scripted:0.5' now)" in line
+    assert (tmp_path / "run" / "transcripts.jsonl").read_text() == transcripts  # nothing overwritten
+
+
+def test_unknown_command():
+    result = run_cli("trian")
+    assert result.returncode == 2 and result.stderr.strip() == (
+        "mappa: unknown command 'trian'; choose one of envs, run, sandbox, train, eval, quickstart")
+
+
+@pytest.mark.parametrize("how", ["flag-before", "flag-after", "env"])
+def test_debug_shows_the_traceback(how):
+    argv = {"flag-before": ["--debug", "run", "Nope-v0"], "flag-after": ["run", "Nope-v0", "--debug"],
+            "env": ["run", "Nope-v0"]}[how]
+    result = run_cli(*argv, **({"MAPPA_DEBUG": "1"} if how == "env" else {}))
+    assert result.returncode == 1 and "Traceback (most recent call last)" in result.stderr
+    assert "unknown env id 'Nope-v0'" in result.stderr
+
+
+def test_without_debug_the_real_process_prints_one_line():
+    result = run_cli("run", "Nope-v0")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "mappa run: unknown env id 'Nope-v0'; registered ids: DSBench-v0, MathChat-v0"]
+
+
+def test_json_decode_errors_carry_their_real_position():
+    from mappa_cli.errors import explain
+
+    try:
+        json.loads('[\n  1,\n  2 3\n]')
+    except json.JSONDecodeError as e:
+        assert explain(e) == ("invalid JSON at line 3, column 5: Expecting ',' delimiter", 2)
