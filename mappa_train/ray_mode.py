@@ -123,16 +123,17 @@ def ray_rollouts(workers: list):
         bounds = [len(task_ids) * i // n for i in range(n + 1)]
         parts = ray.get([w.collect.remote(task_ids[bounds[i]:bounds[i + 1]], seed, eval_set, bounds[i])
                          for i, w in enumerate(workers) if bounds[i + 1] > bounds[i]])
-        merged = Rollout([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0, 0.0)
+        merged = Rollout([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0)
         for p in parts:
             merged.transitions += p.transitions
             merged.episodes += p.episodes
             merged.dropped += p.dropped
             merged.overflow += p.overflow
+            merged.failed += p.failed
             merged.rounds = max(merged.rounds, p.rounds)
             for k, v in p.generate_calls.items():
                 merged.generate_calls[k] = merged.generate_calls.get(k, 0) + v
-            for k in ("generate_s", "env_s", "env_busy_s", "wall_s"):  # workers run in parallel: the slowest counts
+            for k in ("generate_s", "env_busy_s", "wall_s"):  # workers run in parallel: the slowest counts
                 setattr(merged, k, max(getattr(merged, k), getattr(p, k)))
         return merged
 

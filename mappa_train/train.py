@@ -258,7 +258,8 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
         rollouts.sync(_weights(learners))
         t3 = time.perf_counter()
         metrics.update(_episode_metrics(result), coach_failures=float(result.dropped), prompt_overflows=float(result.overflow),
-                       time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2)
+                       episode_failures=float(result.failed), time_rollout_s=t1 - t0, time_update_s=t2 - t1,
+                       time_sync_s=t3 - t2)
         metrics.update({f"time_{k}": v for k, v in result.timing().items()})
         log.log("train", step + 1, metrics)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:

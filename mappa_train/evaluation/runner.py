@@ -114,13 +114,15 @@ def play_jobs(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], ba
 
     def finish(result: EpisodeResult, env) -> None:
         job = jobs[result.episode]
-        if result.task_id != job.task_id:
+        if result.error is None and result.task_id != job.task_id:
             raise RuntimeError(f"task_index {job.task_index} gave task {result.task_id!r}, expected {job.task_id!r}: "
                                "the task source changed")
         record = env.unwrapped.transcript()  # task, every action with tool output and coach verdict, outcome
         record["actions"] = [{**action, **_extras(turn)} for action, turn in zip(record["actions"], result.turns)]
         record = {"set": job.set_name, "task_id": job.task_id, "task_index": job.task_index, "sample": job.sample,
                   "seed": job.seed, **record, "truncated": result.truncated}
+        if result.error:  # the episode raised: recorded (as not correct) with why, never silently dropped
+            record["error"] = result.error
         records.append(record)
         if on_episode:
             on_episode(record)
