@@ -7,6 +7,7 @@ a bug, and `main` lets its traceback through.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 from mappa_envs.errors import MappaError
@@ -51,8 +52,10 @@ def explain(exc: BaseException) -> tuple[str, int] | None:
         return f"this needs the Python package {top!r}, which is not installed: {fix}", FAILED
     if isinstance(exc, (ValueError, KeyError)):  # raised on purpose with a message for the user
         return _text(exc), BAD_INPUT
-    if _unreachable(exc.__cause__):  # e.g. a client's RuntimeError wrapping "Connection error."
-        return f"{_text(exc)}; is the server running, and is the URL right?", FAILED
+    cause = explain(exc.__cause__) if exc.__cause__ is not None else None
+    if cause is not None:  # a wrapper that says where it happened ("chat completion failed at URL: ...")
+        hint = "; is the server running, and is the URL right?" if _unreachable(exc.__cause__) else ""
+        return _text(exc) + hint, cause[1]
     return None
 
 
@@ -62,6 +65,13 @@ def _unreachable(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__
     return False
+
+
+class OneLineLog(logging.Formatter):
+    """A logged warning as one line; its traceback (exc_info) is shown only with --debug."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
 
 
 def yaml_message(exc: Exception, source: str | None = None) -> str:

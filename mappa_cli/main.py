@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 
-from mappa_cli.errors import UsageError, explain
+from mappa_cli.errors import OneLineLog, UsageError, explain
 
 # name -> (module with configure/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"mappa: unknown command {name!r}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    if logging.lastResort is not None:  # warnings of a run that goes on (a failed episode) stay one line
+        logging.lastResort.setFormatter(None if debug else OneLineLog())
     module_name, help_text = COMMANDS[name]
     parser = Parser(prog=f"mappa {name}", description=help_text)
     parser.add_argument("--debug", action="store_true", help=f"show the traceback of an error (or set {DEBUG_ENV}=1)")

@@ -18,7 +18,7 @@ class Progress:
         """bar: True/False forces the tqdm bar on/off; None: on when `stream` is a terminal."""
         self.total, self.desc, self.every_s = total, desc, every_s
         self.stream = stream or sys.stderr
-        self.done = self.coach_calls = self.coach_failures = 0
+        self.done = self.failed = self.coach_calls = self.coach_failures = 0
         self.last_error: str | None = None
         self.started = self._last_line = time.monotonic()
         self._bar = None
@@ -39,11 +39,12 @@ class Progress:
                 self.coach_failures += 1
                 self.last_error = str(verdict.get("error"))[:200]
         self.done += 1
+        self.failed += bool(record.get("error"))  # the episode raised; the driver went on without it
         if self.coach_failures and not failures_before:
             self.say(f"coach: a call failed ({self.last_error}); further failures are counted")
         if self._bar is not None:
-            if self.coach_failures:
-                self._bar.set_postfix_str(f"coach failed {self.coach_failures}/{self.coach_calls}")
+            if self.coach_failures or self.failed:
+                self._bar.set_postfix_str(self._failures())
             self._bar.update(1)
         elif self.done == self.total or time.monotonic() - self._last_line >= self.every_s:
             self.say(self.line())
@@ -53,7 +54,13 @@ class Progress:
         rate = self.done / elapsed if elapsed > 0 else 0.0
         left = self.total - self.done
         when = f"done in {_duration(elapsed)}" if not left else f"ETA {_duration(left / rate)}" if rate else "ETA ?"
-        return f"{self.desc}: {self.done}/{self.total} episodes, {rate:.2f} episodes/s, {when}"
+        failures = f" ({self._failures()})" if self.failed or self.coach_failures else ""
+        return f"{self.desc}: {self.done}/{self.total} episodes{failures}, {rate:.2f} episodes/s, {when}"
+
+    def _failures(self) -> str:
+        parts = [f"{self.failed} failed"] if self.failed else []
+        parts += [f"coach failed {self.coach_failures}/{self.coach_calls}"] if self.coach_failures else []
+        return ", ".join(parts)
 
     def coach_summary(self) -> str | None:
         if not self.coach_failures:

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
             def write(result, env) -> None:
                 record = {"episode": result.episode, "seed": result.seed, **env.unwrapped.transcript(),
-                          "returns": result.returns}
+                          "returns": result.returns, **({"error": result.error} if result.error else {})}
                 out.write(json.dumps(record, default=str) + "\n")
                 out.flush()
                 outcomes.append(record["outcome"] or {})

@@ -90,11 +90,11 @@ def test_progress_plain_lines_and_coach_failures():
     with Progress(3, "amc", bar=False, every_s=0, stream=stream) as p:
         p.episode(_record({"ok": True, "score": 7}))
         p.episode(_record({"ok": False, "error": "APIConnectionError: Connection error."}, {"ok": True}))
-        p.episode(_record({"ok": False, "error": "APIConnectionError: Connection error."}))
+        p.episode({**_record({"ok": False, "error": "APIConnectionError: Connection error."}), "error": "boom"})
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("amc: 1/3 episodes, ") and "ETA" in lines[0]
     assert lines[1] == "coach: a call failed (APIConnectionError: Connection error.); further failures are counted"
-    assert lines[3].startswith("amc: 3/3 episodes, ") and "done in" in lines[3]
+    assert lines[3].startswith("amc: 3/3 episodes (1 failed, coach failed 2/4), ") and "done in" in lines[3]
     assert lines[4] == "coach: 2/4 calls failed (last error: APIConnectionError: Connection error.)"
     assert len(lines) == 5
 

@@ -110,6 +110,21 @@ def test_unreachable_coach_is_a_failed_run_not_low_scores(capsys, tmp_path):
     assert err.strip().splitlines()[-1].startswith("mappa eval: every coach call failed")
 
 
+def test_failing_episodes_are_one_line_warnings_then_one_error(tmp_path):
+    """A coach that must not fail (on_failure=raise) at a dead endpoint: each failed episode is a warning
+    line (the driver goes on), three in a row stop the run with one error line. In a subprocess: the
+    warnings go through logging, which pytest would capture."""
+    result = run_cli("eval", "--team", "scripted", "--sets", "synthetic:4", "--coach", "judge@http://127.0.0.1:1/v1",
+                     "--coach-set", "on_failure=raise", "--coach-set", "max_retries=0", "--coach-set",
+                     "api_key_env=none", "--batch-size", "1", "--out", str(tmp_path), *FAST)
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("== ")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert [line.split(" failed and is skipped: ")[0] for line in lines[:3]] == [
+        f"warning: episode {i} (env 0, task None)" for i in range(3)]
+    assert all("CoachError: judge at http://127.0.0.1:1/v1: APIConnectionError" in line for line in lines)
+    assert lines[3].startswith("mappa eval: 3 episodes in a row failed") and len(lines) == 4
+
+
 def test_bad_yaml_names_line_and_column(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("seed: 0\nlearner:\n  lr: 1e-5\n    steps: 3\n")
