@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                           "returns": result.returns, **({"error": result.error} if result.error else {})}
                 out.write(json.dumps(record, default=str) + "\n")
                 out.flush()
-                outcomes.append(record["outcome"] or {})
+                outcomes.append(record.get("outcome") or {})
                 progress.episode(record)
                 if args.render:
                     progress.say(env.unwrapped.render())

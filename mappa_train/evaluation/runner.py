@@ -137,13 +137,13 @@ def play_jobs(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], ba
 
 
 def claim_run(out: Path, identity: dict) -> None:
-    """Record `identity` in out/run.json, or check that it is the one already recorded there."""
-    path = out / RUN_FILE
-    if not path.is_file():
-        path.write_text(json.dumps(identity, indent=1, default=str), encoding="utf-8")
+    """Record `identity` in out/run.json, or check that it is the one of the episodes already there."""
+    path, played = out / RUN_FILE, out / TRANSCRIPTS
+    new = json.loads(json.dumps(identity, default=str))
+    if not path.is_file() or not (played.is_file() and played.stat().st_size):  # nothing played yet: nothing to mix
+        path.write_text(json.dumps(new, indent=1), encoding="utf-8")
         return
     old = json.loads(path.read_text(encoding="utf-8"))
-    new = json.loads(json.dumps(identity, default=str))
     changed = [f"{key}: {old.get(key)!r} then, {new.get(key)!r} now"
                for key in sorted({*old, *new}) if old.get(key) != new.get(key)]
     if changed:
@@ -237,7 +237,7 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
             for job in jobs:
                 old = done.get(job.key)
                 if old is not None and old["seed"] != job.seed:
-                    raise ValueError(
+                    raise EvalSpecError(
                         f"{path} was written with another seed ({old['seed']} != {job.seed} for {job.key}); "
                         "use a new output directory or the run's original --seed"
                     )
