@@ -46,7 +46,7 @@ def explain(exc: BaseException) -> tuple[str, int] | None:
         return f"connection failed: {exc}", FAILED
     if _is(exc, "mappa_envs.sandbox.types", "SandboxError"):
         return f"sandbox: {exc}", FAILED
-    if isinstance(exc, ModuleNotFoundError) and exc.name:
+    if isinstance(exc, ModuleNotFoundError) and exc.name and not exc.name.startswith("mappa"):
         top = exc.name.split(".")[0]
         fix = f"pip install 'mappa[{EXTRAS[top]}]'" if top in EXTRAS else f"pip install {top}"
         return f"this needs the Python package {top!r}, which is not installed: {fix}", FAILED

@@ -210,3 +210,48 @@ def test_json_decode_errors_carry_their_real_position():
         json.loads('[\n  1,\n  2 3\n]')
     except json.JSONDecodeError as e:
         assert explain(e) == ("invalid JSON at line 3, column 5: Expecting ',' delimiter", 2)
+
+
+def _raised(exc: BaseException, cause: BaseException) -> BaseException:
+    try:
+        raise exc from cause
+    except BaseException as e:  # noqa: BLE001 - building a chained exception to explain
+        return e
+
+
+@pytest.mark.parametrize("exc, expected", [
+    (KeyboardInterrupt(), ("interrupted", 130)),
+    (PermissionError(13, "Permission denied", "/runs/out"), ("/runs/out: permission denied", 1)),
+    (FileNotFoundError(2, "No such file or directory", "cfg.yaml"), ("cfg.yaml: no such file or directory", 2)),
+    (ModuleNotFoundError("No module named 'torch'", name="torch"),
+     ("this needs the Python package 'torch', which is not installed: pip install 'mappa[train]'", 1)),
+    (KeyError("unknown env id 'X-v0'"), ("unknown env id 'X-v0'", 2)),  # no KeyError quotes
+    (ConnectionRefusedError(111, "Connection refused"), ("connection failed: [Errno 111] Connection refused", 1)),
+    (_raised(RuntimeError("3 episodes in a row failed; the last: boom"), ValueError("boom")),
+     ("3 episodes in a row failed; the last: boom", 2)),
+])
+def test_explain(exc, expected):
+    from mappa_cli.errors import explain
+
+    assert explain(exc) == expected
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("a bug"), TypeError("a bug"), ModuleNotFoundError("x", name="mappa_x")])
+def test_bugs_keep_their_traceback(exc):
+    from mappa_cli.errors import explain
+
+    assert explain(exc) is None
+
+
+def test_http_errors_of_an_endpoint():
+    import httpx
+    import openai
+
+    from mappa_cli.errors import explain
+
+    request = httpx.Request("POST", "http://127.0.0.1:8000/v1/chat/completions")
+    refused = openai.APIConnectionError(request=request)
+    assert explain(refused) == ("cannot reach http://127.0.0.1:8000/v1/chat/completions (Connection error.); "
+                                "is the server running, and is the URL right?", 1)
+    denied = openai.AuthenticationError("bad key", response=httpx.Response(401, request=request), body=None)
+    assert explain(denied) == ("http://127.0.0.1:8000/v1/chat/completions answered HTTP 401: bad key", 1)
