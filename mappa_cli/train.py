@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +17,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = load(args.config, args.overrides)
+    from mappa_train.config import load_config
+
+    cfg = load_config(args.config, args.overrides)  # its ConfigError (bad file, YAML, key, value) is one line
     if args.print_config:
         import yaml
 
@@ -37,29 +38,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"done: metrics, curves.png and the final model are in {out}")
     return 0
 
-
-def load(path: str | None, overrides: list[str]):
-    """`load_config`, with a YAML syntax error named by where it is: the file (line, column) or the override."""
-    import yaml
-
-    from mappa_cli.errors import yaml_message
-    from mappa_train.config import ConfigError, load_config
-
-    try:
-        return load_config(path, overrides)
-    except yaml.YAMLError as e:
-        raise ConfigError(yaml_message(e, source=_culprit(path, overrides))) from e
-
-
-def _culprit(path: str | None, overrides: list[str]) -> str | None:
-    """The config file if it does not parse, else the first override whose value does not."""
-    import yaml
-
-    texts = [(path, Path(path).read_text())] if path else []
-    texts += [(f"override {o!r}", o.partition("=")[2]) for o in overrides]
-    for name, text in texts:
-        try:
-            yaml.safe_load(text)
-        except yaml.YAMLError:
-            return name
-    return None

@@ -129,9 +129,22 @@ def test_bad_yaml_names_line_and_column(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("seed: 0\nlearner:\n  lr: 1e-5\n    steps: 3\n")
     line = fails(["train", "--config", str(bad)], capsys)
-    assert line == f"mappa train: {bad}: invalid YAML at line 4, column 10: mapping values are not allowed here"
+    assert line == f"mappa train: {bad} is not valid YAML at line 4, column 10: mapping values are not allowed here"
     line = fails(["train", "steps=[1"], capsys)
-    assert line.startswith("mappa train: override 'steps=[1': invalid YAML at line 1, column 3: ")
+    assert line.startswith("mappa train: override 'steps=[1': the value is not valid YAML")
+
+
+def test_yaml_errors_that_reach_the_cli_name_line_and_column():
+    import yaml
+
+    from mappa_cli.errors import explain
+
+    try:
+        yaml.safe_load("seed: 0\nlearner:\n  lr: [1\nsteps: 3\n")
+    except yaml.YAMLError as e:
+        message, status = explain(e)
+    assert status == 2 and message == ("invalid YAML at line 4, column 6: expected ',' or ']', but got ':' "
+                                       "(while parsing a flow sequence that starts at line 3, column 7)")
 
 
 def test_train_config_errors_keep_their_wording(capsys):
