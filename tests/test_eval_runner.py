@@ -15,7 +15,8 @@ from tests.bench_data import BENCH as DATA
 class AlternatingTeam:
     """Answers a problem right on its even-numbered visits and wrong on odd ones (no tool calls).
 
-    Jobs start in (problem, sample) order, so visit i of a problem is its sample i.
+    With one env (batch_size=1) episodes run in (problem, sample) order, so visit i of a problem is
+    its sample i; with more, the driver lets whichever env is ready go first, so use `SeededTeam`.
     """
 
     def __init__(self, tasks):
@@ -40,6 +41,20 @@ class AlternatingTeam:
 
 def alternating_team(env):
     return AlternatingTeam(env.unwrapped.scenario.tasks())
+
+
+class SeededTeam(AlternatingTeam):
+    """Right or wrong by the driver's per-action seed (`seeds=`), so its answers cannot depend on
+    which episodes happen to be batched together."""
+
+    def respond(self, conversations, roles, seeds):
+        self.calls += 1
+        out = []
+        for conv, role, seed in zip(conversations, roles, seeds):
+            gold = self.gold[conv[1]["content"].removeprefix("Problem:\n").split("\n\n## Output of the", 1)[0]]
+            out.append(f"Checked. \\boxed{{{gold if seed % 3 else int(gold) + 1}}}" if role == "verifier"
+                       else f"I am the {role}; no code needed.")
+        return out
 
 
 class CountingTeam(AlternatingTeam):
@@ -99,7 +114,7 @@ def test_cli_eval_writes_transcripts_results_plots_and_leaderboard(tmp_path, cap
 
 
 def test_metrics_of_a_mixed_team(tmp_path, envkw):
-    records, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=2, env_kwargs=envkw)
+    records, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=1, env_kwargs=envkw)
     by = records["synthetic:3"]
     assert [(r["task_index"], r["sample"], r["outcome"]["correct"]) for r in by] == [
         (0, 0, True), (0, 1, False), (1, 0, True), (1, 1, False), (2, 0, True), (2, 1, False)]
@@ -122,15 +137,15 @@ def test_policy_token_counts_are_reported(tmp_path, envkw):
 
 
 def test_resume_skips_finished_episodes(tmp_path, envkw):
-    first, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=3, env_kwargs=envkw)
+    first, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=1, env_kwargs=envkw)
     again, _ = run_eval(Refuse(), [synthetic(3)], tmp_path, k=2, batch_size=3, env_kwargs=envkw)  # nothing left to play
     assert again == first
     path = tmp_path / TRANSCRIPTS
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:4]) + "\n" + lines[4][:50])  # killed while writing episode 5
     team = AlternatingTeam(_tasks(synthetic(3), envkw))
-    resumed, _ = run_eval(team, [synthetic(3)], tmp_path, k=2, batch_size=3, env_kwargs=envkw)
-    assert team.calls == 3  # two episodes, played side by side: three rounds of one batched call
+    resumed, _ = run_eval(team, [synthetic(3)], tmp_path, k=2, batch_size=1, env_kwargs=envkw)
+    assert team.calls == 2 * 3  # the two missing episodes, three roles each
     assert resumed == first
     assert len(path.read_text().splitlines()) == 6  # the torn line is gone
 
@@ -152,8 +167,12 @@ def test_resume_refuses_another_seed(tmp_path):
 
 
 def test_episodes_do_not_depend_on_batch_size(tmp_path, envkw):
-    one, _ = run_eval(alternating_team, [synthetic(2)], tmp_path / "a", k=2, batch_size=1, env_kwargs=envkw)
-    many, _ = run_eval(alternating_team, [synthetic(2)], tmp_path / "b", k=2, batch_size=4, env_kwargs=envkw)
+    def team(env):
+        return SeededTeam(env.unwrapped.scenario.tasks())
+
+    one, _ = run_eval(team, [synthetic(3)], tmp_path / "a", k=3, batch_size=1, env_kwargs=envkw)
+    many, _ = run_eval(team, [synthetic(3)], tmp_path / "b", k=3, batch_size=4, env_kwargs=envkw)
+    assert {r["outcome"]["correct"] for r in one["synthetic:3"]} == {True, False}  # a mix, so order would show
     assert one == many
 
 
