@@ -58,6 +58,12 @@ def test_run_refuses_to_overwrite_transcripts_unless_asked(tmp_path, capsys):
     assert json.loads(out.read_text())["seed"] == 5
 
 
+def test_blame_writes_its_table(tmp_path, capsys):
+    assert main(["blame", "--env", "MathChat-v0", "--num-tasks", "1", "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "blame.md").read_text()
+    assert "| MathChat-v0 | solver_wrong | problem_solver | rule | 1 |" in table and table in capsys.readouterr().out
+
+
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "mappa_cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "quickstart" in out.stdout and "sandbox" in out.stdout

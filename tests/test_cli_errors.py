@@ -72,6 +72,7 @@ def test_bad_coach_spec(capsys, out):
     (["run", "MathChat-v0", "--env-arg", "novalue"], "expected KEY=VALUE"),
     (["run", "MathChat-v0", "--policy", "nosuch"], "expected 'scripted', 'random' or 'module:factory'"),
     (["sandbox", "check", "--cells", "-1"], "argument --cells: must be >= 1, got -1"),
+    (["blame", "--num-tasks", "0"], "--num-tasks, --batch and --concurrency must be >= 1"),
 ])
 def test_out_of_range_and_malformed_arguments(argv, message, capsys):
     line = fails(argv, capsys)
@@ -197,7 +198,7 @@ def test_eval_out_resumes_the_same_run_and_refuses_another(tmp_path, capsys):
 def test_unknown_command():
     result = run_cli("trian")
     assert result.returncode == 2 and result.stderr.strip() == (
-        "mappa: unknown command 'trian'; choose one of envs, run, sandbox, train, eval, quickstart")
+        "mappa: unknown command 'trian'; choose one of envs, run, sandbox, train, eval, quickstart, blame")
 
 
 @pytest.mark.parametrize("how", ["flag-before", "flag-after", "env"])
