@@ -251,7 +251,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mappa_train.evaluation.teams import make_coach
+    from mappa_envs.coach import make_coach
 
     if args.num_tasks < 1 or args.batch < 1 or args.concurrency < 1 or args.tolerance < 0:
         raise ValueError("--num-tasks, --batch and --concurrency must be >= 1 and --tolerance >= 0")
