@@ -75,8 +75,9 @@ class EnvConfig:
     id: str = doc("MathChat-v0", "registered environment id (see `mappa envs`)")
     kwargs: dict = doc({}, "keyword arguments for mappa_envs.make for training episodes (task_source, split, ...)")
     eval_sets: dict = doc({"eval": {"split": "eval"}}, "evaluation sets: name -> overrides of `kwargs` (e.g. another task_source)")
-    coach: Literal["rule", "llm"] = doc("rule", "coach that scores each action: the offline rule coach or an LLM")
-    coach_kwargs: dict = doc({}, "keyword arguments for the coach (LLMCoach: model, base_url, ...)")
+    coach: str = doc("rule", "coach spec, as for `mappa eval --coach`: rule, a preset (gemini-2.5-flash, vllm-local:PORT, "
+                             "...), MODEL@BASE_URL, or llm (settings alone); see mappa_envs.coach.factory")
+    coach_kwargs: dict = doc({}, "LLMCoachConfig settings on top of the spec (structured_output, max_tokens, on_failure, ...)")
     coach_cache: str | None = doc(None, "SQLite file caching the coach's verdicts, so re-runs replay them at no cost")
     sandbox: Literal["auto", "local", "docker"] = doc("local", "where agents' code runs")
     sandbox_kwargs: dict = doc({}, "sandbox limits/options for make_sandbox, shared by all envs (e.g. preimport: [])")
@@ -206,6 +207,18 @@ def _check_env_kwargs(env: EnvConfig) -> None:
                 raise ConfigError(f"{name} sets {key!r}; set env.{key} (and env.{key}_kwargs) instead")
             if accepted is not None and key not in accepted:
                 raise ConfigError(f"{name} has {key!r}, which {env.id} does not take; it takes {', '.join(sorted(accepted))}")
+    from mappa_envs.coach.config import PRESETS, typed_settings
+
+    settings = dict(env.coach_kwargs)
+    if env.coach == "rule" and settings:
+        raise ConfigError(f"env.coach_kwargs {sorted(settings)} set, but env.coach is 'rule', which has no settings")
+    if settings.get("preset") is not None and settings["preset"] not in PRESETS:
+        raise ConfigError(f"env.coach_kwargs.preset {settings['preset']!r} is not a preset; presets: {', '.join(PRESETS)}")
+    settings.pop("preset", None)
+    try:
+        typed_settings(settings)
+    except MappaError as e:
+        raise ConfigError(f"env.coach_kwargs: {e}") from None
     from mappa_envs.sandbox.factory import accepted_arguments
 
     unknown = sorted(set(env.sandbox_kwargs) - accepted_arguments(env.sandbox))

@@ -46,10 +46,10 @@ def resolve_model(cfg: TrainConfig) -> Path | str:
 
 
 def make_coach(cfg: TrainConfig):
-    from mappa_envs.coach import CachedCoach, LLMCoach, RuleCoach
+    """The configured coach, through the one factory training and `mappa eval` share."""
+    from mappa_envs.coach import make_coach as build
 
-    coach = RuleCoach() if cfg.env.coach == "rule" else LLMCoach(**cfg.env.coach_kwargs)
-    return CachedCoach(coach, cfg.env.coach_cache) if cfg.env.coach_cache else coach
+    return build(cfg.env.coach, cfg.env.coach_kwargs, cfg.env.coach_cache)
 
 
 def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = None, sandbox: Any = None) -> list:

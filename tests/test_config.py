@@ -100,3 +100,17 @@ def test_bad_yaml_syntax_names_line_and_column(tmp_path):
     with pytest.raises(ConfigError, match=r"bad.yaml is not valid YAML at line \d+, column \d+") as info:
         load_config(bad)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("env.coach_kwargs={max_token: 5}", "env.coach_kwargs: unknown coach setting 'max_token'.*did you mean 'max_tokens'"),
+    ("env.coach_kwargs={max_tokens: 5}", "env.coach is 'rule', which has no settings"),
+])
+def test_coach_settings_are_checked_at_load_time(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["env.coach=vllm-local" if "max_token:" in override else "env.coach=rule", override])
+
+
+def test_a_coach_spec_and_its_settings_load():
+    cfg = load_config(None, ["env.coach=judge@http://127.0.0.1:9/v1", "env.coach_kwargs={structured_output: true}"])
+    assert (cfg.env.coach, cfg.env.coach_kwargs) == ("judge@http://127.0.0.1:9/v1", {"structured_output": True})
