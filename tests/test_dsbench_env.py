@@ -165,7 +165,8 @@ def test_inconsistent_features_are_blamed_on_the_engineer(sandbox):
             env.step(f"```python\n{code}\n```")
         engineer = coach.requests[0]
         assert engineer.checks["features_consistent"] is False
-        assert engineer.metrics["features_problem"] == {"file": "X_test.csv", "problem": "X_test.csv has 20 rows, test.csv has 53"}
+        assert engineer.metrics["features_problem"] == {"file": "X_test.csv",
+                                                        "problem": "X_test.csv has 20 rows, test.csv has 53"}
         d = env.episode.outcome.details
         assert "20 rows for 53 test ids" in d["failure"]["error"]
         assert d["failure"]["root_cause"] == {"file": "X_test.csv", "owner": "data_engineer",
