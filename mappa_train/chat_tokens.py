@@ -30,12 +30,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mappa_envs.errors import MappaError
+
 Continuation = Literal["append", "render"]
 SENTINEL = "MAPPA-SENTINEL-7431"
 _PROBE_SYSTEM, _PROBE_USER, _PROBE_TOOL = "MAPPA-SYSTEM-1", "MAPPA-USER-2", "MAPPA-TOOL-OUTPUT-3"
 
 
-class TemplateError(ValueError):
+class TemplateError(MappaError, ValueError):
     """A chat template the rollout cannot turn into token-exact prompts; the message says why."""
 
 

