@@ -16,8 +16,8 @@ The head's saving grows with T/chunk (the presets' 32768-token micro-batches and
 vocabulary: ~18 GiB per fp32 copy of the full logits, against 0.3 GiB per chunk).
 
 Peak memory is the process's resident-set high-water mark above its level just before the measured
-pass (Linux: /proc/self/clear_refs resets the mark), so every allocation counts. Each variant runs
-in its own process; times are medians. Prints ratios side by side; asserts nothing.
+pass (Linux: /proc/self/clear_refs resets the mark), so every allocation counts. Each measurement
+runs in its own process; times are medians. Prints ratios side by side; asserts nothing.
 """
 from __future__ import annotations
 
@@ -102,16 +102,13 @@ def child(args) -> None:
         h = hidden.detach().requires_grad_(True)
         head_loss(args.variant, h, head, ids, args.prompt, args.chunk).backward()
 
-    result = {"variant": args.variant}
-    result["head_mib"], result["head_s"] = measure(head_only, args.repeats)
-    result["whole_mib"], result["whole_s"] = measure(whole, args.repeats)
-    result["loss"] = losses[0]
-    print(json.dumps(result))
+    peak, seconds = measure(head_only if args.part == "head" else whole, args.repeats)
+    print(json.dumps({"mib": peak, "s": seconds, "loss": losses[0] if losses else None}))
 
 
-def run(variant: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--child", variant, "--model", args.model, "--chunk", str(args.chunk),
-           "--repeats", str(args.repeats)]
+def run(variant: str, part: str, args) -> dict:
+    cmd = [sys.executable, __file__, "--child", variant, "--part", part, "--model", args.model,
+           "--chunk", str(args.chunk), "--repeats", str(args.repeats)]
     for key in ("prompt", "action", "whole_prompt", "whole_action"):
         cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
@@ -127,24 +124,26 @@ def main() -> None:
     parser.add_argument("--whole-action", type=int, default=1536, help="action tokens of the whole-model micro-batch")
     parser.add_argument("--chunk", type=int, default=LearnerConfig().logprob_chunk_tokens,
                         help="LM-head rows per chunk (learner.logprob_chunk_tokens)")
-    parser.add_argument("--repeats", type=int, default=1, help="timed passes per measurement after the measured one")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per measurement after the measured one")
     parser.add_argument("--child", choices=["naive", "chunked"], help=argparse.SUPPRESS)
+    parser.add_argument("--part", choices=["head", "whole"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         args.variant = args.child
         return child(args)
-    r = {v: run(v, args) for v in ("naive", "chunked")}
+    r = {part: {v: run(v, part, args) for v in ("naive", "chunked")} for part in ("head", "whole")}
     print(f"{args.model}, fp32, CPU, forward + backward, LM-head chunk {args.chunk} rows:")
     print(f"  log-prob head: {args.prompt} prompt + {args.action} action tokens; micro-batch (whole model, gradient "
           f"checkpointing): {args.whole_prompt} prompt + {args.whole_action} action tokens")
-    for part in ("head", "whole"):
+    for part, res in r.items():
         name = {"whole": "micro-batch  ", "head": "log-prob head"}[part]
-        secs = {v: statistics.median(r[v][f"{part}_s"]) for v in r}
-        for v in r:
-            print(f"  {name} {v:8s} peak +{r[v][f'{part}_mib']:8.1f} MiB  {secs[v]:7.2f} s")
-        print(f"  {name} chunked vs naive: {r['naive'][f'{part}_mib'] / max(r['chunked'][f'{part}_mib'], 1e-9):.1f}x "
+        secs = {v: statistics.median(res[v]["s"]) for v in res}
+        for v in res:
+            print(f"  {name} {v:8s} peak +{res[v]['mib']:8.1f} MiB  {secs[v]:7.2f} s")
+        print(f"  {name} chunked vs naive: {res['naive']['mib'] / max(res['chunked']['mib'], 1e-9):.1f}x "
               f"less peak memory at {secs['chunked'] / secs['naive']:.2f}x the time")
-    print(f"  same loss: naive {r['naive']['loss']:.3f}, chunked {r['chunked']['loss']:.3f}")
+    whole = r["whole"]
+    print(f"  same loss: naive {whole['naive']['loss']:.3f}, chunked {whole['chunked']['loss']:.3f}")
 
 
 if __name__ == "__main__":

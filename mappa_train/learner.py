@@ -362,10 +362,28 @@ def action_logprobs(hidden: torch.Tensor, head: torch.nn.Module, targets: torch.
 
 def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module,
                     temperature: float) -> torch.Tensor:
-    logits = head(hidden).float()  # [C, V]
+    logits = head(hidden).float()  # [C, V]; the head's own backward needs its input, not this output
     if temperature != 1.0:
-        logits = logits / temperature
-    return logits.gather(1, targets[:, None])[:, 0] - logits.logsumexp(1)
+        logits = logits.div_(temperature) if logits.dtype != hidden.dtype else logits / temperature
+    return _TargetLogprob.apply(logits, targets)
+
+
+class _TargetLogprob(torch.autograd.Function):
+    """log_softmax(logits)[targets] [C, V], [C] -> [C], whose backward writes the logits' gradient,
+    (onehot − softmax) × grad, into one [C, V] buffer (autograd's gather + logsumexp would make three)."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        lse = logits.logsumexp(1)
+        ctx.save_for_backward(logits, lse, targets)
+        return logits.gather(1, targets[:, None])[:, 0] - lse
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        logits, lse, targets = ctx.saved_tensors
+        out = torch.sub(logits, lse[:, None]).exp_().neg_()  # −softmax
+        out.scatter_add_(1, targets[:, None], torch.ones_like(lse)[:, None])
+        return out.mul_(grad[:, None]), None
 
 
 def _chunks(items: list, n: int) -> list[list]:

@@ -233,8 +233,9 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
         action: TokenAction = turn.output
         if action.generation is None or not ok:
             continue
-        kept = env_cut_chars(record.input_error)
-        judged = None if kept is None else judged_prefix(tokenizers[route[turn.role]], action.generation.token_ids, kept)
+        kept = env_cut_chars(record.input_error)  # characters the env kept, if it cut the action
+        tokenizer = tokenizers[route[turn.role]]
+        judged = None if kept is None else judged_prefix(tokenizer, action.generation.token_ids, kept)
         transitions.append(Transition(
             role=turn.role, policy=route[turn.role], prompt_ids=action.prompt_ids,
             action_ids=list(action.generation.token_ids), logprobs=list(action.generation.logprobs),

@@ -135,3 +135,36 @@ def test_two_zero3_ranks_match_one_process(model_dir, tmp_path):
 
 if __name__ == "__main__":
     _worker(sys.argv[1], sys.argv[2])
+
+
+@pytest.mark.parametrize("chunk,n_chunks", [(1, None), (4, None), (5, 6), (64, None)])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_chunked_logprobs_match_the_full_log_softmax_values_and_gradients(chunk, n_chunks, temperature):
+    from mappa_train.learner import action_logprobs
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=False)
+    hidden = torch.randn(13, 16, requires_grad=True)
+    targets, upstream = torch.randint(0, 50, (13,)), torch.randn(13)
+    full = torch.log_softmax(head(hidden) / temperature, -1).gather(1, targets[:, None])[:, 0]
+    want = torch.autograd.grad((full * upstream).sum(), [hidden, head.weight])
+    got = action_logprobs(hidden, head, targets, temperature, chunk, n_chunks)
+    assert got.shape == (13,) and torch.allclose(got, full, atol=1e-5)
+    for a, b in zip(torch.autograd.grad((got * upstream).sum(), [hidden, head.weight]), want):
+        assert torch.allclose(a, b, atol=1e-5)
+    with torch.no_grad():
+        assert torch.allclose(action_logprobs(hidden, head, targets, temperature, chunk), full, atol=1e-5)
+    assert action_logprobs(hidden[:0], head, targets[:0], 1.0, chunk, 3).shape == (0,)  # empty chunks (ZeRO-3 pad)
+
+
+def test_sequence_mean_weighs_every_action_alike(model_dir):
+    """Token mean: a long action outweighs a short one; sequence mean: each action counts once."""
+    cfg = LearnerConfig(lr=LR, packed=False, micro_batch_size=1, train_batch_size=64)
+    token, sequence = (PolicyLearner(model_dir, cfg, AlgoConfig(loss_mean=m)) for m in ("token", "sequence"))
+    samples = make_samples(3)
+    prepare(token, samples)
+    for s in samples:  # ratio 1 and constant advantages: the loss is −mean(A) under each weighting
+        s.advantages = torch.full((len(s.action_ids),), float(len(s.action_ids)))
+    lengths = [len(s.action_ids) for s in samples]
+    assert token.train(samples, lr=0.0)["loss"] == pytest.approx(-sum(n * n for n in lengths) / sum(lengths), rel=1e-5)
+    assert sequence.train(samples, lr=0.0)["loss"] == pytest.approx(-sum(lengths) / len(lengths), rel=1e-5)
