@@ -17,7 +17,8 @@ vocabulary: ~18 GiB per fp32 copy of the full logits, against 0.3 GiB per chunk)
 
 Peak memory is the process's resident-set high-water mark above its level just before the measured
 pass (Linux: /proc/self/clear_refs resets the mark), so every allocation counts. Each measurement
-runs in its own process; times are medians. Prints ratios side by side; asserts nothing.
+runs in its own process; times are medians of passes alternating between the variants in one process.
+Prints ratios side by side; asserts nothing.
 """
 from __future__ import annotations
 
@@ -55,23 +56,18 @@ def head_loss(variant: str, hidden, head, ids, prompt: int, chunk: int):
     return -action_logprobs(hidden[0, cols], head, ids[0, cols + 1], 1.0, chunk).sum()
 
 
-def measure(step, repeats: int) -> tuple[float, list[float]]:
-    """(peak MiB above the start, seconds of the measured pass and each repeat) of `step()`, after a warm-up."""
-    step()  # warm-up: .grad tensors allocated once
+def peak_mib(step) -> float:
+    """Peak MiB of `step()` above the level just before it, after a warm-up (which allocates the .grads)."""
+    step()
     Path("/proc/self/clear_refs").write_text("5")  # reset the resident-set high-water mark
     before = _status_kib("VmRSS")
-    t0 = time.perf_counter()
     step()
-    times = [time.perf_counter() - t0]
-    peak = (_status_kib("VmHWM") - before) / 1024
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return peak, times
+    return (_status_kib("VmHWM") - before) / 1024
 
 
 def child(args) -> None:
+    """One model; either one variant's peak memory (`--child naive|chunked`) or both variants' times,
+    alternating pass by pass so that a change in machine load hits both alike (`--child time`)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -84,30 +80,37 @@ def child(args) -> None:
     model.gradient_checkpointing_enable()
     model.train()
     head = output_head(model)
-    losses = []
-    whole_ids = torch.randint(100, model.config.vocab_size, (1, args.whole_prompt + args.whole_action))
+    if args.part == "whole":
+        ids = torch.randint(100, model.config.vocab_size, (1, args.whole_prompt + args.whole_action))
+        prompt = args.whole_prompt
+    else:
+        ids = torch.randint(100, model.config.vocab_size, (1, args.prompt + args.action))
+        prompt = args.prompt
+        hidden = torch.randn(1, ids.shape[1], model.config.hidden_size)  # the head's input; values do not matter
 
-    def whole():
+    def step(variant: str) -> float:
         model.zero_grad(set_to_none=False)
-        hidden = final_hidden(model, input_ids=whole_ids)
-        loss = head_loss(args.variant, hidden, head, whole_ids, args.whole_prompt, args.chunk)
+        h = final_hidden(model, input_ids=ids) if args.part == "whole" else hidden.detach().requires_grad_(True)
+        loss = head_loss(variant, h, head, ids, prompt, args.chunk)
         loss.backward()
-        losses.append(float(loss))
+        return float(loss)
 
-    ids = torch.randint(100, model.config.vocab_size, (1, args.prompt + args.action))
-    hidden = torch.randn(1, ids.shape[1], model.config.hidden_size)  # the head's input; its values do not matter
+    if args.child != "time":
+        print(json.dumps({"mib": peak_mib(lambda: step(args.child)), "loss": step(args.child)}))
+        return
+    times: dict[str, list[float]] = {"naive": [], "chunked": []}
+    for variant in times:
+        step(variant)  # warm-up
+    for _ in range(args.repeats):
+        for variant in times:
+            t0 = time.perf_counter()
+            step(variant)
+            times[variant].append(time.perf_counter() - t0)
+    print(json.dumps(times))
 
-    def head_only():
-        model.zero_grad(set_to_none=False)
-        h = hidden.detach().requires_grad_(True)
-        head_loss(args.variant, h, head, ids, args.prompt, args.chunk).backward()
 
-    peak, seconds = measure(head_only if args.part == "head" else whole, args.repeats)
-    print(json.dumps({"mib": peak, "s": seconds, "loss": losses[0] if losses else None}))
-
-
-def run(variant: str, part: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--child", variant, "--part", part, "--model", args.model,
+def run(child: str, part: str, args) -> dict:
+    cmd = [sys.executable, __file__, "--child", child, "--part", part, "--model", args.model,
            "--chunk", str(args.chunk), "--repeats", str(args.repeats)]
     for key in ("prompt", "action", "whole_prompt", "whole_action"):
         cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
@@ -124,21 +127,20 @@ def main() -> None:
     parser.add_argument("--whole-action", type=int, default=1536, help="action tokens of the whole-model micro-batch")
     parser.add_argument("--chunk", type=int, default=LearnerConfig().logprob_chunk_tokens,
                         help="LM-head rows per chunk (learner.logprob_chunk_tokens)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes per measurement after the measured one")
-    parser.add_argument("--child", choices=["naive", "chunked"], help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes of each variant (alternating)")
+    parser.add_argument("--child", choices=["naive", "chunked", "time"], help=argparse.SUPPRESS)
     parser.add_argument("--part", choices=["head", "whole"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        args.variant = args.child
         return child(args)
-    r = {part: {v: run(v, part, args) for v in ("naive", "chunked")} for part in ("head", "whole")}
+    r = {part: {v: run(v, part, args) for v in ("naive", "chunked", "time")} for part in ("head", "whole")}
     print(f"{args.model}, fp32, CPU, forward + backward, LM-head chunk {args.chunk} rows:")
     print(f"  log-prob head: {args.prompt} prompt + {args.action} action tokens; micro-batch (whole model, gradient "
           f"checkpointing): {args.whole_prompt} prompt + {args.whole_action} action tokens")
     for part, res in r.items():
         name = {"whole": "micro-batch  ", "head": "log-prob head"}[part]
-        secs = {v: statistics.median(res[v]["s"]) for v in res}
-        for v in res:
+        secs = {v: statistics.median(res["time"][v]) for v in ("naive", "chunked")}
+        for v in secs:
             print(f"  {name} {v:8s} peak +{res[v]['mib']:8.1f} MiB  {secs[v]:7.2f} s")
         print(f"  {name} chunked vs naive: {res['naive']['mib'] / max(res['chunked']['mib'], 1e-9):.1f}x "
               f"less peak memory at {secs['chunked'] / secs['naive']:.2f}x the time")
