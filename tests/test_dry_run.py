@@ -88,8 +88,8 @@ def test_a_bad_template_or_missing_data_is_reported(tmp_path, stand_ins):
     assert rc == 1 and "env MathChat-v0 cannot be built from env.kwargs" in out
 
 
-def test_cpu_runs_have_no_gpu_placement():
-    rc, out = run(load_config(ROOT / "configs" / "quickstart.yaml", ["out_dir=/tmp/mappa-dry-run-quickstart"]))
+def test_cpu_runs_have_no_gpu_placement(tmp_path):
+    rc, out = run(load_config(ROOT / "configs" / "quickstart.yaml", [f"out_dir={tmp_path}"]))
     assert rc == 0 and "hardware.gpus=0: a CPU run" in out
 
 
