@@ -27,7 +27,8 @@ def test_containers_are_locked_down():
             assert host["PidsLimit"] == TEST_LIMITS["max_processes"]
             assert host["Memory"] == host["MemorySwap"] == (TEST_LIMITS["memory_mb"] + TEST_LIMITS["workspace_mb"]) << 20
             assert host["NanoCpus"] == 10**9
-            assert container.attrs["Config"]["User"] == "1000:1000"
+            assert container.attrs["Config"]["User"] == "0:0"  # init and supervisor; kernels drop to 1000 + index
+            assert sorted(host["CapAdd"]) == ["KILL", "SETGID", "SETUID"]
             assert container.labels[OWNER_LABEL] == sb.owner
     finally:
         sb.close()

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_fixtures import assert_usable, docker_sandbox, local_sandbox, loopback_server, sandbox, session  # noqa: F401
+from tests.sandbox_fixtures import (  # noqa: F401
+    assert_usable,
+    docker_sandbox,
+    kill_in_sandbox,
+    local_sandbox,
+    loopback_server,
+    sandbox,
+    session,
+)
 
 PROJECT_FILE = str(Path(__file__).resolve())
 
@@ -121,12 +129,8 @@ def test_cannot_connect_to_host_loopback(session, loopback_server):
     assert_usable(session)
 
 
-@pytest.mark.parametrize("code", [
-    "import os; os.kill(os.getpid(), 9)",
-    "import os; os._exit(3)",
-    "import os; os.kill(os.getppid(), 9)",  # the supervisor
-    "import os; os.kill(-1, 9)",  # everything this user may signal
-], ids=["sigkill_self", "exit", "kill_supervisor", "kill_all"])
+@pytest.mark.parametrize("code", ["import os; os.kill(os.getpid(), 9)", "import os; os._exit(3)"],
+                         ids=["sigkill_self", "exit"])
 def test_killing_the_interpreter_from_inside_restarts_it(session, code):
     session.write_file("kept.txt", "still here")
     r = session.run(code)
@@ -135,6 +139,19 @@ def test_killing_the_interpreter_from_inside_restarts_it(session, code):
     assert session.read_file("kept.txt") == b"still here"  # the workspace survives
 
 
+@pytest.mark.parametrize("code", ["import os; os.kill(os.getppid(), 9)", "import os; os.kill(-1, 9)"],
+                         ids=["kill_supervisor", "kill_all"])
+def test_killing_the_supervisor_or_everything_from_inside_is_contained(sandbox, session, code):
+    session.write_file("kept.txt", "still here")
+    assert session.run("other = 'alive'", kernel="other").ok
+    r = session.run(code)
+    if sandbox.separate_kernel_uids:  # a cell may signal only its own kernel's processes
+        assert not r.interpreter_restarted, r
+        assert session.run("print(other)", kernel="other").stdout == "alive\n"
+    else:  # one uid for the whole session: the keeper replaces the supervisor it killed
+        assert r.interpreter_restarted and r.error.startswith("interpreter died"), r
+    assert_usable(session)
+    assert session.read_file("kept.txt") == b"still here"  # the workspace survives either way
 
 
 def test_module_planted_in_workspace_is_not_imported_by_a_restarting_supervisor(session):
@@ -142,7 +159,8 @@ def test_module_planted_in_workspace_is_not_imported_by_a_restarting_supervisor(
     session.write_file("json.py", "import os\nopen('/workspace/planted-ran', 'w').write(str(os.getuid()))\n")
     session.write_file("mymod.py", "VALUE = 7\n")
     assert session.run("import mymod\nprint(mymod.VALUE)").stdout == "7\n"  # cells still import from the workspace
-    r = session.run("import os; os.kill(os.getppid(), 9)")  # make the host start a new supervisor
+    kill_in_sandbox(session, session._channel.ready["pid"])  # the host then starts a new supervisor
+    r = session.run("1")
     assert r.interpreter_restarted
     assert_usable(session)
     assert "planted-ran" not in session.list_files()

@@ -5,6 +5,9 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
+from mappa_envs.sandbox.inside.files import FileTooLargeError, NotRegularFileError
+from mappa_envs.sandbox.text import safe_text
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -29,8 +32,10 @@ class Limits:
 class ExecResult:
     """The outcome of one `run()` call.
 
-    `ok` is True when the cell finished in time without raising. `error` is a one-line summary
-    ("NameError: name 'x' is not defined", "timeout after 5.0 s", "interpreter died: ...") or None.
+    `ok` is True when the cell finished in time without raising and without tampering with its
+    kernel. `error` is a one-line summary ("NameError: name 'x' is not defined", "timeout after 5 s",
+    "interpreter died: ...", "the cell tampered with its kernel (...)") or None. Every text field is
+    passed through `safe_text` on construction: valid UTF-8, no control sequences.
     """
 
     stdout: str = ""
@@ -42,11 +47,38 @@ class ExecResult:
     truncated: bool = False  # output was cut at Limits.max_output_bytes
     interpreter_restarted: bool = False  # the interpreter died or was killed; the next cell gets a fresh one
 
+    def __post_init__(self) -> None:
+        self.stdout, self.stderr = safe_text(self.stdout), safe_text(self.stderr)
+        if self.error is not None:
+            self.error = safe_text(self.error)
+
     def to_dict(self, timings: bool = False) -> dict:
         d = asdict(self)
         if not timings:  # wall-clock figures break seeded determinism checks on infos
             d.pop("duration_s")
         return d
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One entry of a workspace inventory."""
+
+    path: str  # workspace-relative, in the `safe_name` form: printable, reversible; read_file takes it as is
+    size: int  # bytes (of the entry itself: a symbolic link's size is its target's length)
+    kind: str  # "file", "symlink", "fifo", "socket", "device", "other", or "dir": a directory that was not listed
+    owner: str | None  # the kernel whose uid owns it, "host" for write_file's files; None where kernels share one uid
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What the workspace holds: every non-directory, sorted by path. `truncated` when the listing
+    stopped at its entry cap or at a directory nested too deep (listed as kind "dir")."""
+
+    files: tuple[FileInfo, ...]
+    truncated: bool = False
+
+    def by_path(self) -> dict[str, FileInfo]:
+        return {f.path: f for f in self.files}
 
 
 @runtime_checkable
@@ -59,8 +91,9 @@ class SandboxSession(Protocol):
     def run(self, code: str, timeout: float | None = None, kernel: str = "main") -> ExecResult: ...
     def restart(self, kernel: str = "main") -> None: ...  # a fresh interpreter, same workspace
     def write_file(self, path: str, data: bytes | str) -> None: ...
-    def read_file(self, path: str) -> bytes: ...
-    def list_files(self) -> list[str]: ...  # workspace-relative paths, sorted
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes: ...  # regular files only, capped
+    def list_files(self) -> list[str]: ...  # workspace-relative paths (safe_name form) of non-directories, sorted
+    def inventory(self, max_entries: int = 10_000) -> Inventory: ...  # names, sizes, kinds, owners
     def close(self) -> None: ...
 
 
@@ -79,4 +112,5 @@ class SandboxError(RuntimeError):
     """A sandbox could not be created or used (no engine, no image, bad limits)."""
 
 
-__all__ = ["ExecResult", "Limits", "Sandbox", "SandboxError", "SandboxSession"]
+__all__ = ["ExecResult", "FileInfo", "FileTooLargeError", "Inventory", "Limits", "NotRegularFileError", "Sandbox",
+           "SandboxError", "SandboxSession"]
