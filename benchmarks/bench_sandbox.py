@@ -131,7 +131,8 @@ def main() -> None:
             continue
         print(f"{backend}: measuring ...", flush=True)
         results[backend] = {**bench_open(backend, args.opens),
-                            **bench_cells(backend, args.cells, args.ds_cells, args.fresh_calls, args.concurrency, args.seconds)}
+                            **bench_cells(backend, args.cells, args.ds_cells, args.fresh_calls, args.concurrency,
+                                          args.seconds)}
 
     rows = [("session open, warm pool p50 (ms)", "open_pool_p50_ms", "<= 50"),
             ("session open, cold p50 (ms)", "open_cold_p50_ms", ""),

@@ -17,7 +17,8 @@ from mappa_envs.sandbox.docker import docker_status
 from mappa_envs.sandbox.inside import procs
 
 # small limits so that bombs hit them quickly; no pre-imports so that pools refill fast
-TEST_LIMITS = dict(timeout_s=20, memory_mb=512, max_processes=32, max_output_bytes=10_000, max_file_mb=16, workspace_mb=256)
+TEST_LIMITS = dict(timeout_s=20, memory_mb=512, max_processes=32, max_output_bytes=10_000, max_file_mb=16,
+                   workspace_mb=256)
 BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 
 

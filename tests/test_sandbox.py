@@ -76,7 +76,8 @@ def test_file_api_round_trip(session):
     session.write_file("blob.bin", bytes(range(256)))
     assert session.list_files() == ["blob.bin", "data/train.csv"]
     assert session.read_file("blob.bin") == bytes(range(256))
-    assert session.run("import csv\nprint(list(csv.reader(open('data/train.csv'))))").stdout == "[['a', 'b'], ['1', '2']]\n"
+    rows = session.run("import csv\nprint(list(csv.reader(open('data/train.csv'))))").stdout
+    assert rows == "[['a', 'b'], ['1', '2']]\n"
     session.run("open('out.txt', 'w').write('written by the cell')")
     assert session.read_file("out.txt") == b"written by the cell"
 
@@ -196,7 +197,8 @@ def test_workspaces_of_dead_owners_are_reaped_at_start(tmp_path):
     (dead / "locked").mkdir(parents=True)
     (dead / "locked").chmod(0)
     with pytest.warns(RuntimeWarning, match="UNISOLATED"):
-        sb = make_sandbox("local", isolation="none", pool_size=0, preimport=(), workspace_root=str(tmp_path), **TEST_LIMITS)
+        sb = make_sandbox("local", isolation="none", pool_size=0, preimport=(), workspace_root=str(tmp_path),
+                          **TEST_LIMITS)
     try:
         with sb.session() as s:
             assert not dead.exists()

@@ -34,7 +34,8 @@ try:
             f.write(b'x' * 2**20)
 except OSError:
     pass
-daemon = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3000)', 'hostile-daemon'], start_new_session=True)
+daemon = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3000)', 'hostile-daemon'],
+                          start_new_session=True)
 """
 
 
@@ -109,10 +110,11 @@ def test_a_fork_bomb_in_one_session_does_not_starve_another(sandbox):
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can set immutable flags for the unisolated cell to leave")
 def test_unisolated_workspace_is_removed_whatever_the_cell_left(tmp_path):
     with pytest.warns(RuntimeWarning, match="UNISOLATED"):
-        sb = make_sandbox("local", isolation="none", pool_size=0, preimport=(), workspace_root=str(tmp_path), **TEST_LIMITS)
+        sb = make_sandbox("local", isolation="none", pool_size=0, preimport=(), workspace_root=str(tmp_path),
+                          **TEST_LIMITS)
     try:
         with sb.session() as s:
-            r = s.run(HOSTILE.replace("os.chdir('/workspace')", "os.chdir(%r)" % s.workspace).replace(
+            r = s.run(HOSTILE.replace("os.chdir('/workspace')", f"os.chdir({s.workspace!r})").replace(
                 "while True:\n            f.write", "for _ in range(4):\n            f.write"), timeout=120)
             assert r.ok and r.stdout.startswith(("flags set", "flags refused")), r
     finally:

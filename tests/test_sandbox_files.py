@@ -74,20 +74,21 @@ def test_directories_are_not_files(session):
         session.read_file("d")
 
 
-WEIRD = [b"bad\xff.csv", b"line\nbreak.csv", b"esc\x1b[2J.csv", b"back\\slash.csv", b"tab\t.csv", "ümlaut ✓.csv".encode()]
+WEIRD = [b"bad\xff.csv", b"line\nbreak.csv", b"esc\x1b[2J.csv", b"back\\slash.csv", b"tab\t.csv",
+         "ümlaut ✓.csv".encode()]
 
 
 def test_any_file_name_is_listed_safely_and_round_trips(session):
-    code = "import os\nfor i, name in enumerate(%r):\n    open(name, 'wb').write(b'%%d' %% i)" % (WEIRD,)
+    code = f"for i, name in enumerate({WEIRD!r}):\n    open(name, 'wb').write(str(i).encode())"
     assert session.run(code).ok
     listed = session.list_files()
     assert len(listed) == len(WEIRD)
     for name in listed:
         name.encode("utf-8")
         assert name.isprintable(), name
-        assert session.read_file(name) == b"%d" % WEIRD.index(raw_name(name))
+        assert session.read_file(name) == str(WEIRD.index(raw_name(name))).encode()
     session.write_file(listed[0], "rewritten")  # the listed form is a path the API takes back
-    assert session.run("print(open(%r, 'rb').read())" % raw_name(listed[0])).stdout == "b'rewritten'\n"
+    assert session.run(f"print(open({raw_name(listed[0])!r}, 'rb').read())").stdout == "b'rewritten'\n"
 
 
 def test_very_deep_trees_are_walked_without_recursion(session):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from textwrap import dedent
 
 import pytest
 
@@ -13,6 +14,17 @@ PTRACE = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
           "def ptrace(request, pid):\n"
           "    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]\n"
           "    return libc.ptrace(request, pid, None, None), ctypes.get_errno()\n")
+
+PROBE = dedent("""\
+    import os
+    alive = []
+    for p in os.listdir('/proc'):
+        try:
+            alive += [p] if b'MARKER' in open(f'/proc/{p}/cmdline', 'rb').read() else []
+        except OSError:
+            pass
+    print(alive)
+    """)  # the pids of processes whose command line holds MARKER
 
 
 @pytest.fixture
@@ -33,10 +45,20 @@ def test_a_kernel_cannot_signal_another(session, victim, sig):
 
 
 def test_a_kernel_cannot_trace_or_read_another(session, victim):
-    code = PTRACE + (f"print(ptrace(16, {victim}), ptrace(0x4206, {victim}))\n"  # PTRACE_ATTACH, PTRACE_SEIZE
-                     f"for name in ('mem', 'environ', 'fd', 'maps'):\n"
-                     f"    try:\n        os.listdir('/proc/{victim}/fd') if name == 'fd' else open('/proc/{victim}/' + name, 'rb').read(1)\n"
-                     "        print('READ', name)\n    except PermissionError:\n        pass\n")
+    code = PTRACE + dedent(f"""\
+        print(ptrace(16, {victim}), ptrace(0x4206, {victim}))  # PTRACE_ATTACH, PTRACE_SEIZE
+        for name in ('mem', 'environ', 'maps'):
+            try:
+                open('/proc/{victim}/' + name, 'rb').read(1)
+                print('READ', name)
+            except PermissionError:
+                pass
+        try:
+            os.listdir('/proc/{victim}/fd')
+            print('READ fd')
+        except PermissionError:
+            pass
+        """)
     r = session.run(code, kernel="a")
     assert r.ok and r.stdout == "(-1, 1) (-1, 1)\n", r  # EPERM twice; nothing of /proc/<b> beyond what all may read
 
@@ -44,52 +66,105 @@ def test_a_kernel_cannot_trace_or_read_another(session, victim):
 def test_a_kernel_cannot_touch_the_supervisor(session, sandbox):
     if not sandbox.separate_kernel_uids:
         pytest.skip("kernels share the supervisor's uid here (local backend started without root)")
-    code = PTRACE + ("import resource, signal\nsup = os.getppid()\nout = []\n"
-                     "for attempt in (lambda: os.kill(sup, signal.SIGSTOP), lambda: os.kill(sup, signal.SIGKILL),\n"
-                     "                lambda: resource.prlimit(sup, resource.RLIMIT_NOFILE, (0, 0))):\n"
-                     "    try:\n        attempt()\n        out.append('done')\n    except PermissionError:\n        out.append('refused')\n"
-                     "out.append(ptrace(16, sup))\n"
-                     "if os.fork() == 0:\n    os.setsid()\n    try:\n        os.kill(sup, 9)\n    finally:\n        os._exit(0)\n"
-                     "os.wait()\nprint(out)")
+    code = PTRACE + dedent("""\
+        import resource, signal
+        sup, out = os.getppid(), []
+        for attempt in (lambda: os.kill(sup, signal.SIGSTOP), lambda: os.kill(sup, signal.SIGKILL),
+                        lambda: resource.prlimit(sup, resource.RLIMIT_NOFILE, (0, 0))):
+            try:
+                attempt()
+                out.append('done')
+            except PermissionError:
+                out.append('refused')
+        out.append(ptrace(16, sup))
+        if os.fork() == 0:  # a child in a session of its own
+            os.setsid()
+            try:
+                os.kill(sup, 9)
+            finally:
+                os._exit(0)
+        os.wait()
+        print(out)
+        """)
     r = session.run(code)
     assert r.ok and r.stdout == "['refused', 'refused', 'refused', (-1, 1)]\n", r
     assert_usable(session)
 
 
 def test_kernels_cannot_make_namespaces_or_raise_privileges(session):
-    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-            "print(libc.unshare(0x10000000), libc.unshare(0x20000000))\n"  # a user namespace, a pid namespace
-            "try:\n    open('/proc/self/oom_score_adj', 'w').write('-1000')\n    print('lowered')\nexcept OSError:\n    print('kept')\n"
-            "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])")
+    code = dedent("""\
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        print(libc.unshare(0x10000000), libc.unshare(0x20000000))  # a user namespace, a pid namespace
+        try:
+            open('/proc/self/oom_score_adj', 'w').write('-1000')
+            print('lowered')
+        except OSError:
+            print('kept')
+        print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])
+        """)
     r = session.run(code)
     assert r.ok and r.stdout == "-1 -1\nkept\n0000000000000000\n", r
 
 
 def test_a_thread_left_running_never_runs_in_another_turn(session):
-    beat = ("import threading, time\n"
-            "def beat():\n    n = 0\n    while True:\n        n += 1\n        open('beat', 'w').write(str(n))\n        time.sleep(0.01)\n"
-            "threading.Thread(target=beat, daemon=True).start()\ntime.sleep(0.1)")
+    beat = dedent("""\
+        import threading, time
+        def beat():
+            n = 0
+            while True:
+                n += 1
+                open('beat', 'w').write(str(n))
+                time.sleep(0.01)
+        threading.Thread(target=beat, daemon=True).start()
+        time.sleep(0.1)
+        """)
     r = session.run(beat, kernel="a")
-    assert r.ok and "thread(s) besides its main one" in r.stderr, r
+    assert r.ok and "1 thread(s) started by this kernel's cells are still alive" in r.stderr, r
     first = session.read_file("beat")
     time.sleep(0.3)  # between turns: the kernel is paused
     assert session.read_file("beat") == first
-    seen = session.run("import time\na = open('beat').read()\ntime.sleep(0.5)\nprint(a == open('beat').read())", kernel="b")
+    watch = "import time\nbefore = open('beat').read()\ntime.sleep(0.5)\nprint(before == open('beat').read())"
+    seen = session.run(watch, kernel="b")
     assert seen.stdout == "True\n", seen  # b's turn: a's thread did not run
     session.run("import time\ntime.sleep(0.2)", kernel="a")
     assert int(session.read_file("beat")) > int(first)  # a's own turn: it runs again
 
 
+def test_a_timer_left_armed_never_runs_its_handler_in_another_turn(session):
+    arm = dedent("""\
+        import os, signal, subprocess, sys
+        def tick(*_):
+            n = int(open('ticks').read()) if os.path.exists('ticks') else 0
+            open('ticks', 'w').write(str(n + 1))
+            if n == 3:
+                subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', 'from-a-handler'])
+        signal.signal(signal.SIGALRM, tick)
+        signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
+        """)
+    assert session.run(arm, kernel="a").ok
+    first = session.read_file("ticks") if "ticks" in session.list_files() else b"0"
+    watch = ("import time, os\nbefore = open('ticks').read() if os.path.exists('ticks') else '0'\ntime.sleep(0.5)\n"
+             "after = open('ticks').read() if os.path.exists('ticks') else '0'\nprint(before == after)")
+    assert session.run(watch, kernel="b").stdout == "True\n"  # a is stopped: its timer's handler cannot run
+    assert (session.read_file("ticks") if "ticks" in session.list_files() else b"0") == first
+    r = session.run("import time\ntime.sleep(0.5)", kernel="a")  # its own turn: the handler runs, forks
+    assert int(session.read_file("ticks")) > int(first) and "killed 1 process(es)" in r.stderr, r
+    assert session.run(PROBE.replace("MARKER", "from-a-handler"), kernel="b").stdout == "[]\n"
+
+
 def test_a_process_forked_later_by_a_left_thread_does_not_survive(session):
-    code = ("import threading, time, subprocess, sys\n"
-            "def later():\n    time.sleep(0.3)\n"
-            "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', 'forked-later'], start_new_session=True)\n"
-            "threading.Thread(target=later, daemon=True).start()")
+    code = dedent("""\
+        import threading, time, subprocess, sys
+        def later():
+            time.sleep(0.3)
+            subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', 'forked-later'],
+                             start_new_session=True)
+        threading.Thread(target=later, daemon=True).start()
+        """)
     assert session.run(code, kernel="a").ok
     time.sleep(0.6)  # the thread is paused: it cannot fork now
-    probe = ("import os\nalive = []\nfor p in os.listdir('/proc'):\n    try:\n"
-             "        alive += [p] if b'forked-later' in open(f'/proc/{p}/cmdline', 'rb').read() else []\n"
-             "    except OSError:\n        pass\nprint(alive)")
+    probe = PROBE.replace("MARKER", "forked-later")
     assert session.run(probe, kernel="b").stdout == "[]\n"
     r = session.run("import time\ntime.sleep(1)", kernel="a")  # its turn: the thread forks, and the child is killed
     assert r.ok and "killed 1 process(es) the cell left running" in r.stderr, r
@@ -97,10 +172,20 @@ def test_a_process_forked_later_by_a_left_thread_does_not_survive(session):
 
 
 def test_setsid_and_double_fork_from_a_thread_do_not_survive(session):
-    code = ("import os, threading, time\n"
-            "def escape():\n    pid = os.fork()\n    if pid == 0:\n        os.setsid()\n        if os.fork() == 0:\n"
-            "            time.sleep(300)\n        os._exit(0)\n    os.waitpid(pid, 0)\n"
-            "t = threading.Thread(target=escape)\nt.start()\nt.join()")
+    code = dedent("""\
+        import os, threading, time
+        def escape():
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    time.sleep(300)
+                os._exit(0)
+            os.waitpid(pid, 0)
+        t = threading.Thread(target=escape)
+        t.start()
+        t.join()
+        """)
     r = session.run(code)
     assert r.ok and "killed 1 process(es)" in r.stderr, r
     assert_usable(session)

@@ -28,7 +28,8 @@ def small(small_sandbox):
 WRITE_128MB = "with open({path!r}, 'wb') as f:\n    for _ in range(128):\n        f.write(b'x' * 2**20)"
 
 
-@pytest.mark.parametrize("path", ["/workspace/big.bin", "/tmp/big.bin", "/dev/shm/big.bin"], ids=["workspace", "tmp", "shm"])
+@pytest.mark.parametrize("path", ["/workspace/big.bin", "/tmp/big.bin", "/dev/shm/big.bin"],
+                         ids=["workspace", "tmp", "shm"])
 def test_writing_past_a_tmpfs_size_fails_cleanly(small, path):
     r = small.run(WRITE_128MB.format(path=path), timeout=120)
     assert not r.ok and not r.interpreter_restarted and "No space left on device" in r.error, r

@@ -82,7 +82,8 @@ def test_100mb_of_stdout_is_truncated_with_marker(session):
 
 def test_background_process_does_not_outlive_its_cell(session):
     code = ("import subprocess, sys\n"
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)  # bg-marker'], start_new_session=True)\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)  # bg-marker'],\n"
+            "                 start_new_session=True)\n"
             "print('started')")
     r = session.run(code)
     assert r.ok and "killed 1 process(es) the cell left running" in r.stderr
@@ -93,7 +94,8 @@ def test_background_process_does_not_outlive_its_cell(session):
 
 
 def test_double_forked_daemon_does_not_outlive_its_cell(session):
-    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(300)\n    os._exit(0)\nos.wait()"
+    code = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(300)\n"
+            "    os._exit(0)\nos.wait()")
     r = session.run(code)
     assert r.ok and "killed 1 process(es)" in r.stderr, r
     assert_usable(session)

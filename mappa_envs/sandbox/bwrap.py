@@ -57,7 +57,8 @@ def bwrap_argv(bwrap: str, limits: Limits, python: str, root: bool) -> list[str]
             argv += ["--ro-bind", top, top]
     small = str(min(256, limits.workspace_mb) << 20)
     argv += ["--dev", "/dev", "--size", small, "--perms", "1777", "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-             "--proc", "/proc", "--size", small, "--perms", "1777", "--tmpfs", "/tmp",  # /tmp first: a venv under it binds over
+             "--proc", "/proc",
+             "--size", small, "--perms", "1777", "--tmpfs", "/tmp",  # before the Python binds: a venv in /tmp goes over
              "--size", str(limits.workspace_mb << 20), "--perms", "0755", "--tmpfs", "/workspace"]
     made: set[str] = set()
     for r in _python_roots(python):

@@ -119,7 +119,8 @@ def create(name: str, memory_bytes: int, max_processes: int) -> tuple[SessionCgr
             pass
     dirs = []
     try:
-        for controller, files in (("memory", {"memory.limit_in_bytes": memory_bytes}), ("pids", {"pids.max": max_processes})):
+        wanted = (("memory", {"memory.limit_in_bytes": memory_bytes}), ("pids", {"pids.max": max_processes}))
+        for controller, files in wanted:
             mount = _v1_mount(controller)
             if mount is None or controller not in own:
                 if controller == "memory":

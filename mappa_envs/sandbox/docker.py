@@ -26,8 +26,9 @@ of that supervisor (milliseconds), and cells travel over one `docker exec` strea
 (a round trip of about a millisecond, against ~70 ms for an exec per cell).
 
 Leaks: containers carry the labels `mappa.sandbox` (the sandbox's id) and `mappa.owner` (host,
-pid and start time of the owning process). They are removed when their session closes, when the sandbox closes, at interpreter exit,
-and, for owners that died without cleaning up, whenever a new DockerSandbox starts on the host.
+pid and start time of the owning process). They are removed when their session closes, when the sandbox
+closes, at interpreter exit, and, for owners that died without cleaning up, whenever a new DockerSandbox
+starts on the host.
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ WORKSPACE = "/workspace"
 # pid 1 of every container: reaps orphans (so zombies do not eat the pids limit), and as pid 1 it
 # survives a `kill(-1, SIGKILL)` from inside, which is how a dead supervisor's leftovers are cleared.
 SUPERVISOR_CAPS = ["SETUID", "SETGID", "KILL"]
-_INIT = "import os, time\nwhile True:\n    try:\n        os.wait()\n    except ChildProcessError:\n        time.sleep(1)\n"
+_INIT = "import os, time\nwhile True:\n    try:\n        os.wait()\n    except ChildProcessError:\n" \
+        "        time.sleep(1)\n"
 _KILL_ALL = "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept ProcessLookupError:\n    pass\n"
 
 
@@ -73,7 +75,8 @@ def docker_status(image: str | None = None, docker_url: str | None = None) -> tu
         client = _client(docker_url)
         client.ping()
     except Exception as e:
-        return False, f"no Docker engine answers ({type(e).__name__}: {str(e)[:200]}); start dockerd, or use the local backend"
+        return False, (f"no Docker engine answers ({type(e).__name__}: {str(e)[:200]}); start dockerd, "
+                       "or use the local backend")
     try:
         found = client.images.get(image)
         version = client.version().get("Version", "?")
@@ -83,7 +86,8 @@ def docker_status(image: str | None = None, docker_url: str | None = None) -> tu
         return False, f"could not inspect image {image!r}: {e}"
     finally:
         client.close()
-    return True, f"Docker engine {version} answers and has image {image!r} ({found.short_id}, {found.attrs.get('Size', 0) >> 20} MB)"
+    size_mb = found.attrs.get("Size", 0) >> 20
+    return True, f"Docker engine {version} answers and has image {image!r} ({found.short_id}, {size_mb} MB)"
 
 
 def _owner() -> str:

@@ -108,7 +108,8 @@ class LocalSandbox:
         # each kernel its own uid: only where we can map uids (root) inside bwrap
         self.separate_kernel_uids = self.isolation == "bwrap" and self.root_mode
         reap_workspaces(workspace_root)
-        probe_group, self.memory_limit = cgroup.create(f"mappa-{_owner()}-probe", self._memory_bytes(), limits.max_processes)
+        probe_group, self.memory_limit = cgroup.create(f"mappa-{_owner()}-probe", self._memory_bytes(),
+                                                       limits.max_processes)
         if probe_group is None:
             self.memory_limit = f"per-process RLIMIT_AS of {limits.memory_mb} MB only: {self.memory_limit}"
             log.info("local sandbox: %s", self.memory_limit)
@@ -123,7 +124,8 @@ class LocalSandbox:
     def _make_slot(self) -> Slot:
         group = None
         if self._cgroups:
-            group, _ = cgroup.create(f"mappa-{_owner()}-{secrets.token_hex(4)}", self._memory_bytes(), self.limits.max_processes)
+            group, _ = cgroup.create(f"mappa-{_owner()}-{secrets.token_hex(4)}", self._memory_bytes(),
+                                     self.limits.max_processes)
         host_ws = None
         block = None
         extra: dict = {"role": "keeper", "ctl_fd": 0}
@@ -132,7 +134,8 @@ class LocalSandbox:
             extra["max_processes"] = self.limits.max_processes
             if self.root_mode:
                 block = self._uid_block()
-                extra.update(userns=True, host_uid=_UID_BASE + block * _UID_BLOCK, kernel_uid=KERNEL_UID, kernel_gid=KERNEL_UID)
+                extra.update(userns=True, host_uid=_UID_BASE + block * _UID_BLOCK, kernel_uid=KERNEL_UID,
+                             kernel_gid=KERNEL_UID)
             argv = bwrap_argv(self._bwrap, self.limits, self.python, self.root_mode) + ["--"]
         else:
             host_ws = inner_ws = tempfile.mkdtemp(prefix=f"mappa-ws-{_owner()}-", dir=self.workspace_root)

@@ -27,7 +27,7 @@ class Slot:
     """One workspace with a supervisor running on it, as a backend hands it out."""
 
     channel: Channel
-    restart: Callable[[], tuple[Channel, bool]]  # a new supervisor (the old one is killed); True if the workspace was kept
+    restart: Callable[[], tuple[Channel, bool]]  # a new supervisor (the old one killed); True: the workspace was kept
     dispose: Callable[[], None]  # stop everything and delete the workspace
     workspace: str | None = None  # host path of the workspace, where the backend has one
     kernel_uid: int | None = None  # uid of kernel 0 as the supervisor sees it; None where kernels share one uid
@@ -91,8 +91,8 @@ class Session:
         return kept
 
     def _index(self, kernel: str) -> int:
-        if not isinstance(kernel, str) or not kernel:
-            raise ValueError(f"kernel must be a non-empty name, got {kernel!r}")
+        if not isinstance(kernel, str) or not kernel or len(kernel) > 200:
+            raise ValueError(f"kernel must be a non-empty name of at most 200 characters, got {repr(kernel)[:60]}")
         if kernel not in self._kernels:
             if len(self._kernels) >= MAX_KERNELS:
                 raise ValueError(f"a session has at most {MAX_KERNELS} kernels; reuse a kernel name")
@@ -117,11 +117,13 @@ class Session:
             except ChannelClosed as e:  # the supervisor died with the cell; _call started a new one
                 silent = "did not answer" in str(e)
                 kept = "the workspace was LOST" if self.workspace_lost else "the workspace is kept"
-                return ExecResult(ok=False, timed_out=silent, interpreter_restarted=True, duration_s=time.monotonic() - start,
+                return ExecResult(ok=False, timed_out=silent, interpreter_restarted=True,
+                                  duration_s=time.monotonic() - start,
                                   error=f"interpreter died: {e}; every kernel of this session was restarted, {kept}")
         n = int(r.get("n_out", 0))
         return ExecResult(
-            stdout=safe_text(data[:n]), stderr=safe_text(data[n:]), ok=r.get("ok") is True, timed_out=bool(r.get("timed_out")),
+            stdout=safe_text(data[:n]), stderr=safe_text(data[n:]), ok=r.get("ok") is True,
+            timed_out=bool(r.get("timed_out")),
             error=r.get("error"), duration_s=float(r.get("duration_s", 0.0)), truncated=bool(r.get("truncated")),
             interpreter_restarted=bool(r.get("restarted")),
         )
@@ -134,7 +136,8 @@ class Session:
         if isinstance(data, str):
             data = data.encode()
         if len(data) > self.limits.max_file_mb << 20:
-            raise ValueError(f"{len(data)} bytes is over max_file_mb={self.limits.max_file_mb}; raise the limit to write it")
+            raise ValueError(f"{len(data)} bytes is over max_file_mb={self.limits.max_file_mb}; "
+                             "raise the limit to write it")
         wire = _wire_path(path)
         view = memoryview(data)
         with self._lock:

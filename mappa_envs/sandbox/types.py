@@ -14,15 +14,16 @@ class Limits:
     """Resource limits for one session. Every backend honours every field it can (see its docstring)."""
 
     timeout_s: float = 30.0  # wall time per cell, when run() is given no timeout
-    memory_mb: int = 2048  # address space / cgroup memory of the interpreter
+    memory_mb: int = 2048  # address space of each kernel; a session's cgroup holds memory_mb + workspace_mb
     cpus: float = 1.0  # CPU share (Docker) / CPU seconds scale (local rlimit: timeout_s * cpus * 2)
     max_processes: int = 64  # pids per session
     max_output_bytes: int = 64_000  # stdout and stderr kept per cell, each; the rest is cut with a marker
     max_file_mb: int = 512  # largest file a cell may write
-    workspace_mb: int = 2048  # total workspace size
+    workspace_mb: int = 2048  # size of the workspace tmpfs (not enforced by the local backend without bwrap)
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "memory_mb", "cpus", "max_processes", "max_output_bytes", "max_file_mb", "workspace_mb"):
+        for name in ("timeout_s", "memory_mb", "cpus", "max_processes", "max_output_bytes", "max_file_mb",
+                     "workspace_mb"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"sandbox limit {name} must be a positive number, got {value!r}")

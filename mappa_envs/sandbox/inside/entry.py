@@ -50,8 +50,8 @@ def run_supervisor(cfg: dict, host_in: int, host_out: int) -> None:
                 pass
         procs.limit_caps({procs.CAP_SETUID, procs.CAP_SETGID, procs.CAP_KILL})
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = hard if hard == resource.RLIM_INFINITY else min(hard, 1 << 16)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(want, 1 << 16)), hard))  # deep workspace walks
+    target = 1 << 16 if hard == resource.RLIM_INFINITY else min(hard, 1 << 16)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, target), hard))  # a walk holds one fd per level
     os.umask(0o002)
     os.chdir(cfg["workspace"])
     devnull = os.open(os.devnull, os.O_RDWR)

@@ -156,7 +156,8 @@ def inventory(root: int, max_entries: int, max_depth: int) -> tuple[list[list], 
                     if stat.S_ISDIR(st.st_mode):
                         subdirs.append(name)
                     else:
-                        out.append([os.fsdecode(prefix + name), st.st_size, kind(st.st_mode), st.st_uid, st.st_mtime_ns])
+                        path = os.fsdecode(prefix + name)
+                        out.append([path, st.st_size, kind(st.st_mode), st.st_uid, st.st_mtime_ns])
         except OSError:
             pass
         stack.append((fd, prefix, subdirs[::-1]))

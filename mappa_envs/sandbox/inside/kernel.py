@@ -15,6 +15,7 @@ What it cannot stop (the process is the cell's): code that rewrites the loop's f
 """
 from __future__ import annotations
 
+import _json
 import ast
 import builtins
 import linecache
@@ -23,10 +24,9 @@ import resource
 import signal
 import struct
 import sys
+import threading
 import traceback
 import types
-
-import _json
 
 from . import procs
 
@@ -171,13 +171,15 @@ def _serve() -> None:
     """The loop. It keeps every function and object it needs in its own locals, bound before any cell
     runs, so that rebinding names in modules, classes or builtins does not reach it."""
     read, write, unpack, pack, exit_, nohang = os.read, os.write, HEADER.unpack, HEADER.pack, os._exit, os.WNOHANG
-    quote, waitpid, getrusage, setrlimit = _json.encode_basestring_ascii, os.waitpid, resource.getrusage, resource.setrlimit
-    run_cell, tampering, set_handler, settrace, setprofile = _run_cell, _tampering, signal.signal, sys.settrace, sys.setprofile
-    streams = (open(0, "r", closefd=False),
+    quote, waitpid = _json.encode_basestring_ascii, os.waitpid
+    getrusage, setrlimit, set_handler = resource.getrusage, resource.setrlimit, signal.signal
+    run_cell, tampering, settrace, setprofile = _run_cell, _tampering, sys.settrace, sys.setprofile
+    active_count = threading.active_count
+    streams = (open(0, closefd=False),
                open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False),
                open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False))
     flushes = [s.flush for s in streams[1:]]
-    main = types.ModuleType("__main__")  # the cells' namespace is __main__, as in a notebook (pickle finds their classes)
+    main = types.ModuleType("__main__")  # the cells' namespace is __main__, as in a notebook (pickle finds classes)
     ns = main.__dict__
     ns["__builtins__"] = builtins
     sys.modules["__main__"] = main
@@ -229,9 +231,13 @@ def _serve() -> None:
             changed = tampering(fds_seen, seen, traced)
         except BaseException as e:  # something it relies on was broken in a way it did not foresee
             changed = [f"the kernel's own check failed ({type(e).__name__})"]
-        meta = ('{"token":%s,"ok":%s,"error":%s,"tampered":[%s]}' % (
-            quote(token), "true" if ok else "false", "null" if error is None else quote(error),
-            ",".join([quote(c) for c in changed]))).encode()
+        try:
+            threads = int(active_count()) - 1  # the Python threads cells started and left alive
+        except BaseException:
+            threads = -1
+        claim = "null" if error is None else quote(error)  # JSON by hand: the json module is the cell's to replace
+        meta = (f'{{"token":{quote(token)},"ok":{"true" if ok else "false"},"error":{claim},"threads":{threads},'
+                f'"tampered":[{",".join([quote(c) for c in changed])}]}}').encode()
         frame = pack(len(meta), 0) + meta
         try:
             while frame:

@@ -70,17 +70,6 @@ def stat(pid: int) -> tuple[str, int] | None:
         return None
 
 
-def thread_count(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Threads:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 def _children(pid: int) -> list[int] | None:
     """Children of a process from /proc/<pid>/task/*/children; None where the kernel lacks that file."""
     out = []
@@ -104,11 +93,13 @@ def descendants(root: int, keep: set[int] = frozenset()) -> list[int]:
         if kids is None:
             return _descendants_by_scan(root, keep)
         for kid in kids:
+            if kid in keep:  # a kernel: alive or not, its children count
+                todo.append(kid)
+                continue
             st = stat(kid)
             if st is not None and st[0] != "Z":
                 todo.append(kid)
-                if kid not in keep:
-                    out.append(kid)
+                out.append(kid)
     return out
 
 

@@ -26,12 +26,14 @@ A cell's turn, and who decides what:
 from __future__ import annotations
 
 import os
+import resource
 import secrets
 import select
 import signal
 import time
 
 from . import files, kernel, procs
+from .output import Capture
 from .protocol import CHUNK, HEADER, FrameReader, ProtocolError, encode, write_all
 
 GRACE_S = 1.0  # after SIGINT at the deadline, how long a cell may take to unwind before SIGKILL
@@ -40,37 +42,13 @@ MAX_KERNELS = 64  # kernel uids per session, where kernels get their own uids
 MAX_DEPTH = 8192  # directories nested deeper are listed as one entry, marked truncated
 
 
-class Capture:
-    """Keeps the first 3/4 and the last 1/4 of `limit` bytes of a stream; counts what it dropped."""
-
-    def __init__(self, limit: int) -> None:
-        self.head_max, self.tail_max = limit - limit // 4, limit // 4
-        self.head, self.tail, self.dropped = bytearray(), bytearray(), 0
-
-    def add(self, data: bytes) -> None:
-        room = self.head_max - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            over = len(self.tail) - self.tail_max
-            if over > 0:
-                del self.tail[:over]
-                self.dropped += over
-
-    def bytes(self) -> bytes:
-        marker = f"\n[... {self.dropped} bytes of output truncated by the sandbox ...]\n".encode() if self.dropped else b""
-        return bytes(self.head) + marker + bytes(self.tail)
-
-
 class Kernel:
     def __init__(self, name: str, index: int, pid: int, fds: tuple[int, int, int, int]) -> None:
         self.name, self.index, self.pid = name, index, pid
         self.cells_w, self.results_r, self.out_r, self.err_r = fds
         self.reader = FrameReader(RESULT_MAX)
         self.note: str | None = None  # why the previous kernel of this name died between cells
-        self.threads = 1
+        self.threads = 0  # Python threads besides the main one, as the kernel last said
 
 
 class Cell:
@@ -163,15 +141,21 @@ class Supervisor:
     def pause(self, k: Kernel) -> int:
         """Stop the kernel and kill every other process its cell left; returns how many (-1: it failed)."""
 
-        def stopped() -> bool:
+        def stopped() -> bool:  # and stop it again if one of its leftovers sent it SIGCONT
             st = procs.stat(k.pid)
-            return st is None or st[0] in "TtZX"
+            if st is None or st[0] in "TtZX":
+                return True
+            try:
+                os.kill(k.pid, signal.SIGSTOP)
+            except OSError:
+                pass
+            return False
 
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
-        try:
+        try:  # until the stop lands, a thread or a signal handler the cell left could still start things
             os.kill(k.pid, signal.SIGSTOP)
             deadline = time.monotonic() + 0.5
-            while not stopped() and time.monotonic() < deadline:  # its stop is a SIGCHLD to us: wait for it
+            while not stopped() and time.monotonic() < deadline:
                 signal.sigtimedwait({signal.SIGCHLD}, max(deadline - time.monotonic(), 0.0))
         except OSError:
             pass
@@ -215,8 +199,9 @@ class Supervisor:
                 size, data = files.read(self.root, os.fsencode(req["path"]), int(req["offset"]),
                                         min(int(req["length"]), CHUNK), int(req["max_bytes"]))
                 self.reply({"id": rid, "size": size}, data)
-            elif op == "inventory":
-                found, truncated = files.inventory(self.root, int(req["max_entries"]), MAX_DEPTH)
+            elif op == "inventory":  # one descriptor per level: stay well inside the descriptor limit
+                depth = min(MAX_DEPTH, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 64)
+                found, truncated = files.inventory(self.root, int(req["max_entries"]), depth)
                 self.reply({"id": rid, "files": found, "truncated": truncated})
             elif op == "ping":
                 self.reply({"id": rid})
@@ -271,22 +256,23 @@ class Supervisor:
                 error = f"interpreter died: {procs.death(status)}; restarted with a fresh one"
         else:
             error = cell.claim.get("error") if isinstance(cell.claim.get("error"), str) else None
-            threads = procs.thread_count(k.pid)
-            if threads > k.threads:
-                notes.append(f"this kernel now has {threads - 1} thread(s) besides its main one; the sandbox pauses "
-                             "them between this kernel's cells")
-            k.threads = max(threads, k.threads)
+            threads = cell.claim.get("threads")
+            if isinstance(threads, int) and threads > k.threads:
+                notes.append(f"{threads} thread(s) started by this kernel's cells are still alive; the sandbox "
+                             "pauses them between this kernel's cells")
+            k.threads = threads if isinstance(threads, int) else k.threads
         timed_out = cell.sigint_at is not None
         if timed_out:
             error = f"timeout after {cell.timeout:g} s"
-        err = cell.err.bytes() + b"".join(f"\n[sandbox: {n}]\n".encode() for n in notes)
+        err = cell.err.data() + b"".join(f"\n[sandbox: {n}]\n".encode() for n in notes)
         if note:  # the previous kernel of this name died between cells (killed from outside, out of memory)
-            err = f"[sandbox: the interpreter died between cells ({note}); this cell ran in a fresh one]\n".encode() + err
-        out = cell.out.bytes()
+            err = f"[sandbox: the interpreter died between cells ({note}); this cell ran in a fresh one]\n".encode() \
+                + err
+        out = cell.out.data()
         ok = not (restarted or timed_out) and cell.claim.get("ok") is True
-        self.reply({"id": cell.id, "ok": ok, "error": error, "timed_out": timed_out, "restarted": restarted or bool(note),
-                    "truncated": bool(cell.out.dropped or cell.err.dropped), "duration_s": time.monotonic() - cell.start,
-                    "n_out": len(out)}, out + err)
+        self.reply({"id": cell.id, "ok": ok, "error": error, "timed_out": timed_out,
+                    "restarted": restarted or bool(note), "truncated": bool(cell.out.dropped or cell.err.dropped),
+                    "duration_s": time.monotonic() - cell.start, "n_out": len(out)}, out + err)
 
     def on_result(self, k: Kernel) -> None:
         try:
@@ -310,7 +296,8 @@ class Supervisor:
                 cell.evidence = f"garbage on the kernel's result output: {e}"
                 frames = []
             for meta, _ in frames:
-                if cell.claim is None and isinstance(meta.get("token"), str) and secrets.compare_digest(meta["token"], cell.token):
+                token = meta.get("token")
+                if cell.claim is None and isinstance(token, str) and secrets.compare_digest(token, cell.token):
                     cell.claim = meta
                 else:
                     cell.evidence = "a result frame this cell's kernel was not asked for"
@@ -405,7 +392,11 @@ class Supervisor:
                         for k in list(self.kernels.values()):
                             self.drop_kernel(k)
                         return
-                    for req, blob in self.host_reader.feed(data):
+                    try:
+                        requests = self.host_reader.feed(data)
+                    except ProtocolError as e:  # the host broke the protocol: nothing sensible is left to do
+                        raise SystemExit(f"sandbox supervisor: {e}") from None
+                    for req, blob in requests:
                         self.handle(req, blob)
                 elif fd == self.wake_r:
                     try:
@@ -438,6 +429,7 @@ def _claimed_tampering(claim: dict | None) -> str | None:
     if claim is None:
         return None
     changed = claim.get("tampered")
-    if not isinstance(changed, list) or not isinstance(claim.get("ok"), bool) or not all(isinstance(c, str) for c in changed):
+    well_formed = isinstance(changed, list) and all(isinstance(c, str) for c in changed)
+    if not well_formed or not isinstance(claim.get("ok"), bool):
         return "its result frame was malformed"
     return "; ".join(changed)[:500] or None
