@@ -189,3 +189,18 @@ def test_setsid_and_double_fork_from_a_thread_do_not_survive(session):
     r = session.run(code)
     assert r.ok and "killed 1 process(es)" in r.stderr, r
     assert_usable(session)
+
+
+def test_kernel_names_are_capped(session):
+    """The host decides kernel names; a session holds at most 64 kernels (their uids, pipes, processes), and
+    a kernel that the session's process limit leaves no room for is a failed cell, not an exception."""
+    started = [session.run("1", kernel=f"k{i}") for i in range(1, 40)]  # TEST_LIMITS allow 32 processes
+    refused = [r for r in started if not r.ok]
+    assert refused and "process limit" in refused[0].error, refused[:1]
+    assert all(r.ok for r in started[: 32 - 8])  # keeper/init, supervisor, main: room for the first ones
+    with pytest.raises(ValueError, match="at most 64 kernels"):
+        for i in range(40, 70):
+            session.run("1", kernel=f"k{i}")
+    with pytest.raises(ValueError, match="at most 200 characters"):
+        session.run("1", kernel="k" * 201)
+    assert_usable(session)

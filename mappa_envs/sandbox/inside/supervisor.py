@@ -95,7 +95,12 @@ class Supervisor:
         err_r, err_w = os.pipe()
         devnull = os.open(os.devnull, os.O_RDONLY)
         me = os.getpid()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (cells_r, cells_w, results_r, results_w, out_r, out_w, err_r, err_w, devnull):
+                os.close(fd)
+            raise
         if pid == 0:
             try:
                 signal.set_wakeup_fd(-1)
@@ -215,10 +220,16 @@ class Supervisor:
             self.reply({"id": req["id"], "error": "SandboxError: a cell is already running in this session"})
             return
         k = self.kernels.get(req["kernel"])
-        if k is not None and k.pid in self.statuses:  # it died between cells (killed from outside, OOM)
-            k = self.replace_kernel(k)
-        elif k is None:
-            k = self.fork_kernel(req["kernel"], int(req["index"]))
+        try:
+            if k is not None and k.pid in self.statuses:  # it died between cells (killed from outside, OOM)
+                k = self.replace_kernel(k)
+            elif k is None:
+                k = self.fork_kernel(req["kernel"], int(req["index"]))
+        except BlockingIOError:  # fork: the session's process limit is reached (every kernel is a process)
+            self.reply({"id": req["id"], "ok": False, "timed_out": False, "restarted": False, "truncated": False,
+                        "duration_s": 0.0, "n_out": 0, "error": f"cannot start kernel {req['kernel']!r}: the session "
+                        f"is at its process limit (max_processes); use fewer kernels or raise the limit"})
+            return
         self.drain(k, None)  # bytes from before this turn are nobody's output
         try:
             while os.read(k.results_r, 1 << 16):
