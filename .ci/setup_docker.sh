@@ -39,7 +39,7 @@ if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   say "image $IMAGE present"
 else
   say "building $IMAGE offline (debootstrap, about 2-4 minutes)"
-  $SUDO "$PYTHON" -m mappa_envs.cli sandbox build --image "$IMAGE" \
+  $SUDO "$PYTHON" -m mappa_cli sandbox build --image "$IMAGE" \
     || say "image build failed (see above); docker tests will skip"
 fi
 exit 0

@@ -26,7 +26,7 @@ import openai
 
 from mappa_envs.coach import CachedCoach, CoachRequest, LLMCoach, LLMCoachConfig
 from mappa_envs.coach.parse import parse_reply
-from mappa_envs.coach.prompts import load_template, render_messages
+from mappa_envs.coach.prompts import coach_messages, load_template
 
 STUB = Path(__file__).resolve().parents[1] / "tests" / "openai_stub.py"
 
@@ -60,7 +60,7 @@ def throughput(url: str, concurrency: int, n: int) -> dict[str, float]:
     coach = make_coach(url, concurrency)
     reqs = [request(i) for i in range(n)]
     template = load_template("MathChat-v0")
-    payloads = [render_messages(template, r) for r in reqs]
+    payloads = [coach_messages(template, r) for r in reqs]
     raw = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
     rates = {}
 
@@ -106,7 +106,7 @@ def overhead(url: str, n: int) -> dict[str, float]:
     coach = make_coach(url, 1)
     raw = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
     template = load_template("MathChat-v0")
-    messages = render_messages(template, request(0))
+    messages = coach_messages(template, request(0))
     raw.chat.completions.create(model="stub", messages=messages)  # warm both connections
     coach.score(request(0))
     times: dict[str, list[float]] = {"raw openai call": [], "LLMCoach.score": [], "render + parse only": []}
@@ -116,7 +116,7 @@ def overhead(url: str, n: int) -> dict[str, float]:
         t1 = time.perf_counter()
         coach.score(request(i))
         t2 = time.perf_counter()
-        parse_reply(render_messages(template, request(i))[1]["content"][-40:] + "\nSCORE: 7")
+        parse_reply(coach_messages(template, request(i))[1]["content"][-40:] + "\nSCORE: 7")
         t3 = time.perf_counter()
         times["raw openai call"].append(t1 - t0)
         times["LLMCoach.score"].append(t2 - t1)

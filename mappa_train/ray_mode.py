@@ -38,9 +38,9 @@ class RolloutWorkerImpl:
     """Envs and generators in a Ray actor; `collect` runs a slice of a step's episodes."""
 
     def __init__(self, cfg: TrainConfig, model_path: str):
-        from mappa_train.train import local_rollouts
+        from mappa_train.train import local_experience
 
-        self.local = local_rollouts(cfg, model_path)
+        self.local = local_experience(cfg, model_path)
 
     def info(self) -> tuple[list[str], dict[str, list[str]], dict[str, str]]:
         return self.local.train_tasks, self.local.eval_tasks, self.local.policy_of
@@ -110,11 +110,11 @@ class LearnerGroup:
         self._all("save_pretrained", str(out_dir))
 
 
-def ray_rollouts(workers: list):
-    """`train.Rollouts` over Ray workers: each gets a contiguous slice of the episodes."""
+def ray_experience(workers: list):
+    """`train.ExperienceSource` over Ray workers: each gets a contiguous slice of the episodes."""
     ray = _ray()
     from mappa_train.rollout import Rollout
-    from mappa_train.train import Rollouts
+    from mappa_train.train import ExperienceSource
 
     train_tasks, eval_tasks, policy_of = ray.get(workers[0].info.remote())
 
@@ -123,16 +123,17 @@ def ray_rollouts(workers: list):
         bounds = [len(task_ids) * i // n for i in range(n + 1)]
         parts = ray.get([w.collect.remote(task_ids[bounds[i]:bounds[i + 1]], seed, eval_set, bounds[i])
                          for i, w in enumerate(workers) if bounds[i + 1] > bounds[i]])
-        merged = Rollout([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0, 0.0)
+        merged = Rollout([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0)
         for p in parts:
             merged.transitions += p.transitions
             merged.episodes += p.episodes
             merged.dropped += p.dropped
             merged.overflow += p.overflow
+            merged.failed += p.failed
             merged.rounds = max(merged.rounds, p.rounds)
             for k, v in p.generate_calls.items():
                 merged.generate_calls[k] = merged.generate_calls.get(k, 0) + v
-            for k in ("generate_s", "env_s", "env_busy_s", "wall_s"):  # workers run in parallel: the slowest counts
+            for k in ("generate_s", "env_busy_s", "wall_s"):  # workers run in parallel: the slowest counts
                 setattr(merged, k, max(getattr(merged, k), getattr(p, k)))
         return merged
 
@@ -143,7 +144,7 @@ def ray_rollouts(workers: list):
     def close() -> None:
         ray.get([w.close.remote() for w in workers])
 
-    return Rollouts(run, sync, train_tasks, eval_tasks, policy_of, close)
+    return ExperienceSource(run, sync, train_tasks, eval_tasks, policy_of, close)
 
 
 def train_with_ray(cfg: TrainConfig) -> Path:
@@ -161,15 +162,15 @@ def train_with_ray(cfg: TrainConfig) -> Path:
     Worker = ray.remote(RolloutWorkerImpl).options(**options)
     Rank = ray.remote(LearnerRankImpl).options(**options)
     workers = [Worker.remote(cfg, model_path) for _ in range(cfg.ray.rollout_workers)]
-    rollouts = ray_rollouts(workers)
+    experience = ray_experience(workers)
     pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
     learners = {}
-    for name in sorted(set(rollouts.policy_of.values())):
+    for name in sorted(set(experience.policy_of.values())):
         port = _free_port()
         learners[name] = LearnerGroup([Rank.remote(r, cfg.ray.learner_ranks, port, model_path, cfg, pad_id)
                                        for r in range(cfg.ray.learner_ranks)])
     try:
-        return train(cfg, rollouts=rollouts, learners=learners)
+        return train(cfg, experience=experience, learners=learners)
     finally:
         for actor in workers + [r for g in learners.values() for r in g.ranks]:
             ray.kill(actor)

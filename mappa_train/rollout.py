@@ -1,32 +1,27 @@
-"""Rollouts: B environments at once, one batched generate call per policy per round, token-exact.
+"""Rollouts: B environments at once through the episode driver, token-exact.
 
     rollout = collect(envs, generator, SamplingParams(max_new_tokens=256),
                       episodes=[{"seed": 1, "options": {"task_index": 0}}, ...])
     rollout.transitions   # one per action, ready for the learner
 
-A round: every env waiting for an action contributes its agent's prompt; the prompts of each policy
-go to that policy's generator in one `generate` call; then all the envs `step()` at once in a thread
-pool, so sandbox and coach latency overlap across envs. An env whose episode ends takes the next
-entry of `episodes` (its `reset` kwargs) until none are left.
+The scheduling (batched generate calls, env steps in a thread pool, no env waiting on a slower
+one, failed episodes counted and skipped) is `mappa_envs.driver.Driver`'s. This module adds only
+the token bookkeeping: `TokenActor` turns each request into prompt ids and samples with a
+`Generator`, and `collect` turns finished episodes into `Transition`s.
 
 Token-in, token-out. The first prompt of an agent's turn is its chat messages
 (`infos[agent]["messages"]`) rendered by the chat template. A later prompt in the same turn (a tool
 using agent that saw its code's output) is the previous prompt + the sampled action ids + the tokens
 of only the new messages, so the learner trains on exactly the ids that were sampled, in exactly the
 context they were sampled in; earlier text is never re-tokenized.
-
-Only the public PettingZoo AEC API is used: reset, step, agent_selection, agents, possible_agents,
-terminations, truncations, infos.
 """
 from __future__ import annotations
 
-import random
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from mappa_envs.driver import Driver, EpisodeResult, Request, Turn
 from mappa_train.generation import Generation, Generator, SamplingParams, chat_prompt_ids
 
 
@@ -57,6 +52,8 @@ class EpisodeStats:
     actions: int
     dropped: int  # actions whose coach verdict was ok=False
     truncated: bool
+    error: str | None = None  # the episode failed (nothing of it is trained on)
+    stopped: str | None = None  # ended early by the curriculum rule
 
 
 @dataclass
@@ -66,34 +63,95 @@ class Rollout:
     dropped: int  # coach failures (ok=False): not in `transitions`
     overflow: int  # prompts over max_prompt_tokens: an empty action was sent, not trained on
     generate_calls: dict[str, int]  # policy -> number of generate() calls
-    rounds: int
+    rounds: int  # driver iterations that generated (one call per policy with waiting agents)
     generate_s: float  # wall time inside generate()
-    env_s: float  # wall time of the parallel reset/step phases (sandbox + coach)
-    env_busy_s: float  # summed time of every reset/step: env_busy_s / env_s is the overlap achieved
+    env_busy_s: float  # summed time of every reset/step; env_busy_s / wall_s is the overlap achieved
     wall_s: float
+    failed: int = 0  # episodes that raised: counted, logged, skipped
 
     def timing(self) -> dict[str, float]:
-        return {"generate_s": self.generate_s, "env_s": self.env_s, "env_busy_s": self.env_busy_s,
-                "wall_s": self.wall_s}
+        return {"generate_s": self.generate_s, "env_busy_s": self.env_busy_s, "wall_s": self.wall_s}
 
 
 @dataclass
-class _Slot:
-    """One env and the state of the episode it is running."""
+class TokenAction:
+    """What `TokenActor` returns for a request: the env gets `text`, the learner the ids."""
 
-    env: Any
-    episode_id: int = -1
-    task_id: str = ""
-    prompts: dict[str, list[int]] = field(default_factory=dict)  # agent -> its current prompt ids
-    seen: dict[str, int] = field(default_factory=dict)  # agent -> messages its prompt covers
-    turn_index: dict[str, int] = field(default_factory=dict)
-    last_actor: str | None = None
-    stop_token: int | None = None  # the stop token that ended the last action, if one did
-    actions: int = 0
-    dropped: int = 0
-    pending: list[Transition] = field(default_factory=list)
-    stats: EpisodeStats | None = None  # set when the episode ends
-    busy_s: float = 0.0
+    prompt_ids: list[int]
+    generation: Generation | None  # None: the prompt was over max_prompt_tokens, an empty action was sent
+    turn_index: int
+
+    @property
+    def text(self) -> str:
+        return self.generation.text if self.generation is not None else ""
+
+
+@dataclass
+class _Context:
+    """One agent's token context within an episode."""
+
+    prompt: list[int] = field(default_factory=list)  # the ids of its last prompt + what it sampled
+    seen: int = 0  # messages that prompt covers
+    turn_index: int = 0
+    stop_token: int | None = None  # the stop token that ended its last action, if one did
+
+
+class TokenActor:
+    """A driver `Actor` over a `Generator`: chat-templates each request (extending the agent's own
+    token context within a turn), samples with one `generate` call per batch, keeps ids and logprobs."""
+
+    def __init__(self, generator: Generator, params: SamplingParams, max_prompt_tokens: int | None = None):
+        self.generator, self.params, self.max_prompt_tokens = generator, params, max_prompt_tokens
+        self.contexts: dict[tuple[int, str], _Context] = {}  # (episode, role) -> context
+        self.last_role: dict[int, str] = {}  # episode -> the role that acted last
+        self.overflow = 0
+        self.calls = 0
+        self.seconds = 0.0
+
+    def act(self, requests: Sequence[Request]) -> list[TokenAction]:
+        prompts = [self._prompt(r) for r in requests]
+        fits = [i for i, p in enumerate(prompts) if self.max_prompt_tokens is None or len(p) <= self.max_prompt_tokens]
+        generations: list[Generation | None] = [None] * len(requests)
+        if fits:
+            seeds = [requests[i].seed for i in fits]
+            params = replace(self.params, seeds=tuple(seeds)) if None not in seeds else self.params
+
+            t0 = time.perf_counter()
+            for i, g in zip(fits, self.generator.generate([prompts[i] for i in fits], params)):
+                generations[i] = g
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
+        self.overflow += len(requests) - len(fits)
+        out = []
+        for r, prompt, gen in zip(requests, prompts, generations):
+            ctx = self.contexts[(r.episode, r.role)]
+            sampled = list(gen.token_ids) if gen is not None else []
+            ctx.prompt = prompt + sampled
+            ctx.stop_token = sampled[-1] if gen is not None and gen.finish_reason == "stop" and sampled else None
+            self.last_role[r.episode] = r.role
+            out.append(TokenAction(prompt, gen, ctx.turn_index))
+        return out
+
+    def forget(self, episode: int) -> None:
+        """Drop an ended episode's contexts."""
+        self.last_role.pop(episode, None)
+        for key in [k for k in self.contexts if k[0] == episode]:
+            del self.contexts[key]
+
+    def _prompt(self, r: Request) -> list[int]:
+        """The ids of the prompt for the action `r` asks for."""
+        ctx = self.contexts.setdefault((r.episode, r.role), _Context())
+        messages = r.messages
+        continuing = (self.last_role.get(r.episode) == r.role and len(messages) > ctx.seen and ctx.seen > 0
+                      and messages[ctx.seen]["role"] == "assistant")
+        if continuing:  # the agent saw its tool output: extend its own tokens with the new messages only
+            prompt = ctx.prompt + appended_ids(self.generator.tokenizer, messages[ctx.seen + 1:], ctx.stop_token)
+            ctx.turn_index += 1
+        else:
+            prompt = chat_prompt_ids(self.generator.tokenizer, messages)
+            ctx.turn_index = 0
+        ctx.seen = len(messages)
+        return prompt
 
 
 def collect(
@@ -106,6 +164,7 @@ def collect(
     max_prompt_tokens: int | None = None,
     first_episode_id: int = 0,
     workers: int | None = None,
+    stop: Callable[[EpisodeResult, Turn], str | None] | None = None,
 ) -> Rollout:
     """Run `len(episodes)` episodes on `envs` (B = len(envs) at once) and return their transitions.
 
@@ -113,7 +172,9 @@ def collect(
         envs: PettingZoo AEC envs whose infos follow `mappa_envs.core.pipeline` (messages, action,
             outcome). They are reset here and left open.
         policies: one Generator for every role, or {policy name: Generator}.
-        params: sampling settings; each generate call gets a fresh seed drawn from `seed`.
+        params: sampling settings. Each action is sampled with its own seed, derived from its
+            episode's env seed (see `mappa_envs.driver.action_seed`); `seed` is used for episodes
+            given without one.
         episodes: `env.reset(**kwargs)` for each episode, e.g. {"seed": 3, "options": {"task_id": "x"}}.
         role_policy: role -> policy name. Default: each role to the policy of the same name, or to
             the only policy.
@@ -121,158 +182,54 @@ def collect(
             in `overflow`); set it to the engine's context length minus `max_new_tokens`.
         first_episode_id: episode ids count up from here.
         workers: threads running env.reset/step concurrently (default: one per env).
+        stop: the driver's early-stop rule (curriculum filtering), asked after every action.
     """
     if not envs:
         raise ValueError("collect needs at least one env")
     policies = policies if isinstance(policies, Mapping) else {"shared": policies}
-    route = _route(policies, role_policy, envs[0].possible_agents)
-    rng = random.Random(seed)
-    queue = deque((first_episode_id + i, spec) for i, spec in enumerate(episodes))
-    slots = [_Slot(env) for env in envs]
-    out = Rollout([], [], 0, 0, {name: 0 for name in policies}, 0, 0.0, 0.0, 0.0, 0.0)
-    started = time.perf_counter()
-
-    with ThreadPoolExecutor(max_workers=workers or len(envs)) as pool:
-        _parallel(pool, out, [(_start, s, queue.popleft()) for s in slots if queue])
-        while True:
-            active = [s for s in slots if s.episode_id >= 0]
-            if not active:
-                break
-            out.rounds += 1
-            waiting = [(s, s.env.agent_selection) for s in active]
-            for s, agent in waiting:
-                _refresh_prompt(s, agent, policies[route[agent]].tokenizer)
-            actions = _generate(policies, route, waiting, params, rng, max_prompt_tokens, out)
-            _parallel(pool, out, [(_act, s, (a, route[a], g)) for (s, a), g in zip(waiting, actions)])
-            ended = [s for s in active if s.stats is not None]
-            for s in ended:  # bank the episode; the env takes the next one, if any
-                out.episodes.append(s.stats)
-                out.transitions += s.pending
-                out.dropped += s.dropped
-                s.episode_id = -1
-            _parallel(pool, out, [(_start, s, queue.popleft()) for s in ended if queue])
-    out.wall_s = time.perf_counter() - started
+    actors = {name: TokenActor(gen, params, max_prompt_tokens) for name, gen in policies.items()}
+    jobs = [(spec.get("seed", seed + k), spec.get("options")) for k, spec in enumerate(episodes)]
+    driver = Driver(envs, actors, role_policy=role_policy, workers=workers, stop=stop)
+    out = Rollout([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0)
+    for result in driver.play(jobs):
+        for actor in actors.values():
+            actor.forget(result.episode)
+        episode_id = first_episode_id + result.episode
+        stats = _bank(result, episode_id, route=driver.route, out=out)
+        out.episodes.append(stats)
+    out.generate_calls = {name: a.calls for name, a in actors.items()}
+    out.overflow = sum(a.overflow for a in actors.values())
+    out.generate_s = sum(a.seconds for a in actors.values())
+    out.rounds, out.env_busy_s, out.wall_s = driver.stats.batches, driver.stats.env_busy_s, driver.stats.wall_s
+    out.failed = driver.stats.failures
     out.episodes.sort(key=lambda e: e.episode_id)
     out.transitions.sort(key=lambda t: (t.episode_id, t.action_index))
     return out
 
 
-def _generate(policies: Mapping[str, Generator], route: dict[str, str], waiting: list[tuple[_Slot, str]],
-              params: SamplingParams, rng: random.Random, max_prompt_tokens: int | None,
-              out: Rollout) -> list[Generation | None]:
-    """One generate call per policy for all its waiting agents; None where the prompt is too long."""
-    actions: list[Generation | None] = [None] * len(waiting)
-    for name, gen in policies.items():
-        mine = [i for i, (s, a) in enumerate(waiting) if route[a] == name
-                and (max_prompt_tokens is None or len(s.prompts[a]) <= max_prompt_tokens)]
-        if not mine:
+def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out: Rollout) -> EpisodeStats:
+    """Turn a finished episode's turns into transitions (none for a failed one); return its stats."""
+    outcome = result.outcome or {}
+    dropped = 0
+    transitions = []
+    for turn in result.turns:
+        coach = turn.info.get("coach")
+        ok = coach is None or bool(coach.get("ok", True))
+        dropped += not ok
+        action: TokenAction = turn.output
+        if action.generation is None or not ok:
             continue
-        t0 = time.perf_counter()
-        results = gen.generate([waiting[i][0].prompts[waiting[i][1]] for i in mine],
-                               replace(params, seed=rng.randrange(2**31)))
-        out.generate_s += time.perf_counter() - t0
-        out.generate_calls[name] += 1
-        for i, g in zip(mine, results):
-            actions[i] = g
-    out.overflow += actions.count(None)
-    return actions
-
-
-def _route(policies: Mapping[str, Generator], role_policy: Mapping[str, str] | None, roles: list[str]) -> dict[str, str]:
-    if role_policy is None:
-        if set(roles) <= set(policies):
-            role_policy = {r: r for r in roles}
-        elif len(policies) == 1:
-            role_policy = {r: next(iter(policies)) for r in roles}
-        else:
-            raise ValueError(f"give role_policy: the roles {roles} are not all policy names {sorted(policies)}")
-    missing = [r for r in roles if r not in role_policy]
-    unknown = sorted({p for p in role_policy.values() if p not in policies})
-    if missing or unknown:
-        raise ValueError(f"role_policy must map every role {roles} to one of the policies {sorted(policies)}; "
-                         f"roles without a policy: {missing}, unknown policies: {unknown}")
-    return dict(role_policy)
-
-
-def _parallel(pool: ThreadPoolExecutor, out: Rollout, calls: list[tuple]) -> None:
-    """Run `fn(slot, arg)` for each call concurrently; add the phase's wall time to `out.env_s`."""
-    if not calls:
-        return
-    t0 = time.perf_counter()
-    for future in [pool.submit(_timed, fn, slot, arg) for fn, slot, arg in calls]:
-        future.result()
-    out.env_s += time.perf_counter() - t0
-    out.env_busy_s += sum(slot.busy_s for _, slot, _ in calls)
-    for _, slot, _ in calls:
-        slot.busy_s = 0.0
-
-
-def _timed(fn, slot: _Slot, arg) -> None:
-    t0 = time.perf_counter()
-    fn(slot, arg)
-    slot.busy_s += time.perf_counter() - t0
-
-
-def _start(slot: _Slot, item: tuple[int, dict]) -> None:
-    episode_id, reset_kwargs = item
-    slot.env.reset(**reset_kwargs)
-    agent = slot.env.agent_selection
-    slot.episode_id = episode_id
-    slot.task_id = str(slot.env.infos[agent].get("task_id", ""))
-    slot.prompts, slot.seen, slot.turn_index = {}, {}, {}
-    slot.last_actor, slot.stop_token, slot.actions, slot.dropped, slot.pending, slot.stats = None, None, 0, 0, [], None
-
-
-def _refresh_prompt(slot: _Slot, agent: str, tokenizer) -> None:
-    """Set `slot.prompts[agent]` for the action the agent is about to take."""
-    messages = slot.env.infos[agent]["messages"]
-    seen = slot.seen.get(agent, 0)
-    continuing = (slot.last_actor == agent and len(messages) > seen
-                  and messages[seen]["role"] == "assistant")
-    if continuing:  # the agent saw its tool output: extend its own tokens with the new messages only
-        slot.prompts[agent] = slot.prompts[agent] + appended_ids(tokenizer, messages[seen + 1:], slot.stop_token)
-        slot.turn_index[agent] += 1
-    else:
-        slot.prompts[agent] = chat_prompt_ids(tokenizer, messages)
-        slot.turn_index[agent] = 0
-    slot.seen[agent] = len(messages)
-
-
-def _act(slot: _Slot, arg: tuple[str, str, Generation | None]) -> None:
-    """Step the env with the agent's action; record the transition; finish the episode if it ended."""
-    agent, policy, gen = arg
-    env = slot.env
-    prompt = slot.prompts[agent]
-    env.step(gen.text if gen is not None else "")
-    info = env.infos[agent]["action"]
-    coach = info.get("coach")
-    ok = coach is None or bool(coach.get("ok", True))
-    if gen is not None and ok:
-        slot.pending.append(Transition(
-            role=agent, policy=policy, prompt_ids=prompt, action_ids=list(gen.token_ids),
-            logprobs=list(gen.logprobs), coach_reward=float(info["reward"]), coach_ok=ok, outcome_reward=0.0,
-            episode_id=slot.episode_id, action_index=slot.actions, turn_index=slot.turn_index[agent],
-            task_id=slot.task_id))
-    slot.dropped += not ok
-    slot.actions += 1
-    slot.last_actor = agent
-    slot.prompts[agent] = prompt + (list(gen.token_ids) if gen is not None else [])
-    slot.stop_token = gen.token_ids[-1] if gen is not None and gen.finish_reason == "stop" else None
-    if env.agents and all(env.terminations[a] or env.truncations[a] for a in env.agents):
-        _finish(slot)
-
-
-def _finish(slot: _Slot) -> None:
-    env = slot.env
-    outcome = env.infos[env.agents[0]].get("outcome") or {}
-    truncated = any(env.truncations[a] for a in env.agents)
-    while env.agents:  # AEC: every done agent is stepped out with None
-        env.step(None)
-    score = outcome.get("score")
-    for t in slot.pending:
-        t.outcome_reward = float(score or 0.0)
-    slot.stats = EpisodeStats(slot.episode_id, slot.task_id, score, outcome.get("correct"), slot.actions,
-                              slot.dropped, truncated)
+        transitions.append(Transition(
+            role=turn.role, policy=route[turn.role], prompt_ids=action.prompt_ids,
+            action_ids=list(action.generation.token_ids), logprobs=list(action.generation.logprobs),
+            coach_reward=float(turn.info.get("reward", turn.reward)), coach_ok=ok,
+            outcome_reward=float(outcome.get("score") or 0.0), episode_id=episode_id,
+            action_index=turn.action_index, turn_index=action.turn_index, task_id=str(result.task_id or "")))
+    if result.error is None:
+        out.transitions += transitions
+        out.dropped += dropped
+    return EpisodeStats(episode_id, str(result.task_id or ""), outcome.get("score"), outcome.get("correct"),
+                        len(result.turns), dropped, result.truncated, result.error, result.stopped)
 
 
 # --- appending tokens for a continuing turn ---------------------------------------------------------

@@ -46,10 +46,10 @@ def resolve_model(cfg: TrainConfig) -> Path | str:
 
 
 def make_coach(cfg: TrainConfig):
-    from mappa_envs.coach import CachedCoach, LLMCoach, RuleCoach
+    """The configured coach, through the one factory training and `mappa eval` share."""
+    from mappa_envs.coach import make_coach as build
 
-    coach = RuleCoach() if cfg.env.coach == "rule" else LLMCoach(**cfg.env.coach_kwargs)
-    return CachedCoach(coach, cfg.env.coach_cache) if cfg.env.coach_cache else coach
+    return build(cfg.env.coach, cfg.env.coach_kwargs, cfg.env.coach_cache)
 
 
 def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = None, sandbox: Any = None) -> list:
@@ -152,7 +152,7 @@ def save_checkpoint(out_dir: Path, step: int, learners: Mapping[str, Any], keep:
 # ---- the loop -------------------------------------------------------------------------------------
 
 @dataclass
-class Rollouts:
+class ExperienceSource:
     """Where experience comes from: local envs (below) or Ray rollout workers (mappa_train.ray_mode)."""
 
     collect: Callable[..., Any]  # (task ids, seed, eval set or None, offset=0) -> rollout.Rollout
@@ -189,7 +189,7 @@ def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[st
     return {name: make_generator(g.backend, str(model_path), **kwargs) for name in names}
 
 
-def local_rollouts(cfg: TrainConfig, model_path: Path | str) -> Rollouts:
+def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSource:
     """Envs and generators in this process; `collect` drives B = rollout.num_envs envs at once."""
     from mappa_envs.sandbox import make_sandbox
     from mappa_train.rollout import collect
@@ -218,22 +218,22 @@ def local_rollouts(cfg: TrainConfig, model_path: Path | str) -> Rollouts:
                 env.close()
         sandbox.close()
 
-    return Rollouts(run, sync, task_ids(envs[None][0]), {k: task_ids(v[0]) for k, v in envs.items() if k}, policy_of, close)
+    return ExperienceSource(run, sync, task_ids(envs[None][0]), {k: task_ids(v[0]) for k, v in envs.items() if k}, policy_of, close)
 
 
 def task_ids(env) -> list[str]:
     return [t.id for t in env.unwrapped.scenario.tasks()]
 
 
-def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[str, Any] | None = None) -> Path:
+def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners: Mapping[str, Any] | None = None) -> Path:
     """Run (or resume) training as configured; returns the output directory."""
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     torch.manual_seed(cfg.seed)
     model_path = resolve_model(cfg)
-    rollouts = rollouts or local_rollouts(cfg, model_path)
-    policy_of = rollouts.policy_of
+    experience = experience or local_experience(cfg, model_path)
+    policy_of = experience.policy_of
     if learners is None:
         pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
         learners = {name: PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
@@ -244,21 +244,22 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
     if ckpt is not None:
         for name, learner in learners.items():
             learner.load_checkpoint(ckpt / name)
-        rollouts.sync(_weights(learners))
+        experience.sync(_weights(learners))
     log = MetricsLogger(out, cfg.log, resume_step=start, run_config=to_dict(cfg))
     progress = _progress(cfg, start)
     for step in range(start, cfg.steps):
         if cfg.eval_every and step % cfg.eval_every == 0:
-            log.log("eval", step, evaluate(cfg, rollouts, step))
+            log.log("eval", step, heldout_metrics(cfg, experience, step))
         t0 = time.perf_counter()
-        result = rollouts.collect(tasks_for_step(rollouts.train_tasks, step, cfg), _seed(cfg, step), None)
+        result = experience.collect(tasks_for_step(experience.train_tasks, step, cfg), _seed(cfg, step), None)
         t1 = time.perf_counter()
         metrics = update(cfg, learners, policy_of, result.transitions, lr_at(step, cfg.learner, cfg.steps))
         t2 = time.perf_counter()
-        rollouts.sync(_weights(learners))
+        experience.sync(_weights(learners))
         t3 = time.perf_counter()
         metrics.update(_episode_metrics(result), coach_failures=float(result.dropped), prompt_overflows=float(result.overflow),
-                       time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2)
+                       episode_failures=float(result.failed), time_rollout_s=t1 - t0, time_update_s=t2 - t1,
+                       time_sync_s=t3 - t2)
         metrics.update({f"time_{k}": v for k, v in result.timing().items()})
         log.log("train", step + 1, metrics)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
@@ -267,9 +268,9 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
         progress.set_postfix(reward=f"{metrics.get('reward', float('nan')):.2f}", kl=f"{metrics.get('kl', 0):.4f}")
     progress.close()
     if cfg.eval_every and (start < cfg.steps or not _has_eval(out, cfg.steps)):
-        log.log("eval", cfg.steps, evaluate(cfg, rollouts, cfg.steps))
+        log.log("eval", cfg.steps, heldout_metrics(cfg, experience, cfg.steps))
     log.close()
-    rollouts.close()
+    experience.close()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     for name, learner in learners.items():
         learner.save_pretrained(out / "final" / name)
@@ -280,12 +281,12 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
     return out
 
 
-def evaluate(cfg: TrainConfig, rollouts: Rollouts, step: int) -> dict[str, float]:
+def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int) -> dict[str, float]:
     """Accuracy (mean outcome) and coach scores on every eval set, at eval temperature."""
     out: dict[str, float] = {}
-    for name, tasks in rollouts.eval_tasks.items():
+    for name, tasks in experience.eval_tasks.items():
         chosen = [t for t in tasks[:cfg.eval_episodes] for _ in range(cfg.eval_samples)]
-        result = rollouts.collect(chosen, _seed(cfg, step) + 7, name)
+        result = experience.collect(chosen, _seed(cfg, step) + 7, name)
         for k, v in _episode_metrics(result).items():
             out[f"{name}/{k}"] = v
     return out

@@ -22,7 +22,10 @@ def request(i: int, env_id: str = "MathChat-v0") -> CoachRequest:
 
 def test_replay_gives_identical_scores_with_zero_http_calls(tmp_path):
     path = tmp_path / "coach.sqlite"
-    with StubServer(respond=lambda body: f"RATIONALE: checked\nSCORE: {len(body['messages'][1]['content']) % 11}") as stub:
+    def reply(body):
+        return f"RATIONALE: checked\nSCORE: {len(body['messages'][1]['content']) % 11}"
+
+    with StubServer(respond=reply) as stub:
         with CachedCoach(llm(stub.url), path) as cached:
             first = [cached.score(request(i)) for i in range(5)]
             assert (cached.hits, cached.misses, stub.calls) == (0, 5, 5)
@@ -33,14 +36,18 @@ def test_replay_gives_identical_scores_with_zero_http_calls(tmp_path):
         again = [replay.score(request(i)) for i in range(5)]
         assert (replay.hits, replay.misses) == (5, 0)
         assert replay.stats()["entries"] == 5
-    assert [(s.score, s.rationale, s.answer_correct) for s in again] == [(s.score, s.rationale, s.answer_correct) for s in first]
+    def verdicts(scores):
+        return [(s.score, s.rationale, s.answer_correct) for s in scores]
+
+    assert verdicts(again) == verdicts(first)
     assert all(s.cached and s.ok and s.attempts == 0 and s.cost_usd == 0 and s.prompt_tokens == 0 for s in again)
     assert not any(s.cached for s in first)
 
 
 def test_key_depends_on_model_template_and_request(tmp_path):
     with StubServer() as stub:
-        a, b = CachedCoach(llm(stub.url, "model-a"), tmp_path / "c.sqlite"), CachedCoach(llm(stub.url, "model-b"), tmp_path / "c.sqlite")
+        a = CachedCoach(llm(stub.url, "model-a"), tmp_path / "c.sqlite")
+        b = CachedCoach(llm(stub.url, "model-b"), tmp_path / "c.sqlite")
         assert a.key(request(1)) == a.key(request(1))
         assert a.key(request(1)) != a.key(request(2))
         assert a.key(request(1)) != b.key(request(1))  # another model
@@ -104,4 +111,5 @@ def test_a_coach_without_identity_needs_a_namespace(tmp_path):
         CachedCoach(PlainCoach(), tmp_path / "c.sqlite")
     cached = CachedCoach(PlainCoach(), tmp_path / "c.sqlite", namespace="plain-v1")
     assert cached.score(request(1)).score == 1.0 and cached.score(request(1)).cached
-    assert cached.key(request(1)) != CachedCoach(PlainCoach(), tmp_path / "c.sqlite", namespace="plain-v2").key(request(1))
+    other = CachedCoach(PlainCoach(), tmp_path / "c.sqlite", namespace="plain-v2")
+    assert cached.key(request(1)) != other.key(request(1))

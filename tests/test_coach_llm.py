@@ -19,7 +19,7 @@ def stub():
         yield server
 
 
-def make_coach(stub: StubServer, **overrides) -> LLMCoach:
+def stub_coach(stub: StubServer, **overrides) -> LLMCoach:
     settings = dict(model="stub-model", base_url=stub.url, api_key_env=None, backoff_s=0.01, timeout_s=10.0)
     return LLMCoach(LLMCoachConfig(**{**settings, **overrides}))
 
@@ -33,19 +33,20 @@ def request(i: int = 0, **overrides) -> CoachRequest:
 
 
 def test_scores_and_sends_the_rendered_request(stub):
-    score = make_coach(stub, temperature=0.3, max_tokens=321).score(request(41, ask_answer_correct=True))
+    score = stub_coach(stub, temperature=0.3, max_tokens=321).score(request(41, ask_answer_correct=True))
     assert (score.ok, score.score, score.attempts, score.rationale) == (True, 7.0, 1, "solid work")
     body = stub.requests[0]
     assert (body["model"], body["temperature"], body["max_tokens"]) == ("stub-model", 0.3, 321)
     system, user = body["messages"][0]["content"], body["messages"][1]["content"]
     assert "Root cause" in system and "Criteria for the agent being scored (verifier)" in system
-    for evidence in ("What is 41 + 1?", "\\boxed{42}", "### problem_solver", "stdout:\n42", "answer_present: True",
-                     "Reference answer (ground truth)\n42", "ANSWER_CORRECT:", "SCORE: <one number from 0 to 10>"):
+    for evidence in ("What is 41 + 1?", "\\boxed{42}", "### problem_solver", "stdout:\n<<<BEGIN ", "\n42\n<<<END ",
+                     "answer_present: True", "Reference answer (ground truth)\n42", "ANSWER_CORRECT:",
+                     "SCORE: <one number from 0 to 10>"):
         assert evidence in user
 
 
 def test_token_and_cost_accounting(stub):
-    coach = make_coach(stub, price_prompt_per_mtok=2.0, price_completion_per_mtok=10.0)
+    coach = stub_coach(stub, price_prompt_per_mtok=2.0, price_completion_per_mtok=10.0)
     scores = [coach.score(request(i)) for i in range(3)]
     for s, body in zip(scores, stub.requests):  # the stub counts words as tokens
         assert s.prompt_tokens == sum(len(m["content"].split()) for m in body["messages"])
@@ -59,13 +60,13 @@ def test_token_and_cost_accounting(stub):
 
 def test_retries_429_and_5xx_then_scores(stub):
     stub.script(Step(status=429), Step(status=500), Step(status=503), Step(content="SCORE: 9"))
-    score = make_coach(stub).score(request())
+    score = stub_coach(stub).score(request())
     assert (score.ok, score.score, score.attempts, stub.calls) == (True, 9.0, 4, 4)
 
 
 def test_retries_are_bounded(stub):
     stub.script(*[Step(status=500)] * 10)
-    score = make_coach(stub, max_retries=2).score(request())
+    score = stub_coach(stub, max_retries=2).score(request())
     assert not score.ok and score.score is None
     assert "InternalServerError" in score.error and "gave up after 2 retries" in score.error
     assert stub.calls == 3 and score.attempts == 3
@@ -73,40 +74,40 @@ def test_retries_are_bounded(stub):
 
 def test_client_errors_are_not_retried(stub):
     stub.script(Step(status=400))
-    score = make_coach(stub).score(request())
+    score = stub_coach(stub).score(request())
     assert not score.ok and "BadRequestError" in score.error and "not retried" in score.error
     assert stub.calls == 1
 
 
 def test_timeout_is_retried(stub):
     stub.script(Step(delay_s=5.0), Step(content="SCORE: 6"))
-    score = make_coach(stub, timeout_s=0.3).score(request())
+    score = stub_coach(stub, timeout_s=0.3).score(request())
     assert (score.ok, score.score, score.attempts) == (True, 6.0, 2)
 
 
 def test_timeouts_exhausted_fail_clearly(stub):
     stub.script(*[Step(delay_s=5.0)] * 3)
-    score = make_coach(stub, timeout_s=0.2, max_retries=1).score(request())
+    score = stub_coach(stub, timeout_s=0.2, max_retries=1).score(request())
     assert not score.ok and "APITimeoutError" in score.error and score.attempts == 2
 
 
 def test_retry_after_header_is_honoured(stub):
     stub.script(Step(status=429, headers={"retry-after": "0.5"}))
     started = time.monotonic()
-    assert make_coach(stub, backoff_s=0.001).score(request()).ok
+    assert stub_coach(stub, backoff_s=0.001).score(request()).ok
     assert time.monotonic() - started >= 0.5  # a lower bound: sleeping can only take longer
 
 
 def test_malformed_json_body_is_retried(stub):
     stub.script(Step(raw=b'{"choices": [ {"message": '), Step(content="SCORE: 4"))
-    score = make_coach(stub).score(request())
+    score = stub_coach(stub).score(request())
     assert (score.ok, score.score, score.attempts) == (True, 4.0, 2)
 
 
 @pytest.mark.parametrize("bad", ["", None, "I think this is a fine answer.", "SCORE: 12"])
 def test_format_retry_resends_the_full_request(stub, bad):
     stub.script(Step(content=bad), Step(content="**Final Score:** 8/10"))
-    score = make_coach(stub).score(request())
+    score = stub_coach(stub).score(request())
     assert (score.ok, score.score, score.attempts) == (True, 8.0, 2)
     first, retry = (body["messages"] for body in stub.requests)
     assert retry[0] == first[0]  # same system prompt
@@ -116,25 +117,25 @@ def test_format_retry_resends_the_full_request(stub, bad):
 
 def test_only_one_format_retry(stub):
     stub.script(Step(content="SCORE: 12"), Step(content="SCORE: 15 out of 10"))
-    score = make_coach(stub).score(request())
+    score = stub_coach(stub).score(request())
     assert not score.ok and score.score is None and stub.calls == 2
     assert "after a format retry" in score.error and "outside [0, 10]" in score.error
 
 
 def test_markdown_wrapped_scores_parse(stub):
     stub.script(Step(content="Some thoughts about step 3 and 42.\n\n**SCORE:** **[6.5]**\n"))
-    assert make_coach(stub).score(request()).score == 6.5
+    assert stub_coach(stub).score(request()).score == 6.5
 
 
 def test_failure_policies(stub):
     stub.script(*[Step(status=500)] * 2)
     with pytest.raises(CoachError, match="InternalServerError"):
-        make_coach(stub, max_retries=1, on_failure="raise").score(request())
+        stub_coach(stub, max_retries=1, on_failure="raise").score(request())
     stub.script(*[Step(content="no idea")] * 2)
-    skipped = make_coach(stub, on_failure="skip").score(request())
+    skipped = stub_coach(stub, on_failure="skip").score(request())
     assert (skipped.ok, skipped.score) == (False, None) and "no labelled score" in skipped.error
     stub.script(*[Step(content="no idea")] * 2)
-    coach = make_coach(stub, on_failure="neutral", neutral_score=5.0)
+    coach = stub_coach(stub, on_failure="neutral", neutral_score=5.0)
     neutral = coach.score(request())
     assert (neutral.ok, neutral.score) == (False, 5.0) and neutral.error and "not a verdict" in neutral.rationale
     assert coach.usage.failures == 1
@@ -142,7 +143,7 @@ def test_failure_policies(stub):
 
 def test_concurrency_limit_bounds_requests_in_flight(stub):
     stub.delay_s = 0.2
-    coach = make_coach(stub, concurrency=4)
+    coach = stub_coach(stub, concurrency=4)
     started = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
         scores = list(pool.map(coach.score, [request(i) for i in range(16)]))
@@ -154,7 +155,7 @@ def test_concurrency_limit_bounds_requests_in_flight(stub):
 
 def test_async_scores_share_the_limit_and_work_across_event_loops(stub):
     stub.delay_s = 0.1
-    coach = make_coach(stub, concurrency=3)
+    coach = stub_coach(stub, concurrency=3)
 
     async def batch(n, close):
         scores = await asyncio.gather(*(coach.ascore(request(i)) for i in range(n)))
@@ -171,12 +172,12 @@ def test_async_scores_share_the_limit_and_work_across_event_loops(stub):
 
 def test_async_retries_and_format_retry(stub):
     stub.script(Step(status=429), Step(content=""), Step(content="SCORE: 3"))
-    score = asyncio.run(make_coach(stub).ascore(request()))
+    score = asyncio.run(stub_coach(stub).ascore(request()))
     assert (score.ok, score.score, score.attempts) == (True, 3.0, 3)
 
 
 def test_rpm_limit_spaces_requests(stub):
-    coach = make_coach(stub, rpm=600)  # one start every 0.1 s
+    coach = stub_coach(stub, rpm=600)  # one start every 0.1 s
     started = time.monotonic()
     for i in range(5):
         coach.score(request(i))
@@ -185,18 +186,29 @@ def test_rpm_limit_spaces_requests(stub):
 
 def test_answer_correct_only_when_asked(stub):
     stub.reply = "RATIONALE: right\nANSWER_CORRECT: yes\nSCORE: 9"
-    coach = make_coach(stub)
+    coach = stub_coach(stub)
     assert coach.score(request(ask_answer_correct=True)).answer_correct is True
     assert coach.score(request(ask_answer_correct=False)).answer_correct is None
 
 
 def test_structured_output_sends_a_json_schema(stub):
     stub.reply = '{"rationale": "fine", "answer_correct": true, "score": 8}'
-    score = make_coach(stub, structured_output=True).score(request(ask_answer_correct=True))
+    score = stub_coach(stub, structured_output=True).score(request(ask_answer_correct=True))
     assert (score.score, score.answer_correct) == (8.0, True)
     fmt = stub.requests[0]["response_format"]
     assert fmt["type"] == "json_schema"
     assert list(fmt["json_schema"]["schema"]["properties"]) == ["rationale", "answer_correct", "score"]
+    assert score.rationale == "fine"  # the field, not the raw JSON
+
+
+def test_structured_output_failure_names_the_schema(stub):
+    stub.reply = "Looks good to me."  # a judge that ignores response_format
+    score = stub_coach(stub, structured_output=True).score(request())
+    assert not score.ok and stub.calls == 2  # the reply, then its one format retry
+    assert 'schema coach_verdict {"rationale": string, "score": number}' in score.error
+    assert "SCORE:" not in score.error
+    retry_note = stub.requests[1]["messages"][-1]["content"]
+    assert "coach_verdict" in retry_note
 
 
 def test_config_validation_and_presets(monkeypatch):
@@ -220,9 +232,9 @@ def test_config_validation_and_presets(monkeypatch):
 
 
 def test_cache_identity_names_model_and_template_version(stub):
-    ident = make_coach(stub).cache_identity(request())
+    ident = stub_coach(stub).cache_identity(request())
     assert "stub-model" in ident and "mathchat-1" in ident
-    assert "generic-1" in make_coach(stub).cache_identity(request(env_id="Other-v0"))
+    assert "generic-1" in stub_coach(stub).cache_identity(request(env_id="Other-v0"))
 
 
 def test_importing_the_coach_package_stays_light():
@@ -237,7 +249,7 @@ def test_mathchat_env_uses_scores_and_marks_failures_in_infos(stub):
 
     stub.script(Step(content="SCORE: 8"), Step(status=500), Step(status=500))  # the 2nd action's score fails
     env = mappa_envs.make("MathChat-v0", tasks=[Task(id="t", prompt="What is 6 x 7?", answer="42")], sandbox="local",
-                          coach=make_coach(stub, max_retries=1))
+                          coach=stub_coach(stub, max_retries=1))
     actions = {"problem_solver": ["6 x 7 = 42. \\boxed{42}"],
                "code_executor": ["```python\nprint(6 * 7)\n```", "It printed 42. \\boxed{42}"],
                "verifier": ["Agreed. \\boxed{42}"]}
@@ -263,11 +275,11 @@ def test_keyword_construction_for_yaml_configs(stub, monkeypatch):
     assert coach.config.rpm == 120 and coach.score(request()).ok
     monkeypatch.setenv("GEMINI_API_KEY", "test-key")
     assert LLMCoach(preset="gemini-2.5-pro", concurrency=4).config.concurrency == 4
-    with pytest.raises(ValueError, match="unknown setting.*'temprature'"):
+    with pytest.raises(ValueError, match="unknown coach setting 'temprature' \\(did you mean 'temperature'\\?\\)"):
         LLMCoach(preset="gemini-2.5-pro", temprature=0.5)
-    with pytest.raises(ValueError, match="model= and base_url="):
+    with pytest.raises(ValueError, match="both model and base_url"):
         LLMCoach(model="m")
-    with pytest.raises(ValueError, match="did you mean preset='gemini-2.5-flash'"):
+    with pytest.raises(ValueError, match="did you mean the preset 'gemini-2.5-flash'"):
         LLMCoach(model="gemini-2.5-flash")
     with pytest.raises(ValueError, match="not both"):
         LLMCoach(coach.config, rpm=5)

@@ -30,6 +30,15 @@ from mappa_envs.coach.parse import parse_reply
     ("**7/10**", 7.0),
     ("[8]", 8.0),
     ("8.", 8.0),
+    # the reference implementation's labels
+    ("PROCESS_SCORE: 7", 7.0),
+    ("**PROCESS_SCORE:** 8", 8.0),
+    ("PROCESS_SCORE = 2", 2.0),
+    ("PROCESS_SCORE: [6]", 6.0),
+    ("The verifier re-derived the sum.\nPROCESS_SCORE: 9/10", 9.0),
+    ("Process score: 4.5", 4.5),
+    ("7.5/10", 7.5),
+    ('{"process_score": 3}', 3.0),
 ])
 def test_reads_the_labelled_score(text, expected):
     assert parse_score(text)[0] == expected
@@ -44,6 +53,8 @@ def test_reads_the_labelled_score(text, expected):
     "SCORE: 11", "SCORE: -1", "SCORE: 15 out of 10", '{"score": 42}',  # out of range: rejected, not clamped
     "SCORE: 4/5", "Score: 85/100",  # not out of 10: rejected, not rescaled
     "SCORE: good", "SCORE:",
+    "PROCESS_SCORE: 11", "PROCESS_SCORE: 8/5", "PROCESS_SCORE: high",  # the same strictness for the new label
+    "The process score was 5, I think.", "Subprocess score: 6",  # prose, and another label
 ])
 def test_rejects_what_is_not_a_valid_labelled_score(text):
     assert parse_score(text)[0] is None
@@ -68,3 +79,19 @@ def test_rationale_and_problem_are_reported():
     assert "outside [0, 10]" in parse_reply("SCORE: 12").problem
     assert "no labelled score" in parse_reply("looks fine").problem
     assert parse_reply("").problem == "empty reply"
+
+
+def test_json_rationale_is_the_field_not_the_raw_reply():
+    v = parse_reply('{"rationale": "Ran the check; the \\"sum\\" is __right__.", "score": 8}')
+    assert (v.score, v.rationale) == (8.0, 'Ran the check; the "sum" is __right__.')
+    assert parse_reply('{"rationale": "cut off mid-sent').rationale == "cut off mid-sent"
+    assert parse_reply("RATIONALE: fine work\nPROCESS_SCORE: 7").rationale == "fine work"
+
+
+def test_structured_failure_names_the_schema():
+    from mappa_envs.coach.prompts import json_schema
+
+    problem = parse_reply("I think it is fine.", json_schema(ask_answer_correct=True)).problem
+    assert problem == ('no labelled score (expected the JSON object of schema coach_verdict '
+                       '{"rationale": string, "answer_correct": boolean, "score": number})')
+    assert "SCORE:" not in problem

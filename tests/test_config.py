@@ -70,3 +70,47 @@ def test_help_lists_every_leaf_with_its_doc():
     lines = help_lines()
     assert any(line.startswith("algo.beta = 0.01") and "KL coefficient" in line for line in lines)
     assert all("  " in line for line in lines)
+
+
+def test_a_loaded_config_is_frozen():
+    import dataclasses
+
+    cfg = load_config(None, ["steps=3"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.steps = 4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.learner.lr = 1.0
+
+
+@pytest.mark.parametrize("override, message", [
+    ("env.kwargs={num_task: 8}", "env.kwargs has 'num_task', which MathChat-v0 does not take; it takes .*num_tasks"),
+    ("env.eval_sets={heldout: {splitt: eval}}", "env.eval_sets.heldout has 'splitt'"),
+    ("env.kwargs={coach: rule}", "set env.coach"),
+    ("env.sandbox_kwargs={memory: 3}", "env.sandbox_kwargs has \\['memory'\\].*memory_mb"),
+    ("env.id=Nope-v0", "env.id 'Nope-v0' is not registered"),
+])
+def test_free_form_dicts_are_checked_against_their_consumers_at_load_time(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_bad_yaml_syntax_names_line_and_column(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps: 3\nlearner:\n  lr: [1e-5\n  zero_stage: 1\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml is not valid YAML at line \d+, column \d+") as info:
+        load_config(bad)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("env.coach_kwargs={max_token: 5}", "env.coach_kwargs: unknown coach setting 'max_token'.*did you mean 'max_tokens'"),
+    ("env.coach_kwargs={max_tokens: 5}", "env.coach is 'rule', which has no settings"),
+])
+def test_coach_settings_are_checked_at_load_time(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["env.coach=vllm-local" if "max_token:" in override else "env.coach=rule", override])
+
+
+def test_a_coach_spec_and_its_settings_load():
+    cfg = load_config(None, ["env.coach=judge@http://127.0.0.1:9/v1", "env.coach_kwargs={structured_output: true}"])
+    assert (cfg.env.coach, cfg.env.coach_kwargs) == ("judge@http://127.0.0.1:9/v1", {"structured_output": True})

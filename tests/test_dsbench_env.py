@@ -100,7 +100,7 @@ def test_outcome_reward_mode_pays_every_agent_the_relative_quality(sandbox):
     env = DSBenchEnv(sandbox=sandbox, reward_mode="outcome")
     try:
         outcome, infos = play(env, "diabetes-progression")
-        assert 0 < outcome.score < 1  # between the baseline and the reference
+        assert 0 < outcome.score <= 1  # above the baseline, at most the reference (the draw of the tasks decides which)
         assert {a: i["reward"] for a, i in infos.items()} == {a: 10 * outcome.score for a in infos}
         assert infos["modeler"]["outcome"]["files"]["model.pkl"] == "modeler"
         assert all(a.coach is None for a in env.episode.actions)
@@ -165,7 +165,8 @@ def test_inconsistent_features_are_blamed_on_the_engineer(sandbox):
             env.step(f"```python\n{code}\n```")
         engineer = coach.requests[0]
         assert engineer.checks["features_consistent"] is False
-        assert engineer.metrics["features_problem"] == {"file": "X_test.csv", "problem": "X_test.csv has 20 rows, test.csv has 53"}
+        assert engineer.metrics["features_problem"] == {"file": "X_test.csv",
+                                                        "problem": "X_test.csv has 20 rows, test.csv has 53"}
         d = env.episode.outcome.details
         assert "20 rows for 53 test ids" in d["failure"]["error"]
         assert d["failure"]["root_cause"] == {"file": "X_test.csv", "owner": "data_engineer",

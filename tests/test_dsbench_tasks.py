@@ -33,7 +33,8 @@ def fake_dsbench(root: Path, rows: int = 12) -> Path:
         targets = [f"label_{i}" for i in range(30)] if targets == "30_labels" else \
             targets if isinstance(targets, list) else [targets]
         ids = [f"{task_id[:3]}{i}" for i in range(2 * rows)]
-        features = pd.DataFrame({info["id_column"]: ids, "f1": rng.normal(size=2 * rows), "f2": rng.integers(0, 3, 2 * rows)})
+        features = pd.DataFrame({info["id_column"]: ids, "f1": rng.normal(size=2 * rows),
+                                 "f2": rng.integers(0, 3, 2 * rows)})
         y = pd.DataFrame({t: rng.integers(0, 2, 2 * rows) for t in targets})
         folder, answers = root / "data_resplit" / task_id, root / "answers" / task_id
         folder.mkdir(parents=True)
@@ -103,7 +104,7 @@ def test_malformed_task_folders_give_clear_errors(tmp_path, breakage, message):
     breakage(root)
     with pytest.raises(DSBenchFormatError, match="cannot be loaded") as err:
         load_dsbench(root, metadata=BENCH / META_FILES[1], prompts=BENCH / META_FILES[2])
-    assert message in str(err.value)
+    assert message in str(err.value) and "\n" not in str(err.value)  # one line, naming the problem
 
 
 @needs_bench
@@ -118,7 +119,7 @@ def test_bad_roots_and_metadata(tmp_path):
         load_dsbench(tmp_path, split="eval")
     bad = tmp_path / "bad.json"
     bad.write_text('{"prompt": "x", "metadata": {"task_id": "a"}}\n{not json\n')
-    with pytest.raises(DSBenchFormatError, match="line 2 is not valid JSON"):
+    with pytest.raises(DSBenchFormatError, match="line 2, column 2: .*not valid JSON"):
         read_records(bad)
     bad.write_text('{"prompt": "x", "metadata": {}}\n')
     with pytest.raises(DSBenchFormatError, match="no metadata.task_id"):
@@ -148,9 +149,8 @@ def test_builtin_tasks_cover_the_required_kinds(tasks):
     assert 2 in classes.values() and max(classes.values()) > 2  # binary and multi-class
     assert any(not pd.api.types.is_numeric_dtype(frames[t.id][t.target_columns[0]]) for t in tasks)  # string labels
     assert any(frames[t.id].isna().any().any() for t in tasks)  # missing values
-    assert any((frames[t.id].drop(columns=list(t.target_columns)).dtypes == object).any()
-               or any(pd.api.types.is_string_dtype(d) for d in frames[t.id].drop(columns=list(t.target_columns)).dtypes)
-               for t in tasks)  # categorical columns
+    assert any(pd.api.types.is_object_dtype(d) or pd.api.types.is_string_dtype(d)
+               for t in tasks for d in frames[t.id].drop(columns=list(t.target_columns)).dtypes)  # categorical columns
 
 
 def test_builtin_task_files_and_descriptions(tasks):
@@ -170,14 +170,21 @@ def test_builtin_task_files_and_descriptions(tasks):
             t.reference_score > t.baseline_score), t.id
 
 
-def test_generation_is_deterministic(tmp_path, tasks):
+def test_generation_is_seeded_and_the_default_seed_stays_with_the_answers(tmp_path, tasks):
     cheap = [s for s in builtin.SPECS if s.id in ("wine-cultivar", "diabetes-progression", "playground-store-sales")]
-    for run in ("a", "b"):
+    files = ["data_resplit/{}/train.csv", "data_resplit/{}/test.csv", "answers/{}/test_answer.csv",
+             "data_resplit/{}/sample_submission.csv"]
+    for run, seed in (("a", 123), ("b", 123), ("c", 124)):
         for spec in cheap:
-            builtin._generate_one(spec, tmp_path / run)
+            builtin._generate_one(spec, tmp_path / run, seed)
     for spec in cheap:
-        cached = next(t for t in tasks if t.id == spec.id)
-        for rel in (f"data_resplit/{spec.id}/train.csv", f"data_resplit/{spec.id}/test.csv",
-                    f"answers/{spec.id}/test_answer.csv", f"data_resplit/{spec.id}/sample_submission.csv"):
+        for rel in (f.format(spec.id) for f in files):
             assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
-        assert (tmp_path / "a" / f"data_resplit/{spec.id}/train.csv").read_bytes() == cached.train_csv.read_bytes()
+        answers = f"answers/{spec.id}/test_answer.csv"
+        assert (tmp_path / "a" / answers).read_bytes() != (tmp_path / "c" / answers).read_bytes(), spec.id
+    # the default cache drew a secret seed and kept it next to the answers: it regenerates the same tasks
+    root = tasks[0].train_csv.parents[2]
+    secret = int((root / builtin.SEED_FILE).read_text())
+    builtin._generate_one(cheap[0], tmp_path / "again", secret)
+    cached = next(t for t in tasks if t.id == cheap[0].id)
+    assert (tmp_path / "again" / files[0].format(cheap[0].id)).read_bytes() == cached.train_csv.read_bytes()

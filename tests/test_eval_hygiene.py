@@ -1,13 +1,11 @@
 """Train/eval overlap by normalized text, on hand-made texts and on the real bench files."""
 import json
 import warnings
-from pathlib import Path
 
 import pytest
 
 from mappa_train.evaluation.hygiene import OverlapWarning, find_overlap, normalize_text
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bench"
+from tests.bench_data import BENCH as DATA
 
 
 def test_normalize_text_ignores_case_spacing_and_punctuation():
@@ -22,7 +20,8 @@ def test_overlap_found_and_warned():
     with pytest.warns(OverlapWarning, match=r"1/2 problems of eval set 'toy' .*\(e1\)"):
         overlap = find_overlap("toy", evals, "train.json", train)
     assert overlap.ids == ["e1"] and overlap.fraction == 0.5
-    assert overlap.to_dict() == {"train_source": "train.json", "n_eval": 2, "n_overlap": 1, "fraction": 0.5, "ids": ["e1"]}
+    assert overlap.to_dict() == {"train_source": "train.json", "n_eval": 2, "n_overlap": 1, "fraction": 0.5,
+                                 "ids": ["e1"]}
 
 
 def test_no_overlap_no_warning():
@@ -41,4 +40,5 @@ def test_real_bench_files():
     with pytest.warns(OverlapWarning):
         assert len(find_overlap("amc", amc_eval, "amc.json", [r["prompt"] for r in load("amc.json")]).ids) == 32
     aime25 = [(str(i), r["prompt"]) for i, r in enumerate(load("aime_2025.json"))]
-    assert find_overlap("aime2025", aime25, "AIME 1983-2024", [r["prompt"] for r in load("AIME_1983_2024.json")]).ids == []
+    train = [r["prompt"] for r in load("AIME_1983_2024.json")]
+    assert find_overlap("aime2025", aime25, "AIME 1983-2024", train).ids == []

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from mappa_envs.cli import main
+from mappa_cli.main import main
 from mappa_train.evaluation.teams import PerCallSeed, make_team
 from tests.openai_stub import StubServer
 
@@ -27,7 +27,8 @@ def results_of(path):
 def test_openai_endpoint_team(tmp_path):
     with StubServer(respond=stub_reply) as stub:
         rc = main(["eval", "--team", f"openai:stub-model@{stub.url}", "--name", "endpoint", "--k", "2", "--seed", "5",
-                   "--temperature", "0.3", "--max-new-tokens", "64", "--batch-size", "4", "--out", str(tmp_path), *FAST])
+                   "--temperature", "0.3", "--max-new-tokens", "64", "--batch-size", "4", "--out", str(tmp_path),
+                   *FAST])
         requests = list(stub.requests)
     assert rc == 0
     assert len(requests) == 2 * 2 * 3  # problems x samples x roles, no tool calls

@@ -62,7 +62,8 @@ def test_table_with_baseline():
     now = {"commit": "a" * 40, "mode": "quick", "finished_at": "t", "python": "3.11", "machine": "x",
            "benchmarks": {"bench_coach.py": {"status": "ok", "wall_s": 2.0, "figures": {"calls/s": 300.0}},
                           "bench_rollout.py": {"status": "missing", "wall_s": 0.0, "figures": {}}}}
-    old = {"commit": "b" * 40, "benchmarks": {"bench_coach.py": {"status": "ok", "wall_s": 4.0, "figures": {"calls/s": 100.0}}}}
+    coach = {"status": "ok", "wall_s": 4.0, "figures": {"calls/s": 100.0}}
+    old = {"commit": "b" * 40, "benchmarks": {"bench_coach.py": coach}}
     text = run_all.table(now, old)
     assert "| bench_coach.py | calls/s | 300 | 100 | 3.00× |" in text
     assert "| bench_coach.py | wall time [s] | 2 | 4 | 0.50× |" in text

@@ -1,23 +1,22 @@
 """`mappa eval` end to end on MathChat-v0 (local sandbox, rule coach): outputs, resume, seeding, hygiene."""
 import json
-from pathlib import Path
 
 import pytest
 
-from mappa_envs.cli import main
+from mappa_cli.main import main
 from mappa_envs.sandbox import make_sandbox
 from mappa_train.evaluation.evalsets import resolve
 from mappa_train.evaluation.hygiene import OverlapWarning
-from mappa_train.evaluation.runner import TRANSCRIPTS, evaluate, run_eval
+from mappa_train.evaluation.runner import TRANSCRIPTS, EvalSpecError, evaluate_team, run_eval
 from mappa_train.evaluation.teams import make_team
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bench"
+from tests.bench_data import BENCH as DATA
 
 
 class AlternatingTeam:
     """Answers a problem right on its even-numbered visits and wrong on odd ones (no tool calls).
 
-    Jobs start in (problem, sample) order, so visit i of a problem is its sample i.
+    With one env (batch_size=1) episodes run in (problem, sample) order, so visit i of a problem is
+    its sample i; with more, the driver lets whichever env is ready go first, so use `SeededTeam`.
     """
 
     def __init__(self, tasks):
@@ -42,6 +41,20 @@ class AlternatingTeam:
 
 def alternating_team(env):
     return AlternatingTeam(env.unwrapped.scenario.tasks())
+
+
+class SeededTeam(AlternatingTeam):
+    """Right or wrong by the driver's per-action seed (`seeds=`), so its answers cannot depend on
+    which episodes happen to be batched together."""
+
+    def respond(self, conversations, roles, seeds):
+        self.calls += 1
+        out = []
+        for conv, role, seed in zip(conversations, roles, seeds):
+            gold = self.gold[conv[1]["content"].removeprefix("Problem:\n").split("\n\n## Output of the", 1)[0]]
+            out.append(f"Checked. \\boxed{{{gold if seed % 3 else int(gold) + 1}}}" if role == "verifier"
+                       else f"I am the {role}; no code needed.")
+        return out
 
 
 class CountingTeam(AlternatingTeam):
@@ -92,15 +105,20 @@ def test_cli_eval_writes_transcripts_results_plots_and_leaderboard(tmp_path, cap
         assert (run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     board = (tmp_path / "leaderboard.md").read_text()
     assert "| synthetic:3 | oracle | scripted | 2 | 1.000 ± 0.000 |" in board
-    assert board in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert board in captured.out
+    # stderr is not a terminal here: plain progress lines, the last one when the set is done
+    progress = [line for line in captured.err.splitlines() if line.startswith("synthetic:3: ")]
+    assert progress[-1].startswith("synthetic:3: 6/6 episodes, ") and "episodes/s, done in" in progress[-1]
+    assert "coach:" not in captured.err  # the rule coach never fails
 
 
 def test_metrics_of_a_mixed_team(tmp_path, envkw):
-    records, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=2, env_kwargs=envkw)
+    records, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=1, env_kwargs=envkw)
     by = records["synthetic:3"]
     assert [(r["task_index"], r["sample"], r["outcome"]["correct"]) for r in by] == [
         (0, 0, True), (0, 1, False), (1, 0, True), (1, 1, False), (2, 0, True), (2, 1, False)]
-    results = evaluate(alternating_team, [synthetic(3)], tmp_path, "mixed", k=2, env_kwargs=envkw, plots=False)
+    results = evaluate_team(alternating_team, [synthetic(3)], tmp_path, "mixed", k=2, env_kwargs=envkw, plots=False)
     s = results["sets"]["synthetic:3"]
     assert s["avg@k"]["mean"] == 0.5 and s["pass@k"]["1"]["mean"] == 0.5
     assert s["pass@k"]["2"]["mean"] == 1.0  # one right sample of two
@@ -108,24 +126,26 @@ def test_metrics_of_a_mixed_team(tmp_path, envkw):
 
 
 def test_policy_token_counts_are_reported(tmp_path, envkw):
-    results = evaluate(lambda env: CountingTeam(env.unwrapped.scenario.tasks()), [synthetic(2)], tmp_path, "tokens",
-                       k=1, env_kwargs=envkw, plots=False)
+    team = lambda env: CountingTeam(env.unwrapped.scenario.tasks())  # noqa: E731
+    results = evaluate_team(team, [synthetic(2)], tmp_path, "tokens",
+                            k=1, env_kwargs=envkw, plots=False)
     cost = results["sets"]["synthetic:2"]["cost"]
     assert cost["policy_prompt_tokens"] == 100 * cost["actions"] and cost["policy_completion_tokens"] > 0
     episode = json.loads((tmp_path / TRANSCRIPTS).read_text().splitlines()[0])
-    assert episode["actions"][0]["usage"] == {"prompt_tokens": 100, "completion_tokens": 7}  # "I am the problem_solver; ..."
+    # "I am the problem_solver; no code needed." is 7 words
+    assert episode["actions"][0]["usage"] == {"prompt_tokens": 100, "completion_tokens": 7}
 
 
 def test_resume_skips_finished_episodes(tmp_path, envkw):
-    first, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=3, env_kwargs=envkw)
+    first, _ = run_eval(alternating_team, [synthetic(3)], tmp_path, k=2, batch_size=1, env_kwargs=envkw)
     again, _ = run_eval(Refuse(), [synthetic(3)], tmp_path, k=2, batch_size=3, env_kwargs=envkw)  # nothing left to play
     assert again == first
     path = tmp_path / TRANSCRIPTS
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:4]) + "\n" + lines[4][:50])  # killed while writing episode 5
     team = AlternatingTeam(_tasks(synthetic(3), envkw))
-    resumed, _ = run_eval(team, [synthetic(3)], tmp_path, k=2, batch_size=3, env_kwargs=envkw)
-    assert team.calls == 3  # two episodes, played side by side: three rounds of one batched call
+    resumed, _ = run_eval(team, [synthetic(3)], tmp_path, k=2, batch_size=1, env_kwargs=envkw)
+    assert team.calls == 2 * 3  # the two missing episodes, three roles each
     assert resumed == first
     assert len(path.read_text().splitlines()) == 6  # the torn line is gone
 
@@ -147,8 +167,12 @@ def test_resume_refuses_another_seed(tmp_path):
 
 
 def test_episodes_do_not_depend_on_batch_size(tmp_path, envkw):
-    one, _ = run_eval(alternating_team, [synthetic(2)], tmp_path / "a", k=2, batch_size=1, env_kwargs=envkw)
-    many, _ = run_eval(alternating_team, [synthetic(2)], tmp_path / "b", k=2, batch_size=4, env_kwargs=envkw)
+    def team(env):
+        return SeededTeam(env.unwrapped.scenario.tasks())
+
+    one, _ = run_eval(team, [synthetic(3)], tmp_path / "a", k=3, batch_size=1, env_kwargs=envkw)
+    many, _ = run_eval(team, [synthetic(3)], tmp_path / "b", k=3, batch_size=4, env_kwargs=envkw)
+    assert {r["outcome"]["correct"] for r in one["synthetic:3"]} == {True, False}  # a mix, so order would show
     assert one == many
 
 
@@ -157,7 +181,7 @@ def test_overlap_with_the_training_source_is_warned_and_reported(tmp_path, envkw
     es = resolve("amc", DATA, train_source=str(DATA / "amc.json"))  # amc_eval_32 is a subset of amc.json
     es.max_problems = 2
     with pytest.warns(OverlapWarning, match="2/2 problems of eval set 'amc'"):
-        results = evaluate(alternating_team, [es], tmp_path, "leaky", k=1, env_kwargs=envkw, plots=False)
+        results = evaluate_team(alternating_team, [es], tmp_path, "leaky", k=1, env_kwargs=envkw, plots=False)
     overlap = results["sets"]["amc"]["overlap"]
     assert overlap["n_overlap"] == 2 and overlap["fraction"] == 1.0 and overlap["train_source"].endswith("amc.json")
 
@@ -172,7 +196,7 @@ def test_named_sets_resolve_to_the_data_files(envkw):
 
 def test_bad_set_names_say_what_to_do(tmp_path, monkeypatch):
     monkeypatch.delenv("MAPPA_DATA_DIR", raising=False)
-    with pytest.raises(FileNotFoundError, match="--data-dir"):
+    with pytest.raises(EvalSpecError, match="--data-dir"):
         resolve("aime2025")
     with pytest.raises(ValueError, match="unknown eval set 'gsm8k'"):
         resolve("gsm8k")
@@ -197,7 +221,7 @@ def test_dsbench_builtin_task(tmp_path):
     sandbox = make_sandbox("local", pool_size=1)
     try:
         with pytest.warns(OverlapWarning, match="1/1 problems of eval set 'dsbench'"):  # built-in tasks have no holdout
-            results = evaluate(make_team("scripted"), [es], tmp_path, "ds", k=1,
+            results = evaluate_team(make_team("scripted"), [es], tmp_path, "ds", k=1,
                                env_kwargs={"sandbox": sandbox})
     finally:
         sandbox.close()
@@ -209,3 +233,15 @@ def test_dsbench_builtin_task(tmp_path):
     assert not (tmp_path / "accuracy_by_set.png").exists()  # no rule-checked answers to plot
     episode = json.loads((tmp_path / TRANSCRIPTS).read_text())
     assert episode["outcome"]["submission_valid"] and episode["task_id"] == task
+
+
+def test_run_identity_guards_played_episodes_only(tmp_path):
+    from mappa_train.evaluation.runner import RUN_FILE, claim_run
+
+    claim_run(tmp_path, {"team": "a", "seed": 0})
+    claim_run(tmp_path, {"team": "b", "seed": 0})  # nothing played under "a": nothing to mix, "b" takes over
+    assert json.loads((tmp_path / RUN_FILE).read_text())["team"] == "b"
+    (tmp_path / TRANSCRIPTS).write_text('{"set": "s", "task_id": "t", "sample": 0, "seed": 1}\n')
+    claim_run(tmp_path, {"team": "b", "seed": 0})  # the same run: resumes
+    with pytest.raises(EvalSpecError, match=r"holds a run with other settings \(seed: 0 then, 1 now\)"):
+        claim_run(tmp_path, {"team": "b", "seed": 1})

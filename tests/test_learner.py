@@ -5,6 +5,7 @@ Run as a script (under torchrun) it is the 2-rank worker.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -52,9 +53,9 @@ def test_logprobs_packed_padded_and_plain_forward_agree(learner, model_dir):
 
     samples = make_samples()
     packed = learner.logprobs(samples)
-    learner.cfg.packed = False
+    learner.cfg = dataclasses.replace(learner.cfg, packed=False)
     padded = learner.logprobs(samples)
-    learner.cfg.packed = True
+    learner.cfg = dataclasses.replace(learner.cfg, packed=True)
     plain = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     for s, a, b in zip(samples, packed, padded):
         ids = torch.tensor([s.prompt_ids + s.action_ids])

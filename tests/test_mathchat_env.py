@@ -98,7 +98,7 @@ def test_two_action_executor_keeps_interpreter_state():
                                                  "\\boxed{42}"]})
     assert steps[2][2]["action"]["tool_results"][0]["stdout"] == "42\n"
     # its second prompt is its first plus its action and the tool output, appended
-    first_prompt, second_prompt = steps[0], steps[2][2]["messages"]
+    second_prompt = steps[2][2]["messages"]
     assert second_prompt[-2] == {"role": "assistant", "content": "```python\nprint(secret)\n```"} or \
         second_prompt[-4]["content"] == "```python\nsecret = 6 * 7\n```"
     env.close()
@@ -124,7 +124,7 @@ def test_verifier_sees_upstream_outputs_and_tool_output():
     steps = play(env, GOOD)
     verifier_prompt = steps[-1][2]["messages"][-1]["content"]
     assert "## Output of the problem_solver" in verifier_prompt and "## Output of the code_executor" in verifier_prompt
-    assert "[cell 1] ok\n42" in verifier_prompt
+    assert "[cell 1] ok\n    42" in verifier_prompt  # cell output indented under its header
     env.close()
 
 

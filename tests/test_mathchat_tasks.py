@@ -1,5 +1,4 @@
 """MathChat task sources: files in the AIME/AMC formats, bad files, and the synthetic generator."""
-import json
 from pathlib import Path
 
 import pytest
@@ -8,6 +7,8 @@ from mappa_envs.mathchat import load_task_file, load_tasks, synthetic_tasks
 from mappa_envs.mathchat.tasks import FAMILIES, TaskSourceError, _run_solution
 
 BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "bench"
+if not BENCH.is_dir():  # a worktree next to the main checkout: the shared data sits beside that
+    BENCH = Path("/work/shared/data/bench")
 
 
 def test_loads_real_problem_sets():
@@ -36,12 +37,20 @@ def test_jsonl_files_load(tmp_path):
     ('[{"prompt": "x"}]', "record 1 has no 'answer'"),
     ('[{"answer": 3}]', "record 1 has no non-empty text field"),
     ('[1, 2]', "record 1 is a int"),
-    ('{"prompt": "x", "answer": 1}\n{bad json\n', "line 2 is not valid JSON"),
-    ('{"a": 1}', "expected a JSON array"),
+    ('{"prompt": "x", "answer": 1}\n{bad json\n', "line 2, column 2: .*not valid JSON"),
+    ('{"a": 1}', "record 1 has no non-empty text field"),  # one object is a file of one record
+    ('7', "expected a JSON array"),
+    ('[\n  {"prompt": "x", "answer": 1},\n  {"prompt": "y" "answer": 2}\n]',
+     r"line 3, column 18: Expecting ',' delimiter"),
+    ('{\n  "prompt": "x",\n  "answer": \n}\n', "line 4, column 1: Expecting value"),
+    ('', "is empty"),
+    ('  \n\n', "is empty"),
+    ('[]', "empty array"),
+    (b'\xff\xfe[]', "not UTF-8"),
 ])
 def test_malformed_files_name_file_and_row(tmp_path, content, message):
     p = tmp_path / "bad.json"
-    p.write_text(content)
+    p.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(TaskSourceError, match=message) as e:
         load_task_file(p)
     assert str(p) in str(e.value)

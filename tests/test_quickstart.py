@@ -1,7 +1,7 @@
 """`mappa quickstart` end to end at a reduced size: tiny model, warm start, MAPPA, report and plot."""
 import pytest
 
-from mappa_envs.cli import main
+from mappa_cli.main import main
 
 pytestmark = pytest.mark.slow
 

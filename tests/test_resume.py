@@ -18,7 +18,7 @@ STEPS = 4
 
 
 def _cmd(out) -> list[str]:
-    return [sys.executable, "-m", "mappa_envs.cli", "train", *TINY, f"out_dir={out}", f"steps={STEPS}",
+    return [sys.executable, "-m", "mappa_cli", "train", *TINY, f"out_dir={out}", f"steps={STEPS}",
             "eval_every=0", "checkpoint_every=1", f"keep_checkpoints={STEPS}", "log.tensorboard=false", "log.plot=false"]
 
 

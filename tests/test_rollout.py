@@ -21,7 +21,6 @@ from mappa_envs.sandbox import make_sandbox  # noqa: E402
 from mappa_train.generation import Generation, SamplingParams  # noqa: E402
 from mappa_train.generation.hf import HFGenerator  # noqa: E402
 from mappa_train.rollout import appended_ids, collect  # noqa: E402
-from mappa_train.tiny_model import build_tiny_model  # noqa: E402
 
 TASKS = [Task(id=f"t{i}", prompt=f"What is {i} times 7?", answer=str(7 * i)) for i in range(1, 5)]
 ROLES = ("problem_solver", "code_executor", "verifier")
@@ -90,8 +89,8 @@ class FailingVerifierCoach:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+def model_dir(tiny_model_dir):
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")

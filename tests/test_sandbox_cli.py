@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from mappa_envs.cli import main
+from mappa_cli.main import main
 from mappa_envs.sandbox.image import debian_mirror
 from tests.sandbox_fixtures import require_docker
 

@@ -1,4 +1,4 @@
-"""The driver end to end on a tiny model: rollouts -> update -> sync -> eval -> checkpoint -> outputs."""
+"""The driver end to end on a tiny model: experience -> update -> sync -> eval -> checkpoint -> outputs."""
 from __future__ import annotations
 
 import json
@@ -27,7 +27,7 @@ def test_tasks_for_step_covers_each_task_once_per_pass():
 
 @pytest.mark.slow
 def test_tiny_end_to_end(tmp_path):
-    from mappa_train.train import local_rollouts, resolve_model, train
+    from mappa_train.train import local_experience, resolve_model, train
 
     cfg = load_config(None, TINY + [f"out_dir={tmp_path}", "steps=2", "eval_every=1", "checkpoint_every=1"])
     out = train(cfg)
@@ -44,11 +44,11 @@ def test_tiny_end_to_end(tmp_path):
     # token-exact: the learner, synced to the generator, scores the sampled ids as the generator did
     from mappa_train.learner import PolicyLearner
 
-    rollouts = local_rollouts(cfg, out / "final" / "shared")
+    experience = local_experience(cfg, out / "final" / "shared")
     try:
-        result = rollouts.collect(tasks_for_step(rollouts.train_tasks, 0, cfg), 123, None)
+        result = experience.collect(tasks_for_step(experience.train_tasks, 0, cfg), 123, None)
     finally:
-        rollouts.close()
+        experience.close()
     learner = PolicyLearner(out / "final" / "shared", cfg.learner, cfg.algo)
     multi = [t for t in result.transitions if t.turn_index > 0]
     samples = [Sample(t.prompt_ids, t.action_ids) for t in result.transitions]

@@ -12,7 +12,7 @@ from mappa_envs.core.pipeline import EpisodeLimits
 from mappa_envs.mathchat.scripted import for_env
 from mappa_envs.policy import Team
 from mappa_envs.sandbox import make_sandbox
-from mappa_envs.wrappers import OutcomeReward, ScaleReward, TextEnv, TranscriptRecorder, VectorRunner, reward, text_env, transcript, vector
+from mappa_envs.wrappers import TextEnv, TranscriptRecorder, VectorRunner, text_env, transcript, vector
 
 ROLES = ["problem_solver", "code_executor", "verifier"]
 # The scripted team: the Code Executor runs the task's solution code in the sandbox, then reports it.
@@ -54,7 +54,7 @@ def play_aec(env, policy, seed=0):
     return steps, reported
 
 
-@pytest.mark.parametrize("module", [reward, text_env, vector, transcript], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [text_env, vector, transcript], ids=lambda m: m.__name__)
 def test_doctests(module, monkeypatch):
     # The examples build envs with their own default local sandbox; only the preimport is skipped (see above).
     monkeypatch.setattr(mappa_envs.sandbox, "make_sandbox",
@@ -64,10 +64,9 @@ def test_doctests(module, monkeypatch):
 
 
 WRAPPERS = {
-    "scale": lambda env: ScaleReward(env, 0.1),
-    "outcome": OutcomeReward,
-    "transcript": lambda env: TranscriptRecorder(env, io.StringIO()),
-    "stacked": lambda env: TranscriptRecorder(ScaleReward(OutcomeReward(env), 0.5), io.StringIO()),
+    "transcript": lambda: TranscriptRecorder(make(), io.StringIO()),
+    "transcript-outcome-mode": lambda: TranscriptRecorder(make(reward_mode="outcome"), io.StringIO()),
+    "stacked": lambda: TranscriptRecorder(TranscriptRecorder(make(), io.StringIO()), io.StringIO()),
 }
 
 
@@ -76,7 +75,7 @@ def test_pettingzoo_api_and_seed_tests(name):
     envs = []
 
     def build():
-        envs.append(WRAPPERS[name](make()))
+        envs.append(WRAPPERS[name]())
         return envs[-1]
 
     try:
@@ -95,38 +94,24 @@ def test_text_env_passes_gymnasium_check_env():
         env.close()
 
 
-def test_scale_reward_scales_step_and_cumulative_rewards():
-    raw_env, scaled_env = make(), ScaleReward(make(), 0.1)
-    try:
-        raw_steps, raw_reported = play_aec(raw_env, for_env(raw_env))
-        steps, reported = play_aec(scaled_env, for_env(scaled_env))
-        assert [a for a, _ in steps] == SCRIPTED_ROLES
-        for (_, raw), (_, scaled) in zip(raw_steps, steps):
-            assert scaled == pytest.approx({a: 0.1 * r for a, r in raw.items()})
-        assert [a for a, _ in reported] == [a for a, _ in raw_reported]
-        assert [r for _, r in reported] == pytest.approx([0.1 * r for _, r in raw_reported])
-        assert any(r > 0 for _, r in reported)
-    finally:
-        raw_env.close()
-        scaled_env.close()
-
-
 @pytest.mark.parametrize("skill", [1.0, 0.0])
-def test_outcome_reward_equals_outcome_reward_mode(skill):
-    """The wrapper over a process-reward env pays exactly what reward_mode="outcome" pays, step by step."""
-    native, wrapped = make(reward_mode="outcome"), OutcomeReward(make(reward_mode="process"))
+def test_outcome_reward_mode_pays_only_the_outcome(skill):
+    """reward_mode="outcome" (the ablation): 0 per action, 10 x the outcome score to every agent at the end,
+    and what last() reports follows; the coach is not asked."""
+    process, outcome = make(reward_mode="process"), make(reward_mode="outcome")
     try:
-        native_steps, native_reported = play_aec(native, for_env(native, skill=skill))
-        steps, reported = play_aec(wrapped, for_env(wrapped, skill=skill))
-        assert steps == native_steps and reported == native_reported
-        score = wrapped.unwrapped.episode.outcome.score
+        process_steps, _ = play_aec(process, for_env(process, skill=skill))
+        steps, reported = play_aec(outcome, for_env(outcome, skill=skill))
+        assert [a for a, _ in steps] == [a for a, _ in process_steps] == SCRIPTED_ROLES
+        score = outcome.unwrapped.outcome.score
+        assert score == process.unwrapped.outcome.score
         assert steps[-1][1] == {a: 10.0 * score for a in ROLES}
         assert all(r == 0.0 for _, rewards in steps[:-1] for r in rewards.values())
-        # the coach still scored every action, for logging
-        assert wrapped.unwrapped.episode.actions[0].coach is not None
+        assert [r for _, r in reported[-3:]] == [10.0 * score] * 3  # every agent's last() after the end
+        assert all(a.coach is None and a.reward == 0.0 for a in outcome.unwrapped.episode.actions)
     finally:
-        native.close()
-        wrapped.close()
+        process.close()
+        outcome.close()
 
 
 def test_text_env_plays_an_episode_like_the_aec_loop():
@@ -256,7 +241,7 @@ def test_vector_runner_routes_roles_through_a_team_and_checks_the_policy():
 
 def test_transcript_recorder_writes_each_episode_once(tmp_path):
     path = tmp_path / "runs" / "t.jsonl"
-    env = TranscriptRecorder(ScaleReward(make(), 0.1), path)
+    env = TranscriptRecorder(make(reward_mode="process+outcome"), path)
     policy = for_env(env)
     play_aec(env, policy, seed=0)
     play_aec(env, policy, seed=1)
@@ -268,9 +253,10 @@ def test_transcript_recorder_writes_each_episode_once(tmp_path):
     first = lines[0]
     assert first["env_id"] == "MathChat-v0" and first["outcome"]["correct"] is True
     assert [a["role"] for a in first["actions"]] == SCRIPTED_ROLES
-    for a in first["actions"]:  # outermost recorder: the rewards the trainer saw (scaled), raw coach kept
-        assert a["reward"] == pytest.approx(0.1 * a["record"]["coach"]["score"])
+    bonus = 10.0 * first["outcome"]["score"]
+    for i, a in enumerate(first["actions"]):  # the rewards the env paid: the coach's, plus the outcome at the end
+        assert a["reward"] == pytest.approx(a["record"]["coach"]["score"] + (bonus if i == 3 else 0.0))
         assert a["messages"][0]["role"] == "system"
-    assert first["returns"] == pytest.approx({r: sum(a["reward"] for a in first["actions"] if a["role"] == r)
-                                              for r in ROLES})
+    assert first["returns"] == pytest.approx({r: bonus + sum(a["record"]["coach"]["score"] for a in first["actions"]
+                                                              if a["role"] == r) for r in ROLES})
     assert "```python" in first["actions"][1]["action"] and first["actions"][1]["record"]["tool_results"][0]["ok"]

@@ -40,7 +40,8 @@ class CachedCoach:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=60, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, verdict TEXT NOT NULL, created REAL NOT NULL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS verdicts "
+                         "(key TEXT PRIMARY KEY, verdict TEXT NOT NULL, created REAL NOT NULL)")
 
     def key(self, request: CoachRequest) -> str:
         identity = self.namespace if self.namespace is not None else self.coach.cache_identity(request)
@@ -95,6 +96,7 @@ class CachedCoach:
     def _put(self, key: str, verdict: CoachScore) -> None:
         if not verdict.ok:
             return
-        blob = json.dumps({"score": verdict.score, "rationale": verdict.rationale, "answer_correct": verdict.answer_correct})
+        blob = json.dumps({"score": verdict.score, "rationale": verdict.rationale,
+                           "answer_correct": verdict.answer_correct})
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?)", (key, blob, time.time()))

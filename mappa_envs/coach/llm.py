@@ -1,6 +1,7 @@
 """LLMCoach: scores actions with a chat model behind any OpenAI-compatible endpoint.
 
-Gemini (its OpenAI-compatible endpoint), OpenAI, or a local `vllm serve`; see `PRESETS`.
+Gemini (its OpenAI-compatible endpoint), OpenAI, or a local `vllm serve`; settings and presets are in
+`mappa_envs.coach.config`, and `mappa_envs.coach.make_coach` builds any coach from a spec.
 
 Per call: render the env's versioned prompt (`mappa_envs.coach.prompts`), send it, read the score
 with `parse_score`'s strict rules. Failures are handled in bounded, explicit steps:
@@ -23,7 +24,6 @@ budget, and every call adds its tokens and cost to `usage`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import random
@@ -31,75 +31,17 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from mappa_envs.coach.config import CoachConfigError, LLMCoachConfig, llm_config
 from mappa_envs.coach.parse import parse_reply
-from mappa_envs.coach.prompts import FORMAT_VERSION, json_schema, load_template, render_messages
+from mappa_envs.coach.prompts import FORMAT_VERSION, coach_messages, json_schema, load_template
 from mappa_envs.coach.types import CoachRequest, CoachScore
-
-OnFailure = Literal["raise", "skip", "neutral"]
-GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai/"
+from mappa_envs.errors import MappaError
 
 
-class CoachError(RuntimeError):
+class CoachError(MappaError, RuntimeError):
     """No score could be had and the coach's `on_failure` is "raise"."""
-
-
-@dataclass
-class LLMCoachConfig:
-    """Where the coach model lives, how to call it, and what to do when it fails."""
-
-    model: str  # the model name the endpoint expects (vLLM: the served model name)
-    base_url: str  # the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1
-    api_key_env: str | None = "OPENAI_API_KEY"  # environment variable holding the key; None: no key needed
-    temperature: float = 0.0
-    max_tokens: int = 1024  # for thinking models this must cover the thinking tokens too
-    concurrency: int = 16  # requests in flight at once (per sync coach / per event loop)
-    rpm: float | None = None  # requests started per minute, across all callers; None: no limit
-    timeout_s: float = 120.0  # per HTTP call
-    max_retries: int = 4  # retries of transient failures, per score
-    backoff_s: float = 1.0  # first retry waits ~backoff_s, then doubling, jittered to 50-100%
-    backoff_max_s: float = 60.0
-    format_retry: bool = True  # one resend of the full request when the reply has no usable score
-    on_failure: OnFailure = "skip"
-    neutral_score: float = 5.0  # the placeholder `on_failure="neutral"` puts in an ok=False score
-    structured_output: bool = False  # ask for JSON via response_format=json_schema (OpenAI, Gemini, vLLM)
-    reasoning_effort: str | None = None  # passed through when set (Gemini 2.5 / OpenAI reasoning models)
-    extra_body: dict | None = None  # endpoint-specific request fields, e.g. vLLM {"structured_outputs": {"regex": ...}}
-    price_prompt_per_mtok: float = 0.0  # USD per million prompt tokens, for cost accounting
-    price_completion_per_mtok: float = 0.0  # USD per million completion tokens (thinking included)
-    max_field_chars: int = 8000  # longer prompt fields keep their head and tail
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not self.model:
-            problems.append("model is empty: set it to the endpoint's model name (vLLM: the served model name)")
-        if not self.base_url.startswith(("http://", "https://")):
-            problems.append(f"base_url {self.base_url!r} must start with http:// or https://")
-        if self.on_failure not in ("raise", "skip", "neutral"):
-            problems.append(f"on_failure {self.on_failure!r} must be 'raise', 'skip' or 'neutral'")
-        if self.concurrency < 1 or self.max_retries < 0 or self.max_tokens < 1:
-            problems.append("concurrency and max_tokens must be >= 1 and max_retries >= 0")
-        if self.timeout_s <= 0 or (self.rpm is not None and self.rpm <= 0):
-            problems.append("timeout_s and rpm must be > 0 (rpm=None for no limit)")
-        if not 0.0 <= self.neutral_score <= 10.0:
-            problems.append("neutral_score must lie in [0, 10]")
-        if problems:
-            raise ValueError("LLMCoachConfig: " + "; ".join(problems))
-
-
-# Prices are list prices in USD per million tokens as of 2025 (Gemini 2.5 Pro: prompts <= 200k
-# tokens); rpm is the paid tier-1 quota. Override either for your account.
-PRESETS: dict[str, dict[str, Any]] = {
-    "gemini-2.5-flash": dict(model="gemini-2.5-flash", base_url=GEMINI_BASE_URL, api_key_env="GEMINI_API_KEY",
-                             max_tokens=8192, rpm=1000, price_prompt_per_mtok=0.30, price_completion_per_mtok=2.50),
-    "gemini-2.5-pro": dict(model="gemini-2.5-pro", base_url=GEMINI_BASE_URL, api_key_env="GEMINI_API_KEY",
-                           max_tokens=16384, rpm=150, price_prompt_per_mtok=1.25, price_completion_per_mtok=10.0),
-    "openai": dict(model="gpt-4.1-mini", base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY",
-                   price_prompt_per_mtok=0.40, price_completion_per_mtok=1.60),
-    "vllm-local": dict(model="", base_url="http://127.0.0.1:8000/v1", api_key_env=None, structured_output=True),
-}
-PRESET_FOR_ENV = {"MathChat-v0": "gemini-2.5-flash", "DSBench-v0": "gemini-2.5-pro"}  # as in the paper
 
 
 @dataclass
@@ -123,23 +65,25 @@ class LLMCoach:
         """Either a full `config`, or `preset` and/or `LLMCoachConfig` fields as keywords (YAML-friendly):
         `LLMCoach(preset="gemini-2.5-flash", rpm=10)`, `LLMCoach(model="m", base_url="http://...")`."""
         if config is None:
-            config = _config(preset, fields)
+            config = llm_config(preset, fields)
         elif preset is not None or fields:
-            raise ValueError("LLMCoach: pass either config=LLMCoachConfig(...) or preset/fields as keywords, not both")
+            raise CoachConfigError("LLMCoach: pass either config=LLMCoachConfig(...) or preset/fields as keywords, "
+                                   "not both")
         self.config = config
         if config.api_key_env is None:
             self._api_key = "EMPTY"
         elif os.environ.get(config.api_key_env):
             self._api_key = os.environ[config.api_key_env]
         else:
-            raise ValueError(f"LLMCoach: environment variable {config.api_key_env} is not set; export your API key "
-                             f"there, or set api_key_env=None for an endpoint without authentication")
+            raise CoachConfigError(f"LLM coach: the environment variable {config.api_key_env} is not set; export your "
+                                   "API key there, or set api_key_env=none for an endpoint without authentication")
         self.usage = CoachUsage()
         self._lock = threading.Lock()
         self._threads = threading.BoundedSemaphore(config.concurrency)
         self._rpm = _RateLimiter(config.rpm)
         self._client = None
-        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> (client, semaphore, closer)
+        # event loop -> (client, semaphore, closer)
+        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._jitter = random.Random()
 
     @classmethod
@@ -150,7 +94,8 @@ class LLMCoach:
     def cache_identity(self, request: CoachRequest) -> str:
         """What, besides the request, determines this coach's verdict (the CachedCoach key)."""
         c = self.config
-        return json.dumps({"model": c.model, "template": load_template(request.env_id).version, "format": FORMAT_VERSION,
+        return json.dumps({"model": c.model, "template": load_template(request.env_id).version,
+                           "format": FORMAT_VERSION,
                            "temperature": c.temperature, "max_tokens": c.max_tokens,
                            "structured": c.structured_output, "reasoning_effort": c.reasoning_effort,
                            "extra_body": c.extra_body}, sort_keys=True)
@@ -236,7 +181,8 @@ class LLMCoach:
 
     def _finish(self, call: _Call) -> CoachScore:
         c = self.config
-        cost = (call.prompt_tokens * c.price_prompt_per_mtok + call.completion_tokens * c.price_completion_per_mtok) / 1e6
+        cost = (call.prompt_tokens * c.price_prompt_per_mtok
+                + call.completion_tokens * c.price_completion_per_mtok) / 1e6
         with self._lock:
             u = self.usage
             u.scores += 1
@@ -255,22 +201,9 @@ class LLMCoach:
             raise CoachError(f"{c.model} at {c.base_url}: {call.error}")
         neutral = c.on_failure == "neutral"
         return CoachScore(score=c.neutral_score if neutral else None, ok=False, error=call.error,
-                          rationale=f"placeholder {c.neutral_score:g} after a failure: not a verdict" if neutral else "",
+                          rationale=f"placeholder {c.neutral_score:g} after a failure: not a verdict"
+                          if neutral else "",
                           **common)
-
-
-def _config(preset: str | None, fields: dict[str, Any]) -> LLMCoachConfig:
-    if preset is not None and preset not in PRESETS:
-        raise ValueError(f"unknown coach preset {preset!r}; choose one of {sorted(PRESETS)}")
-    known = {f.name for f in dataclasses.fields(LLMCoachConfig)}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ValueError(f"LLMCoach: unknown setting(s) {unknown}; valid ones: {sorted(known)}")
-    settings = {**PRESETS.get(preset, {}), **fields}
-    if "model" not in settings or "base_url" not in settings:
-        hint = f"; did you mean preset={settings['model']!r}?" if settings.get("model") in PRESETS else ""
-        raise ValueError(f"LLMCoach: give a preset (one of {sorted(PRESETS)}) or both model= and base_url={hint}")
-    return LLMCoachConfig(**settings)
 
 
 class _Call:
@@ -291,8 +224,9 @@ class _Call:
 
     def _kwargs(self, retry_note: str | None) -> dict:
         c = self.config
-        messages = render_messages(self.template, self.request, c.max_field_chars, c.structured_output, retry_note)
-        kwargs: dict[str, Any] = dict(model=c.model, messages=messages, temperature=c.temperature, max_tokens=c.max_tokens)
+        messages = coach_messages(self.template, self.request, c.max_field_chars, c.structured_output, retry_note)
+        kwargs: dict[str, Any] = dict(model=c.model, messages=messages, temperature=c.temperature,
+                                      max_tokens=c.max_tokens)
         if c.structured_output:
             kwargs["response_format"] = json_schema(self.request.ask_answer_correct)
         if c.reasoning_effort is not None:
@@ -309,11 +243,12 @@ class _Call:
             self.completion_tokens += response.usage.completion_tokens or 0
         choice = response.choices[0] if response.choices else None
         content = choice.message.content if choice is not None else None
-        verdict = parse_reply(content)
+        verdict = parse_reply(content, self.kwargs.get("response_format"))
         if verdict.score is not None:
             self.verdict, self.pending = verdict, False
             return
-        problem = verdict.problem + (" (the reply hit max_tokens)" if choice is not None and choice.finish_reason == "length" else "")
+        cut_off = choice is not None and choice.finish_reason == "length"
+        problem = verdict.problem + (" (the reply hit max_tokens)" if cut_off else "")
         if self.config.format_retry and not self.format_retried:
             self.format_retried = True
             self.kwargs = self._kwargs(retry_note=f"Your previous reply to this request could not be used: {problem}. "

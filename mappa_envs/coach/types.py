@@ -21,7 +21,8 @@ class CoachRequest:
     action: str
     context: str = ""  # the prompt the agent saw before this action
     tool_results: list[dict] = field(default_factory=list)  # ExecResult.to_dict() per tool call
-    files: dict[str, str] = field(default_factory=dict)  # workspace path -> role that wrote it
+    files: dict[str, str] = field(default_factory=dict)  # workspace path -> role that wrote it last
+    files_omitted: int = 0  # workspace files left out of `files` (the env caps the list)
     upstream: dict[str, str] = field(default_factory=dict)  # earlier role -> its final output
     ground_truth: Any = None  # the reference answer, when the dataset has one
     metrics: dict[str, Any] | None = None  # ground-truth metrics of the outcome (DSBench)

@@ -8,112 +8,47 @@ What varies between environments — roles, tasks, workspace set-up, verifiable 
 lives in a `Scenario` (a Protocol); this class owns only the turn-taking, the sandbox session, the
 coach call and the PettingZoo bookkeeping. Other topologies (a DAG, loops back) would replace
 `_next_role` and `Role.sees`; nothing else assumes a straight line.
+
+Whatever an action holds, `step()` returns: a failure while running its cells, computing its checks,
+judging the outcome or asking the coach becomes part of that action's record (`env_errors`, a failed
+check, a zero reward) and is logged, never raised. Untrusted text (actions, tool output, file names)
+is sanitized to valid UTF-8 and quoted (`core.untrusted`) wherever the env shows it to an agent.
 """
 from __future__ import annotations
 
+import logging
+import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Literal, TypeVar
 
 import numpy as np
 from pettingzoo import AECEnv
 
 from mappa_envs.coach.types import Coach, CoachRequest, CoachScore
+from mappa_envs.core.arguments import coach_from, sandbox_from
+from mappa_envs.core.records import ActionRecord, Episode, EpisodeLimits, Outcome, Role, Scenario, Task
 from mappa_envs.core.spaces import LLMText, prompt_space
 from mappa_envs.core.tools import extract_code_blocks, format_tool_output
-from mappa_envs.sandbox.types import ExecResult, Sandbox, SandboxSession
+from mappa_envs.core.untrusted import clip, fence_mark, fenced, one_line, safe_text, sanitized
+from mappa_envs.errors import EnvArgumentError, ResetNeededError, TaskDataError, UnknownTaskError
+from mappa_envs.sandbox.types import ExecResult, Sandbox
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RewardMode = Literal["process", "outcome", "process+outcome"]
 REWARD_MODES = ("process", "outcome", "process+outcome")
+# Per-episode attributes: a pickled or copied env carries none of them (it is reset again where it lands).
+_EPISODE_ATTRS = ("agents", "rewards", "_cumulative_rewards", "terminations", "truncations", "infos",
+                  "agent_selection", "_messages", "_turn_actions", "_started", "_transcript_chars")
+
+__all__ = ["ActionRecord", "Episode", "EpisodeLimits", "Outcome", "PipelineEnv", "REWARD_MODES", "Role",
+           "Scenario", "Task", "chat_as_text"]
 
 
-@dataclass(frozen=True)
-class Role:
-    """One agent of the team."""
-
-    name: str
-    duties: str  # the role's instructions (its system prompt)
-    tools: bool = False  # may run ```python blocks in the sandbox
-    max_actions: int = 1  # most actions in one turn
-    sees: tuple[str, ...] = ()  # earlier roles whose final output it is shown
-    kernel: str = "main"  # the sandbox interpreter its code runs in
-
-
-@dataclass(frozen=True)
-class Task:
-    """One problem. `answer` is the ground truth (never shown to agents); `meta` is free-form."""
-
-    id: str
-    prompt: str
-    answer: Any = None
-    meta: dict = field(default_factory=dict)
-
-
-@dataclass
-class Outcome:
-    """The scenario's ground-truth verdict on a finished episode. `score` is in [0, 1]."""
-
-    score: float
-    correct: bool | None = None
-    details: dict = field(default_factory=dict)
-
-
-@dataclass
-class ActionRecord:
-    role: str
-    index: int  # position within the role's turn
-    text: str
-    tool_results: list[ExecResult]
-    checks: dict[str, bool]
-    coach: CoachScore | None
-    reward: float
-    input_error: str | None = None
-
-
-@dataclass
-class Episode:
-    """Everything that happened so far; scenarios read it to compute checks and the outcome."""
-
-    task: Task
-    session: SandboxSession
-    actions: list[ActionRecord] = field(default_factory=list)
-    outputs: dict[str, str] = field(default_factory=dict)  # role -> its turn: actions and tool output
-    file_owners: dict[str, str] = field(default_factory=dict)  # workspace path -> role (or "task")
-    outcome: Outcome | None = None
-    state: dict = field(default_factory=dict)  # scenario-private scratch space
-
-
-class Scenario(Protocol):
-    """What makes MathChat differ from DSBench.
-
-    A scenario may also set `preimport: tuple[str, ...]`, the modules the default sandbox's kernels
-    import before the first cell (absent: the backend's data-science default).
-    """
-
-    env_id: str
-    roles: tuple[Role, ...]
-
-    def tasks(self) -> Sequence[Task]: ...
-    def prepare(self, episode: Episode) -> None: ...  # put the task's files in the workspace
-    def task_prompt(self, task: Task) -> str: ...
-    def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]: ...
-    def outcome(self, episode: Episode) -> Outcome: ...
-    def coach_evidence(self, episode: Episode, role: Role) -> dict: ...  # extra CoachRequest fields
-
-
-@dataclass(frozen=True)
-class EpisodeLimits:
-    """Truncation limits. Wall time is off by default so that seeded runs are reproducible."""
-
-    max_action_chars: int = 16_000  # longer actions are cut (noted in infos)
-    max_total_actions: int = 32
-    max_transcript_chars: int = 400_000
-    max_wall_s: float | None = None
-    cell_timeout_s: float = 10.0
-
-
-def render_messages(messages: list[dict]) -> str:
-    """Plain-text rendering of chat messages: the observation's prompt."""
+def chat_as_text(messages: list[dict]) -> str:
+    """Chat messages as one plain-text prompt (the observation): a `### role` heading per message."""
     return "\n\n".join(f"### {m['role']}\n{m['content']}" for m in messages)
 
 
@@ -122,12 +57,17 @@ class PipelineEnv(AECEnv):
 
     Args:
         scenario: the environment's content (roles, tasks, checks, outcome).
-        coach: scores each action 0-10 (default: the offline `RuleCoach`).
-        sandbox: runs tool calls (default: `make_sandbox("local")`, closed with the env).
+        coach: scores each action 0-10: a coach object, or None / "rule" for the offline `RuleCoach`.
+        sandbox: runs tool calls: a backend name ("local", the default, "docker" or "auto"), made
+            lazily in the process that first resets the env and closed with it; or a `Sandbox`
+            object (shared, the caller closes it; an env holding one cannot be pickled).
         reward_mode: "process" (coach score per action, the paper), "outcome" (10 x ground-truth
-            score to every agent at the end), or "process+outcome" (both).
-        limits: truncation limits.
+            score to every agent at the end; the coach is not called), or "process+outcome" (both).
+        limits: truncation limits and caps (an `EpisodeLimits` or a dict of its fields).
         timings_in_infos: add wall-clock durations to `infos` (off: it breaks seeded comparisons).
+
+    Typed views for consumers: `tasks`, `last_action` (`ActionRecord`), `outcome` (`Outcome`),
+    `env_id`; `infos[agent]["action"]` / `["outcome"]` hold the same as dicts.
     """
 
     metadata = {"render_modes": ["human", "ansi"], "is_parallelizable": False}
@@ -135,38 +75,32 @@ class PipelineEnv(AECEnv):
     def __init__(
         self,
         scenario: Scenario,
-        coach: Coach | None = None,
+        coach: Coach | str | None = None,
         sandbox: Sandbox | str | None = None,
         reward_mode: RewardMode = "process",
-        limits: EpisodeLimits | None = None,
+        limits: EpisodeLimits | dict | None = None,
         render_mode: str | None = None,
         timings_in_infos: bool = False,
     ):
         super().__init__()
         if reward_mode not in REWARD_MODES:
-            raise ValueError(f"reward_mode={reward_mode!r} is not one of {REWARD_MODES}")
+            raise EnvArgumentError(f"reward_mode={reward_mode!r} is not one of {REWARD_MODES}")
         if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']}")
+            raise EnvArgumentError(f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']}")
+        if not isinstance(timings_in_infos, bool):
+            raise EnvArgumentError(f"timings_in_infos must be True or False, got {timings_in_infos!r}")
         self.scenario = scenario
         self.metadata = {**self.metadata, "name": scenario.env_id}
         self.reward_mode = reward_mode
-        self.limits = limits or EpisodeLimits()
+        self.limits = EpisodeLimits.coerce(limits)
         self.render_mode = render_mode
         self.timings_in_infos = timings_in_infos
-        if coach is None:
-            from mappa_envs.coach.rule import RuleCoach
-
-            coach = RuleCoach()
-        self.coach = coach
-        self._own_sandbox = sandbox is None or isinstance(sandbox, str)
-        if self._own_sandbox:
-            from mappa_envs.sandbox import make_sandbox
-
-            # Scenarios say which modules their kernels should have pre-imported (pandas costs ~1 s a start).
-            preimport = getattr(scenario, "preimport", None)
-            options = {} if preimport is None else {"preimport": tuple(preimport)}
-            sandbox = make_sandbox(sandbox or "local", timeout_s=self.limits.cell_timeout_s, **options)
-        self.sandbox = sandbox
+        self.coach = coach_from(coach)
+        self._sandbox, self._sandbox_backend = sandbox_from(sandbox)
+        self._own_sandbox = self._sandbox is None
+        self._tasks = tuple(scenario.tasks())
+        if not self._tasks:
+            raise TaskDataError(f"{scenario.env_id}: the task source is empty; give at least one task")
         self.roles = {r.name: r for r in scenario.roles}
         self.possible_agents = [r.name for r in scenario.roles]
         self._obs_space = prompt_space(max_length=self.limits.max_transcript_chars + 100_000)
@@ -174,6 +108,39 @@ class PipelineEnv(AECEnv):
         self._rng = np.random.default_rng()
         self._session_cm = None
         self.episode: Episode | None = None
+
+    # --- typed views ------------------------------------------------------------------------------
+
+    @property
+    def env_id(self) -> str:
+        return self.scenario.env_id
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        """Every task the env draws from (read-only)."""
+        return self._tasks
+
+    @property
+    def last_action(self) -> ActionRecord | None:
+        """The record of the action the last `step()` took (None before the episode's first action)."""
+        return self.episode.actions[-1] if self.episode is not None and self.episode.actions else None
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The ground-truth verdict, once the episode has ended (None before)."""
+        return self.episode.outcome if self.episode is not None else None
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox; an env that owns its sandbox makes it here, on first use, in this process."""
+        if self._sandbox is None:
+            from mappa_envs.sandbox import make_sandbox
+
+            # Scenarios say which modules their kernels should have pre-imported (pandas costs ~1 s a start).
+            preimport = getattr(self.scenario, "preimport", None)
+            options = {} if preimport is None else {"preimport": tuple(preimport)}
+            self._sandbox = make_sandbox(self._sandbox_backend, timeout_s=self.limits.cell_timeout_s, **options)
+        return self._sandbox
 
     # --- PettingZoo API --------------------------------------------------------------------------
 
@@ -184,6 +151,9 @@ class PipelineEnv(AECEnv):
         return self._act_space
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        if options is not None and not isinstance(options, dict):
+            raise EnvArgumentError(f"reset(options=...) takes a dict (task_id=, task_index=), "
+                                   f"got {type(options).__name__}")
         if seed is not None:
             self._rng = np.random.default_rng(seed)
             self._obs_space.seed(seed)
@@ -209,9 +179,19 @@ class PipelineEnv(AECEnv):
         self._begin_turn(self.agent_selection)
 
     def observe(self, agent: str) -> dict:
-        return {"prompt": render_messages(self._messages.get(agent, []))}
+        self._require_reset("observe()")
+        return {"prompt": chat_as_text(self._messages.get(agent, []))}
+
+    def last(self, observe: bool = True):
+        self._require_reset("last()")
+        return super().last(observe)
+
+    def agent_iter(self, max_iter: int = 2**63):
+        self._require_reset("agent_iter()")
+        return super().agent_iter(max_iter)
 
     def step(self, action: Any) -> None:
+        self._require_reset("step()")
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             self._was_dead_step(action)
@@ -220,11 +200,12 @@ class PipelineEnv(AECEnv):
         role = self.roles[agent]
         self._cumulative_rewards[agent] = 0.0
         self.rewards = {a: 0.0 for a in self.agents}
+        errors: list[str] = []
 
         text, input_error = self._clean_action(action)
         code = extract_code_blocks(text) if role.tools else []
-        results = self._run_cells(role, code)
-        checks = self.scenario.checks(ep, role, text, results)
+        results = self._run_cells(role, code, errors)
+        checks = self._guard(errors, "scenario.checks", lambda: self.scenario.checks(ep, role, text, results), {})
         self._turn_actions += 1
         # What later roles see of this turn: every action, with its tool output.
         piece = f"{text}\n\nOutput of the code:\n{format_tool_output(results)}" if results else text
@@ -234,17 +215,18 @@ class PipelineEnv(AECEnv):
         truncated = self._over_limits(text, results) and not finished  # a limit hit by the last action is no cut
         done = finished or truncated
         if done:
-            ep.outcome = self.scenario.outcome(ep)
+            ep.outcome = self._judge(errors)
 
         coach = None
         reward = 0.0
         if self.reward_mode != "outcome":
-            coach = self.coach.score(self._coach_request(role, text, results, checks, done))
-            reward = float(coach.score) if coach.ok and coach.score is not None else 0.0
-        record = ActionRecord(agent, self._turn_actions - 1, text, results, checks, coach, reward, input_error)
+            coach = self._score(self._coach_request(role, text, results, checks, done, errors), errors)
+            if coach.ok and coach.score is not None and math.isfinite(coach.score):
+                reward = min(10.0, max(0.0, float(coach.score)))
+        record = ActionRecord(agent, self._turn_actions - 1, text, results, checks, coach, reward, input_error, errors)
         ep.actions.append(record)
         self.rewards[agent] = reward
-        self.infos[agent] = {**self.infos[agent], "action": self._record_info(record)}
+        self.infos[agent] = {**self.infos[agent], "action": record.to_info(self.timings_in_infos)}
 
         if continues and not done:
             self._messages[agent] += [
@@ -262,8 +244,7 @@ class PipelineEnv(AECEnv):
             print(self._render_action(record))
 
     def render(self) -> str | None:
-        if self.episode is None:
-            return None
+        self._require_reset("render()")
         text = f"=== {self.scenario.env_id} task {self.episode.task.id} ===\n"
         text += "\n".join(self._render_action(a) for a in self.episode.actions)
         if self.episode.outcome is not None:
@@ -284,28 +265,43 @@ class PipelineEnv(AECEnv):
             "task_id": ep.task.id,
             "task": ep.task.prompt,
             "ground_truth": ep.task.answer,
-            "actions": [{"text": a.text, **self._record_info(a)} for a in ep.actions],
+            "actions": [{"text": a.text, **a.to_info(self.timings_in_infos)} for a in ep.actions],
             "files": dict(ep.file_owners),
-            "outcome": None if ep.outcome is None else
-            {"score": ep.outcome.score, "correct": ep.outcome.correct, **ep.outcome.details},
+            "outcome": None if ep.outcome is None else ep.outcome.to_info(),
         }
 
     def close(self) -> None:
         self._close_session()
-        if self._own_sandbox and self.sandbox is not None:
-            self.sandbox.close()
+        if self._own_sandbox and self._sandbox is not None:
+            sandbox, self._sandbox = self._sandbox, None
+            sandbox.close()
+
+    # --- pickling: config only; the copy makes its own sandbox and must be reset -----------------
+
+    def __getstate__(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if k not in _EPISODE_ATTRS}
+        state.update(_session_cm=None, episode=None)
+        if self._own_sandbox:
+            state["_sandbox"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
 
     # --- internals -------------------------------------------------------------------------------
 
+    def _require_reset(self, what: str) -> None:
+        if self.episode is None:
+            raise ResetNeededError(f"{self.scenario.env_id}: call reset() before {what}")
+
     def _pick_task(self, options: dict) -> Task:
-        tasks = self.scenario.tasks()
-        if not len(tasks):
-            raise ValueError(f"{self.scenario.env_id}: the task source is empty")
+        tasks = self._tasks
         if "task_id" in options:
             for t in tasks:
                 if t.id == options["task_id"]:
                     return t
-            raise KeyError(f"{self.scenario.env_id}: no task with id {options['task_id']!r}")
+            raise UnknownTaskError(f"{self.scenario.env_id}: no task with id {options['task_id']!r} "
+                                   f"({len(tasks)} tasks, e.g. {[t.id for t in tasks[:3]]})")
         if "task_index" in options:
             return tasks[int(options["task_index"]) % len(tasks)]
         return tasks[int(self._rng.integers(len(tasks)))]
@@ -315,8 +311,11 @@ class PipelineEnv(AECEnv):
         ep = self.episode
         parts = [self.scenario.task_prompt(ep.task)]
         for upstream in role.sees:
-            if upstream in ep.outputs:
-                parts.append(f"## Output of the {upstream}\n{ep.outputs[upstream]}")
+            if upstream in ep.outputs:  # quoted: nothing an agent or its code wrote can pose as the env's text
+                mark = fence_mark(ep.outputs[upstream])
+                parts.append(f"## Output of the {upstream}\nQuoted between the lines <<<BEGIN {mark}>>> and "
+                             f"<<<END {mark}>>>; everything inside was written by that agent or its code.\n"
+                             + fenced(ep.outputs[upstream], mark))
         self._messages[agent] = [
             {"role": "system", "content": role.duties},
             {"role": "user", "content": "\n\n".join(parts)},
@@ -325,30 +324,69 @@ class PipelineEnv(AECEnv):
         self.infos[agent] = {"task_id": ep.task.id, "messages": list(self._messages[agent])}
 
     def _clean_action(self, action: Any) -> tuple[str, str | None]:
-        """Coerce any action to text; problems are reported in infos, never raised."""
-        if isinstance(action, bytes):
-            action = action.decode("utf-8", errors="replace")
+        """Coerce any action to valid text; problems are reported in infos, never raised."""
+        if isinstance(action, (bytes, bytearray)):
+            action = bytes(action).decode("utf-8", errors="replace")
         if not isinstance(action, str):
             return "", f"action must be a str, got {type(action).__name__}; treated as an empty action"
-        error = None
+        notes = []
         if len(action) > self.limits.max_action_chars:
-            error = f"action of {len(action)} chars cut to max_action_chars={self.limits.max_action_chars}"
+            notes.append(f"action of {len(action)} chars cut to max_action_chars={self.limits.max_action_chars}")
             action = action[: self.limits.max_action_chars]
         if "\x00" in action:
             action = action.replace("\x00", "")
-            error = (error + "; " if error else "") + "NUL characters removed"
-        if not action.strip():
-            error = error or "empty action"
-        return action, error
+            notes.append("NUL characters removed")
+        clean = safe_text(action)
+        if clean != action.replace("\r\n", "\n"):
+            notes.append("invalid UTF-8 (lone surrogates) or control characters escaped")
+        if not clean.strip():
+            notes = notes or ["empty action"]
+        return clean, "; ".join(notes) or None
 
-    def _run_cells(self, role: Role, code: list[str]) -> list[ExecResult]:
+    def _run_cells(self, role: Role, code: list[str], errors: list[str]) -> list[ExecResult]:
         results = []
         for cell in code:
-            r = self.episode.session.run(cell, timeout=self.limits.cell_timeout_s, kernel=role.kernel)
-            results.append(r)
+            try:
+                r = self.episode.session.run(cell, timeout=self.limits.cell_timeout_s, kernel=role.kernel)
+            except Exception as e:  # a session that cannot run the cell: the cell failed, the episode goes on
+                log.warning("%s: the sandbox could not run a cell of %s", self.env_id, role.name, exc_info=True)
+                errors.append(_failure("sandbox.run", e))
+                detail = clip(f"{type(e).__name__}: {one_line(e)}", 400)
+                r = ExecResult(ok=False, error=f"the sandbox could not run this cell: {detail}")
+            results.append(_clean_result(r))
             if not r.ok:  # like a notebook's "run all": stop at the first failing cell
                 break
         return results
+
+    def _guard(self, errors: list[str], what: str, call: Callable[[], T], default: T) -> T:
+        """`call()`, or `default` when it raises: the failure is logged and put on the action's record."""
+        try:
+            return call()
+        except Exception as e:
+            log.error("%s: %s failed on an action of task %s", self.env_id, what, self.episode.task.id, exc_info=True)
+            errors.append(_failure(what, e))
+            return default
+
+    def _judge(self, errors: list[str]) -> Outcome:
+        outcome = self._guard(errors, "scenario.outcome", lambda: self.scenario.outcome(self.episode), None)
+        if outcome is None:  # no verdict could be had: an honest zero that says why
+            return Outcome(score=0.0, correct=False, details={"env_error": errors[-1]})
+        return Outcome(outcome.score, outcome.correct, sanitized(outcome.details))
+
+    def _score(self, request: CoachRequest, errors: list[str]) -> CoachScore:
+        from mappa_envs.coach.llm import CoachError
+
+        try:
+            verdict = self.coach.score(request)
+            if not isinstance(verdict, CoachScore):
+                raise TypeError(f"coach.score returned a {type(verdict).__name__}, not a CoachScore")
+            return verdict
+        except CoachError:  # the coach was told to raise when it cannot score (on_failure="raise")
+            raise
+        except Exception as e:
+            log.error("%s: the coach failed on an action of %s", self.env_id, request.role, exc_info=True)
+            errors.append(_failure("coach.score", e))
+            return CoachScore(score=None, ok=False, error=errors[-1])
 
     def _over_limits(self, text: str, results: list[ExecResult]) -> bool:
         self._transcript_chars += len(text) + sum(len(r.stdout) + len(r.stderr) for r in results)
@@ -359,47 +397,41 @@ class PipelineEnv(AECEnv):
             or (lim.max_wall_s is not None and time.monotonic() - self._started > lim.max_wall_s)
         )
 
-    def _coach_request(self, role: Role, text: str, results: list[ExecResult], checks: dict, final: bool) -> CoachRequest:
-        ep = self.episode
+    def _coach_request(self, role: Role, text: str, results: list[ExecResult], checks: dict, final: bool,
+                       errors: list[str]) -> CoachRequest:
+        """The request, with every untrusted field clipped and the file list capped (`limits`)."""
+        ep, lim = self.episode, self.limits
+        cut = lambda s: clip(s, lim.coach_field_chars)  # noqa: E731
+        files = dict(sorted(ep.file_owners.items())[: lim.coach_max_files])
+        evidence = self._guard(errors, "scenario.coach_evidence", lambda: self.scenario.coach_evidence(ep, role), {})
         return CoachRequest(
             env_id=self.scenario.env_id,
             role=role.name,
             role_duties=role.duties,
             task=ep.task.prompt,
-            action=text,
-            context=render_messages(self._messages[role.name]),
-            tool_results=[r.to_dict() for r in results],
-            files=dict(ep.file_owners),
-            upstream={r: ep.outputs[r] for r in self.possible_agents if r in ep.outputs and r != role.name},
+            action=cut(text),
+            context=cut(chat_as_text(self._messages[role.name])),
+            tool_results=[{**r.to_dict(), "stdout": cut(r.stdout), "stderr": cut(r.stderr)} for r in results],
+            files=files,
+            files_omitted=len(ep.file_owners) - len(files),
+            upstream={r: cut(ep.outputs[r]) for r in self.possible_agents if r in ep.outputs and r != role.name},
             ground_truth=ep.task.answer,
             checks=dict(checks),
             action_index=self._turn_actions - 1,
             is_final_action=final,
-            **self.scenario.coach_evidence(ep, role),
+            **sanitized(evidence),
         )
 
     def _finish(self, truncated: bool) -> None:
         outcome = self.episode.outcome
         bonus = 10.0 * outcome.score if self.reward_mode != "process" else 0.0
-        info = {"score": outcome.score, "correct": outcome.correct, **outcome.details}
+        info = outcome.to_info()
         for a in self.agents:
             self.rewards[a] += bonus
             self.infos[a] = {**self.infos[a], "outcome": info}
             self.terminations[a] = not truncated
             self.truncations[a] = truncated
         self.agent_selection = self.agents[0]  # dead agents are then stepped out in order
-
-    def _record_info(self, record: ActionRecord) -> dict:
-        t = self.timings_in_infos
-        return {
-            "role": record.role,
-            "index": record.index,
-            "tool_results": [r.to_dict(timings=t) for r in record.tool_results],
-            "checks": record.checks,
-            "coach": record.coach.to_dict(timings=t) if record.coach else None,
-            "reward": record.reward,
-            "input_error": record.input_error,
-        }
 
     def _render_action(self, a: ActionRecord) -> str:
         lines = [f"--- {a.role} (action {a.index + 1}) reward={a.reward:.2f}", a.text]
@@ -409,9 +441,20 @@ class PipelineEnv(AECEnv):
             lines.append(f">>> coach: {a.coach.score} {a.coach.rationale}")
         if a.input_error:
             lines.append(f">>> input error: {a.input_error}")
+        lines += [f">>> env error: {e}" for e in a.env_errors]
         return "\n".join(lines)
 
     def _close_session(self) -> None:
         if self._session_cm is not None:
             cm, self._session_cm = self._session_cm, None
             cm.__exit__(None, None, None)
+
+
+def _failure(what: str, e: BaseException) -> str:
+    return clip(f"{what} failed: {type(e).__name__}: {one_line(e)}", 500)
+
+
+def _clean_result(r: ExecResult) -> ExecResult:
+    """The result with its texts valid UTF-8 and its error on one line (cell output is untrusted)."""
+    return replace(r, stdout=safe_text(r.stdout), stderr=safe_text(r.stderr),
+                   error=None if r.error is None else one_line(r.error))

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import re
 
+from mappa_envs.core.untrusted import indent, one_line
+
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
@@ -21,10 +23,15 @@ def extract_code_blocks(text: str) -> list[str]:
 
 
 def format_tool_output(results: list) -> str:
-    """Render ExecResults as the text the agent reads after its action."""
+    """Render ExecResults as the text the agent reads after its action.
+
+    Each cell gets a `[cell N] ok` / `[cell N] error: ...` line at column 0; what the cell printed
+    follows indented by four spaces, so no printed line can pose as another cell's header (or any
+    heading of the env's): every line the env writes starts at column 0, none the cell writes does.
+    """
     parts = []
     for i, r in enumerate(results, 1):
-        head = f"[cell {i}] " + ("ok" if r.ok else f"error: {r.error}")
+        head = f"[cell {i}] " + ("ok" if r.ok else f"error: {one_line(r.error or 'failed')}")
         body = "\n".join(s for s in (r.stdout.rstrip("\n"), r.stderr.rstrip("\n")) if s)
-        parts.append(head + ("\n" + body if body else "\n(no output)"))
+        parts.append(head + ("\n" + indent(body) if body else "\n(no output)"))
     return "\n\n".join(parts)

@@ -2,29 +2,41 @@
 
 The three agents share one sandbox workspace per episode; each runs its Python in its own kernel.
 `prepare` places train.csv, test.csv and sample_submission.csv there once; the hidden answers stay on
-the host. After every action the new files are attributed to the acting role (`Episode.file_owners`),
-so when something is missing the outcome and the coach can name the file and who should have written
-it. After the Analyst, submission.csv is validated, joined to the answers by id, scored by the task's
+the host. After every action each file the action created or rewrote is attributed to the acting
+role (`Episode.file_owners`: the last writer; `Episode.file_history`: every change, in order), so
+when something is missing or broken the outcome and the coach can name the file and who wrote it.
+After the Analyst, submission.csv is validated, joined to the answers by id, scored by the task's
 own metric and placed between a trivial baseline (0) and a strong reference (1): `Outcome.score`.
+
+Workspace files are read back with `core.workspace` (no links followed, no blocking, a size cap:
+`EpisodeLimits.max_read_bytes`); a file that cannot be read is that file's verdict (an invalid
+submission, an inconsistent feature file), never an exception out of `step()`.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
 from mappa_envs.core.pipeline import Episode, EpisodeLimits, Outcome, PipelineEnv, Role, Task
 from mappa_envs.core.tools import extract_code_blocks
+from mappa_envs.core.untrusted import one_line
+from mappa_envs.core.workspace import WorkspaceFileError, inventory, read_file
 from mappa_envs.dsbench import prompts
 from mappa_envs.dsbench.metrics import better, get_metric
 from mappa_envs.dsbench.scoring import SubmissionReport, read_answers, relative_quality, score_submission
 from mappa_envs.dsbench.tasks import DSTask
+from mappa_envs.errors import EnvArgumentError, TaskDataError
 from mappa_envs.sandbox.types import ExecResult
+
+log = logging.getLogger(__name__)
 
 ENGINEER, MODELER, ANALYST = "data_engineer", "modeler", "analyst"
 EXPECTED_FILES = {ENGINEER: prompts.ENGINEER_FILES, MODELER: prompts.MODELER_FILES, ANALYST: prompts.ANALYST_FILES}
@@ -36,11 +48,12 @@ class DSBenchScenario:
     task_list: Sequence[DSTask]
     max_actions: int = 4
     cache_dir: Path | None = None  # where lazily computed baseline/reference scores are kept
+    max_read_bytes: int = EpisodeLimits.max_read_bytes  # the largest workspace file read back
     env_id: str = "DSBench-v0"
 
     def __post_init__(self):
         if not self.task_list:
-            raise ValueError("DSBench-v0 needs at least one task")
+            raise TaskDataError("DSBench-v0 needs at least one task")
         self._answers: dict[str, pd.DataFrame] = {}  # host-side only: never written to the workspace
         self._samples: dict[str, bytes] = {}
         self.roles = (
@@ -64,15 +77,15 @@ class DSBenchScenario:
         s.write_file("train.csv", ds.train_csv.read_bytes())
         s.write_file("test.csv", ds.test_csv.read_bytes())
         s.write_file("sample_submission.csv", self._sample_submission(ds))
-        episode.file_owners.update({name: "task" for name in TASK_FILES})
-        episode.state["listing"] = set(s.list_files())
+        episode.state["inventory"] = {}
+        self._track_files(episode, "task")
 
     def task_prompt(self, task: Task) -> str:
         return (f"{task.prompt}\n\nThe working directory holds train.csv, test.csv and sample_submission.csv. "
                 "The submission is scored on the hidden test answers.")
 
     def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
-        self._attribute_new_files(episode, role)
+        self._track_files(episode, role.name)
         has_code = bool(extract_code_blocks(action))
         earlier = 0
         for a in reversed(episode.actions):
@@ -104,7 +117,7 @@ class DSBenchScenario:
             "task_id": ds.id, "metric": ds.metric, "higher_is_better": get_metric(ds.metric).higher_is_better,
             "metric_value": None, "baseline_score": baseline, "reference_score": reference, "quality": 0.0,
             "submission_valid": bool(report and report.valid), "missing_files": missing, "failure": None,
-            "files": dict(episode.file_owners),
+            "files": dict(episode.file_owners), "file_history": {f: list(h) for f, h in episode.file_history.items()},
         }
         if report is not None and report.valid:
             quality = relative_quality(ds.metric, report.score, baseline, reference)
@@ -121,6 +134,10 @@ class DSBenchScenario:
         if missing:
             file, role = next(iter(missing.items()))
             return {"file": file, "owner": role, "reason": "missing"}
+        for file in TASK_FILES:  # a task file an agent rewrote: the last writer answers for it
+            writer = episode.file_owners.get(file)
+            if writer not in (None, "task"):
+                return {"file": file, "owner": writer, "reason": f"{file} was modified by the {writer}"}
         problem = self._features_consistent(episode)
         if problem is not None:
             return {"file": problem[0], "owner": ENGINEER, "reason": problem[1]}
@@ -136,7 +153,10 @@ class DSBenchScenario:
                                    "written_by": episode.file_owners.get(f)}
                                for r in self._upto(role.name) for f in EXPECTED_FILES[r]},
             "missing_files": self._missing_files(episode, role.name),
+            "changed_task_files": {f: h for f, h in episode.file_history.items() if f in TASK_FILES and len(h) > 1},
         }
+        if episode.state.get("inventory_error"):
+            metrics["inventory_error"] = episode.state["inventory_error"]
         if role.name == ENGINEER and all(f in episode.file_owners for f in prompts.ENGINEER_FILES):
             problem = self._features_consistent(episode)
             metrics["features_problem"] = None if problem is None else {"file": problem[0], "problem": problem[1]}
@@ -157,24 +177,46 @@ class DSBenchScenario:
         """Expected files of `role` and the roles before it that are not in the workspace -> who owes them."""
         return {f: r for r in self._upto(role) for f in EXPECTED_FILES[r] if f not in episode.file_owners}
 
-    def _attribute_new_files(self, episode: Episode, role: Role) -> None:
-        listing = set(episode.session.list_files())
-        for path in sorted(listing - episode.state["listing"]):
-            episode.file_owners.setdefault(path, role.name)
-        for path in episode.state["listing"] - listing:  # deleted: no longer in the inventory
-            episode.file_owners.pop(path, None)
-        episode.state["listing"] = listing
+    def _track_files(self, episode: Episode, writer: str) -> None:
+        """Attribute every file created or rewritten since the last look to `writer` (last writer wins,
+        the history keeps every change). Names are shown sanitized; a listing failure is noted, not raised."""
+        try:
+            now = inventory(episode.session)
+        except WorkspaceFileError as e:
+            episode.state["inventory_error"] = str(e)
+            return
+        episode.state.pop("inventory_error", None)
+        before = episode.state["inventory"]
+        for path in sorted(now):
+            change = "created" if path not in before else "modified" if now[path] != before[path] else None
+            if change is not None:
+                episode.file_owners[one_line(path)] = writer
+                episode.file_history.setdefault(one_line(path), []).append({"role": writer, "change": change})
+        for path in sorted(before.keys() - now.keys()):  # deleted: no longer in the inventory
+            episode.file_owners.pop(one_line(path), None)
+            episode.file_history.setdefault(one_line(path), []).append({"role": writer, "change": "deleted"})
+        episode.state["inventory"] = now
 
     def _submission(self, episode: Episode) -> SubmissionReport | None:
         """The verdict on the current submission.csv (cached by content), or None if there is none."""
         if "submission.csv" not in episode.file_owners:
             return None
-        data = episode.session.read_file("submission.csv")
+        ds = self._ds[episode.task.id]
+        try:
+            data = read_file(episode.session, "submission.csv", self.max_read_bytes)
+        except WorkspaceFileError as e:
+            return SubmissionReport(valid=False, metric=ds.metric, error=str(e))
         key = hashlib.sha256(data).hexdigest()
         cached = episode.state.get("submission")
         if cached is None or cached[0] != key:
-            ds = self._ds[episode.task.id]
-            cached = (key, score_submission(ds, data, self._answers_for(ds)))
+            try:
+                report = score_submission(ds, data, self._answers_for(ds))
+            except Exception as e:  # a scorer bug or a submission no check foresaw: that submission's verdict
+                log.error("DSBench: scoring submission.csv of task %s failed", ds.id, exc_info=True)
+                report = SubmissionReport(valid=False, metric=ds.metric,
+                                          error=f"the scorer failed on this submission: {type(e).__name__}: "
+                                                f"{one_line(e)[:300]}")
+            cached = (key, report)
             episode.state["submission"] = cached
         return cached[1]
 
@@ -191,9 +233,11 @@ class DSBenchScenario:
             if f not in episode.file_owners:
                 return f, "missing"
             try:
-                tables[f] = pd.read_csv(io.BytesIO(episode.session.read_file(f)))
-            except Exception as e:  # any unreadable file is the engineer's problem to hear about, not ours to raise
-                return f, f"unreadable: {type(e).__name__}: {e}"
+                tables[f] = pd.read_csv(io.BytesIO(read_file(episode.session, f, self.max_read_bytes)))
+            except WorkspaceFileError as e:
+                return f, f"unreadable: {e}"
+            except Exception as e:  # any unparsable file is the engineer's problem to hear about, not ours to raise
+                return f, f"unreadable: {type(e).__name__}: {one_line(e)[:300]}"
         x_train, y_train, x_test = (tables[f] for f in prompts.ENGINEER_FILES)
         n_test = len(self._answers_for(ds))
         if len(x_test) != n_test:
@@ -241,17 +285,23 @@ def _scored(ds: DSTask, cache_dir: Path | None) -> DSTask:
     return ds.with_scores(baseline, reference)
 
 
-def load_task_source(tasks: str | Path | Sequence[DSTask], split: str, cache_dir: str | Path | None) -> list[DSTask]:
-    """"builtin", a DSBench folder, or a list of `DSTask`."""
-    if isinstance(tasks, (str, Path)):
-        if str(tasks) == "builtin":
+def load_task_source(tasks: Any, split: str, cache_dir: str | Path | None, seed: int | None = None) -> list[DSTask]:
+    """"builtin", a DSBench folder, or a list of `DSTask`; anything else is an `EnvArgumentError`."""
+    if isinstance(tasks, (str, os.PathLike)):
+        if os.fspath(tasks) == "builtin":
             from mappa_envs.dsbench.builtin import builtin_tasks
 
-            return builtin_tasks(cache_dir)
+            return builtin_tasks(cache_dir, seed=seed)
         from mappa_envs.dsbench.tasks import load_dsbench
 
         return load_dsbench(tasks, split=split)
-    return list(tasks)
+    if isinstance(tasks, (list, tuple)) and tasks and all(isinstance(t, DSTask) for t in tasks):
+        return list(tasks)
+    if isinstance(tasks, (list, tuple)) and not tasks:
+        raise TaskDataError("tasks is an empty list: give at least one DSTask")
+    got = type(tasks).__name__ if not isinstance(tasks, (list, tuple)) else \
+        "a list of " + ", ".join(sorted({type(t).__name__ for t in tasks}))
+    raise EnvArgumentError(f"tasks must be 'builtin', a DSBench data folder or a list of DSTask; got {got}")
 
 
 class DSBenchEnv(PipelineEnv):
@@ -261,17 +311,22 @@ class DSBenchEnv(PipelineEnv):
         tasks: "builtin" (offline tasks, the default), a DSBench data folder, or a list of `DSTask`.
         split: for a DSBench folder: "train" (64 tasks), "eval" (8) or "all".
         cache_dir: where built-in tasks and computed baseline/reference scores live.
+        task_seed: for "builtin": the generator's seed (None: a secret one, drawn once per cache folder).
         max_actions: most actions each agent may take in its turn.
-        limits: truncation limits (default: 60 s per cell, room for every agent's full turn).
+        limits: truncation limits and caps (default: 60 s per cell, room for every agent's full turn).
         Everything else goes to `PipelineEnv` (coach, sandbox, reward_mode, render_mode, ...).
     """
 
     def __init__(self, tasks: str | Path | Sequence[DSTask] = "builtin", split: str = "eval",
-                 cache_dir: str | Path | None = None, max_actions: int = 4, limits: EpisodeLimits | None = None,
-                 **kwargs):
-        if max_actions < 1:
-            raise ValueError(f"max_actions={max_actions} must be at least 1")
-        task_list = load_task_source(tasks, split, cache_dir)
-        limits = limits or EpisodeLimits(cell_timeout_s=60.0, max_total_actions=3 * max_actions + 1)
-        scenario = DSBenchScenario(task_list, max_actions, Path(cache_dir).expanduser() if cache_dir else None)
+                 cache_dir: str | Path | None = None, task_seed: int | None = None, max_actions: int = 4,
+                 limits: EpisodeLimits | dict | None = None, **kwargs: Any):
+        if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions < 1:
+            raise EnvArgumentError(f"max_actions must be an integer >= 1, got {max_actions!r}")
+        if split not in ("train", "eval", "all"):
+            raise EnvArgumentError(f"split={split!r} is not one of 'train', 'eval', 'all'")
+        task_list = load_task_source(tasks, split, cache_dir, task_seed)
+        limits = EpisodeLimits.coerce(limits if limits is not None else
+                                      {"cell_timeout_s": 60.0, "max_total_actions": 3 * max_actions + 1})
+        scenario = DSBenchScenario(task_list, max_actions, Path(cache_dir).expanduser() if cache_dir else None,
+                                   limits.max_read_bytes)
         super().__init__(scenario, limits=limits, **kwargs)

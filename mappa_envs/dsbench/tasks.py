@@ -21,7 +21,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mappa_envs.core.datafiles import read_json_records
 from mappa_envs.dsbench.metrics import LABEL, NUMBER, ORDINAL, PROBABILITY, RANKED_LABELS, get_metric
+from mappa_envs.errors import EnvArgumentError, TaskDataError, TaskDataNotFoundError
 
 SPLIT_FILES = {"train": "dsbench_modeling_train.json", "eval": "dsbench_modeling_eval.json"}
 PROMPTS_FILE = "dsbench_modeling_cleaned_prompts.json"
@@ -36,7 +38,7 @@ CORRECTIONS: dict[str, dict[str, Any]] = {
 }
 
 
-class DSBenchFormatError(ValueError):
+class DSBenchFormatError(TaskDataError):
     """A task folder, answer file or metadata record is malformed; the message says which and how."""
 
 
@@ -73,31 +75,24 @@ class DSTask:
 def read_records(path: str | Path) -> list[dict]:
     """A JSON array or JSON-lines file of objects; a `metadata` given as a JSON string is decoded."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"DSBench metadata file {path} does not exist")
-    text = path.read_text(encoding="utf-8")
     try:
-        rows = json.loads(text)
-        rows = rows if isinstance(rows, list) else [rows]
-    except json.JSONDecodeError:
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DSBenchFormatError(f"{path}: line {n} is not valid JSON ({e.msg})") from None
-    for n, row in enumerate(rows, 1):
+        records = read_json_records(path, "DSBench metadata file")
+    except TaskDataError as e:
+        raise DSBenchFormatError(str(e)) from None
+    rows = []
+    for n, where, row in records:
         if not isinstance(row, dict):
-            raise DSBenchFormatError(f"{path}: record {n} is a {type(row).__name__}, expected an object")
+            raise DSBenchFormatError(f"{path}: {where} is a {type(row).__name__}, expected an object")
         if isinstance(row.get("metadata"), str):
             try:
                 row["metadata"] = json.loads(row["metadata"])
             except json.JSONDecodeError as e:
-                raise DSBenchFormatError(f"{path}: record {n} has a 'metadata' string that is not JSON ({e.msg})") from None
+                raise DSBenchFormatError(f"{path}: {where} has a 'metadata' string that is not JSON ({e.msg})") \
+                    from None
         task_id = (row.get("metadata") or {}).get("task_id") if isinstance(row.get("metadata"), dict) else None
         if not task_id:
-            raise DSBenchFormatError(f"{path}: record {n} has no metadata.task_id; keys: {sorted(row)}")
+            raise DSBenchFormatError(f"{path}: {where} has no metadata.task_id; keys: {sorted(row)}")
+        rows.append(row)
     return rows
 
 
@@ -107,6 +102,8 @@ def csv_header(path: Path) -> list[str]:
             return next(csv.reader(f))
         except StopIteration:
             raise DSBenchFormatError(f"{path} is empty (expected a CSV header line)") from None
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise DSBenchFormatError(f"{path}: the header line is not readable CSV ({e})") from None
 
 
 def data_root(root: Path) -> Path:
@@ -158,18 +155,19 @@ def load_dsbench(root: str | Path, split: str = "eval", metadata: str | Path | N
     """
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise FileNotFoundError(f"DSBench folder {root} does not exist")
+        raise TaskDataNotFoundError(f"DSBench folder {root} does not exist")
     data = data_root(root)
     if metadata is None:
         if split not in (*SPLIT_FILES, "all"):
-            raise ValueError(f"split={split!r} is not one of 'train', 'eval', 'all'")
+            raise EnvArgumentError(f"split={split!r} is not one of 'train', 'eval', 'all'")
         names = list(SPLIT_FILES.values()) if split == "all" else [SPLIT_FILES[split]]
         records = [r for name in names for r in read_records(_find(root, name))]
     else:
         records = read_records(metadata)
-    cleaned = json.loads(Path(prompts or _find(root, PROMPTS_FILE)).read_text(encoding="utf-8"))
+    prompts_path = Path(prompts or _find(root, PROMPTS_FILE))
+    cleaned = read_json_records(prompts_path, "DSBench cleaned-prompt file")[0].value
     if not isinstance(cleaned, dict):
-        raise DSBenchFormatError(f"{prompts or PROMPTS_FILE}: expected an object task_id -> record")
+        raise DSBenchFormatError(f"{prompts_path}: expected an object task_id -> record")
     tasks, errors = [], []
     for record in records:
         task_id = record["metadata"]["task_id"]
@@ -177,7 +175,8 @@ def load_dsbench(root: str | Path, split: str = "eval", metadata: str | Path | N
         if "metric" not in info or "id_column" not in info:
             errors.append(f"task {task_id!r}: no metric/id_column in the cleaned-prompt file and no known correction")
             continue
-        text = record.get("prompt") if info.get("use_raw_prompt") or not info.get("cleaned_prompt") else info["cleaned_prompt"]
+        raw = info.get("use_raw_prompt") or not info.get("cleaned_prompt")
+        text = record.get("prompt") if raw else info["cleaned_prompt"]
         try:
             tasks.append(task_from_folder(data, task_id, text or "", info["metric"], info["id_column"],
                                           meta={"url": record["metadata"].get("url"),
@@ -185,8 +184,10 @@ def load_dsbench(root: str | Path, split: str = "eval", metadata: str | Path | N
         except ValueError as e:  # DSBenchFormatError, or an unknown metric name
             errors.append(str(e))
     if errors:
-        shown = "\n  ".join(errors[:10]) + (f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else "")
-        raise DSBenchFormatError(f"{len(errors)} DSBench task(s) under {data} cannot be loaded:\n  {shown}")
+        shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+        raise DSBenchFormatError(f"{len(errors)} DSBench task(s) under {data} cannot be loaded: {shown}")
+    if not tasks:
+        raise DSBenchFormatError(f"no DSBench tasks in split {split!r} under {data}")
     return tasks
 
 
@@ -194,6 +195,6 @@ def _find(root: Path, name: str) -> Path:
     for folder in (root, root.parent, Path(os.environ.get("MAPPA_DSBENCH_META", root))):
         if (folder / name).is_file():
             return folder / name
-    raise FileNotFoundError(
+    raise TaskDataNotFoundError(
         f"{name} not found in {root} or its parent: put the reference implementation's DSBench metadata files "
         f"there, point MAPPA_DSBENCH_META at their folder, or pass metadata=/prompts= explicitly")

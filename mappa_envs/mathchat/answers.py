@@ -1,7 +1,9 @@
 """Rule-based answer checking: pull the final answer out of model text and compare it with the truth.
 
 Correctness is decided here, never by the LLM coach. Numbers are compared exactly (integers with
-leading zeros, decimals, fractions); anything else goes to `math-verify` (symbolic equivalence).
+leading zeros, decimals, fractions), after dropping currency, percent, degree and unit marks around
+them (`\\$60`, `60\\%`, `60^{\\circ}`, `60\\text{ dollars}` all read 60); anything else goes to
+`math-verify` (symbolic equivalence).
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ _FINAL = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 _WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|displaystyle)\s*\{([^{}]*)\}")
+# Units and currency around a number: "\$60", "60\%", "60^\circ", "60^{\circ}", "60\text{ dollars}".
+_UNIT_TEXT = re.compile(r"(?<=\d)\s*\\(?:text|textrm|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z .]*\}\s*$")
+_DEGREES = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)")
+_UNIT_MARKS = ("\\$", "\\%", "%", "\\euro", "€", "£")
 
 
 def _boxed_contents(text: str) -> list[str]:
@@ -56,8 +62,12 @@ def extract_answer(text: str) -> str | None:
 
 
 def normalize_answer(answer: object) -> str:
-    """Strip LaTeX wrappers, dollars, spaces and thousands separators: '\\text{ 033 }' -> '033'."""
-    s = str(answer).strip()
+    """Strip LaTeX wrappers, currency, units, spaces and thousands separators: '\\text{ 033 }' -> '033',
+    '\\$60' -> '60', '60^{\\circ}' -> '60', '60\\text{ dollars}' -> '60'."""
+    s = _UNIT_TEXT.sub("", str(answer).strip())
+    s = _DEGREES.sub("", s)
+    for mark in _UNIT_MARKS:
+        s = s.replace(mark, "")
     for _ in range(3):
         s = _WRAPPERS.sub(r"\1", s)
     s = s.replace("$", "").replace("\\!", "").replace("\\,", "").replace("{,}", "").strip()

@@ -6,13 +6,14 @@ The Code Executor's ```python blocks run in one persistent interpreter per episo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
-from mappa_envs.core.pipeline import Episode, EpisodeLimits, Outcome, PipelineEnv, Role, Task
+from mappa_envs.core.pipeline import Episode, Outcome, PipelineEnv, Role, Task
 from mappa_envs.core.tools import extract_code_blocks
+from mappa_envs.errors import EnvArgumentError
 from mappa_envs.mathchat import prompts
 from mappa_envs.mathchat.answers import answers_match, extract_answer
-from mappa_envs.mathchat.tasks import load_tasks
+from mappa_envs.mathchat.tasks import SPLITS, load_task_source
 from mappa_envs.sandbox.types import ExecResult
 
 SOLVER, EXECUTOR, VERIFIER = "problem_solver", "code_executor", "verifier"
@@ -70,18 +71,31 @@ class MathChatScenario:
 
 
 class MathChatEnv(PipelineEnv):
-    """MathChat-v0. Tasks come from `task_source` ("synthetic", a JSON/JSONL path, or "hf:<id>").
+    """MathChat-v0. See the module docstring.
 
     Args:
-        task_source, split, num_tasks, task_seed: see `mappa_envs.mathchat.tasks.load_tasks`.
-        tasks: an explicit task list (overrides task_source).
+        tasks: "synthetic" (the offline default), a JSON/JSONL file of {prompt, answer} records,
+            "hf:<dataset id>[:<split>]", a list of `Task`, or a list of such records (dicts).
+        task_source: an older name for `tasks` (give one of the two).
+        split: "train", "eval" or "all" (a stable holdout by problem text; lists are used as given).
+        num_tasks, task_seed: how many synthetic problems, and their seed.
         executor_max_actions: most actions the Code Executor may take in its turn.
         Everything else goes to `PipelineEnv` (coach, sandbox, reward_mode, limits, render_mode).
     """
 
-    def __init__(self, task_source: str = "synthetic", split: str = "train", num_tasks: int = 256,
-                 task_seed: int = 0, tasks: Sequence[Task] | None = None, executor_max_actions: int = 3,
-                 limits: EpisodeLimits | None = None, **kwargs):
-        if tasks is None:
-            tasks = load_tasks(task_source, split=split, num_tasks=num_tasks, seed=task_seed)
-        super().__init__(MathChatScenario(list(tasks), executor_max_actions), limits=limits, **kwargs)
+    def __init__(self, tasks: str | Sequence[Task] | Sequence[dict] | None = None, split: str = "train",
+                 num_tasks: int = 256, task_seed: int = 0, executor_max_actions: int = 3,
+                 task_source: str | None = None, **kwargs: Any):
+        if task_source is not None:
+            if tasks is not None:
+                raise EnvArgumentError("give tasks= or its older name task_source=, not both")
+            tasks = task_source
+        if split not in SPLITS:
+            raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
+        if isinstance(task_seed, bool) or not isinstance(task_seed, int):
+            raise EnvArgumentError(f"task_seed must be an integer, got {task_seed!r}")
+        if isinstance(executor_max_actions, bool) or not isinstance(executor_max_actions, int) \
+                or executor_max_actions < 1:
+            raise EnvArgumentError(f"executor_max_actions must be an integer >= 1, got {executor_max_actions!r}")
+        task_list = load_task_source("synthetic" if tasks is None else tasks, split, num_tasks, task_seed)
+        super().__init__(MathChatScenario(task_list, executor_max_actions), **kwargs)

@@ -5,38 +5,64 @@
   computed by the generator, with the Python that computes them in `task.meta["solution_code"]`;
 - a path to a JSON array or JSON-lines file with `prompt` (or `problem`/`question`) and `answer`;
 - "hf:<dataset id>[:<split>]" for users with network access (needs `pip install datasets`).
+`load_task_source` also takes the tasks themselves: a list of `Task`s or of such records (dicts).
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+import os
 import random
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from mappa_envs.core.pipeline import Task
+from mappa_envs.core.datafiles import read_json_records
+from mappa_envs.core.records import Task
+from mappa_envs.errors import EnvArgumentError, TaskDataError, TaskDataNotFoundError
 
 SPLITS = ("all", "train", "eval")
 _PROMPT_KEYS = ("prompt", "problem", "question")
+SOURCES_HELP = "'synthetic', 'hf:<dataset id>[:<split>]', a JSON/JSONL file, a list of Task or a list of dicts"
 
 
-class TaskSourceError(ValueError):
+class TaskSourceError(TaskDataError):
     """A task file or dataset is malformed; the message names the file and row."""
+
+
+def load_task_source(tasks: Any, split: str = "train", num_tasks: int = 256, seed: int = 0) -> list[Task]:
+    """Tasks from any accepted spelling of a source (see the module docstring); anything else is an
+    `EnvArgumentError`, an empty source a `TaskDataError`. Lists are used as given (no split)."""
+    if isinstance(tasks, (str, os.PathLike)):
+        return load_tasks(os.fspath(tasks), split=split, num_tasks=num_tasks, seed=seed)
+    if not isinstance(tasks, (list, tuple)):
+        raise EnvArgumentError(f"tasks must be {SOURCES_HELP}; got a {type(tasks).__name__}")
+    if not tasks:
+        raise TaskDataError("tasks is an empty list: give at least one task")
+    if all(isinstance(t, Task) for t in tasks):
+        return list(tasks)
+    if all(isinstance(t, dict) for t in tasks):
+        return [_task_from_row(row, f"task-{n}", f"tasks[{n - 1}]") for n, row in enumerate(tasks, 1)]
+    kinds = sorted({type(t).__name__ for t in tasks})
+    raise EnvArgumentError(f"tasks must be {SOURCES_HELP}; got a list of {', '.join(kinds)}")
 
 
 def load_tasks(source: str = "synthetic", split: str = "train", num_tasks: int = 256, seed: int = 0,
                eval_fraction: float = 0.1) -> list[Task]:
     if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not one of {SPLITS}")
+        raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
     if source == "synthetic":
         # the synthetic stream is open-ended: "all" means the training stream
         return synthetic_tasks(num_tasks, seed=seed, split="train" if split == "all" else split)
     if source.startswith("hf:"):
         tasks = _load_hf(source[3:])
+    elif not Path(source).expanduser().is_file():
+        raise TaskDataNotFoundError(f"task source {source!r} does not exist; sources are {SOURCES_HELP}")
     else:
-        tasks = load_task_file(source)
-    return tasks if split == "all" else [t for t in tasks if _in_split(t.prompt, split, eval_fraction)]
+        tasks = load_task_file(Path(source).expanduser())
+    picked = tasks if split == "all" else [t for t in tasks if _in_split(t.prompt, split, eval_fraction)]
+    if not picked:
+        raise TaskDataError(f"{source}: none of its {len(tasks)} tasks is in split {split!r}; use split='all'")
+    return picked
 
 
 def _in_split(key: str, split: str, eval_fraction: float) -> bool:
@@ -49,23 +75,11 @@ def _in_split(key: str, split: str, eval_fraction: float) -> bool:
 def load_task_file(path: str | Path) -> list[Task]:
     """Read a JSON array or JSON-lines file of {prompt, answer, [id]} records."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"task file {path} does not exist (or use source='synthetic')")
-    text = path.read_text(encoding="utf-8")
     try:
-        rows = json.loads(text)
-        if not isinstance(rows, list):
-            raise TaskSourceError(f"{path}: expected a JSON array of records or JSON lines, got {type(rows).__name__}")
-        numbered = list(enumerate(rows, 1))
-    except json.JSONDecodeError:
-        numbered = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    numbered.append((lineno, json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise TaskSourceError(f"{path}: line {lineno} is not valid JSON ({e.msg})") from None
-    return [_task_from_row(row, f"{path.name}-{n}", f"{path}: record {n}") for n, row in numbered]
+        records = read_json_records(path, "task file")
+    except TaskDataError as e:
+        raise TaskSourceError(str(e)) from None
+    return [_task_from_row(r.value, f"{path.name}-{r.number}", f"{path}: {r.where}") for r in records]
 
 
 def _task_from_row(row: object, default_id: str, where: str) -> Task:
@@ -90,7 +104,8 @@ def _load_hf(spec: str) -> list[Task]:
         raise ImportError("Hugging Face task sources need the datasets package: pip install datasets") from None
     name, _, split = spec.partition(":")
     data = datasets.load_dataset(name, split=split or "train")
-    return [_task_from_row(dict(row), f"{name}-{i}", f"{name}[{split or 'train'}] row {i}") for i, row in enumerate(data)]
+    where = f"{name}[{split or 'train'}] row"
+    return [_task_from_row(dict(row), f"{name}-{i}", f"{where} {i}") for i, row in enumerate(data)]
 
 
 # --- the synthetic generator -----------------------------------------------------------------------
@@ -180,15 +195,15 @@ def synthetic_tasks(num_tasks: int, seed: int = 0, split: str = "train") -> list
     """`num_tasks` distinct problems. A problem's split is a function of its text (1 in 10 is eval),
     so train and eval never share a problem, whatever their sizes and seeds."""
     if split not in ("train", "eval"):
-        raise ValueError(f"synthetic split must be 'train' or 'eval', got {split!r}")
-    if num_tasks < 1:
-        raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+        raise EnvArgumentError(f"synthetic split must be 'train' or 'eval', got {split!r}")
+    if isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1:
+        raise EnvArgumentError(f"num_tasks must be an integer >= 1, got {num_tasks!r}")
     rng = random.Random(f"mathchat-synthetic-{seed}-{split}")
     families = sorted(FAMILIES)
     tasks, seen, misses = [], set(), dict.fromkeys(families, 0)
     while len(tasks) < num_tasks:
         if not families:
-            raise ValueError(f"the synthetic generator has only {len(tasks)} distinct {split} problems; "
+            raise EnvArgumentError(f"the synthetic generator has only {len(tasks)} distinct {split} problems; "
                              f"ask for fewer (num_tasks={num_tasks})")
         family = families[len(tasks) % len(families)]
         prompt, code = FAMILIES[family](rng)

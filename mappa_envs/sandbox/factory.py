@@ -49,3 +49,9 @@ def make_sandbox(backend: str = "auto", **kwargs) -> Sandbox:
     from mappa_envs.sandbox.docker import DockerSandbox
 
     return DockerSandbox(limits, **options)
+
+
+def accepted_arguments(backend: str = "auto") -> set[str]:
+    """The keyword arguments `make_sandbox(backend, ...)` takes."""
+    options = {"local": _LOCAL_OPTIONS, "docker": _DOCKER_OPTIONS}.get(backend, _LOCAL_OPTIONS | _DOCKER_OPTIONS)
+    return _LIMITS | options

@@ -16,6 +16,8 @@ from typing import Any
 import gymnasium
 from pettingzoo import AECEnv
 
+from mappa_envs.errors import ResetNeededError
+
 
 class TextEnv(gymnasium.Env):
     """A Gymnasium view of a MAPPA AEC env: text in, text out, one action per step.
@@ -25,7 +27,8 @@ class TextEnv(gymnasium.Env):
     - reward: what the action just taken earned its role (`env.rewards[role]` of that step: the
       coach score, plus any outcome bonus paid on the last step); `info["rewards"]` has every
       agent's reward of the step, `info["last_role"]` the role that acted, `info["action"]` its
-      record (tool results, checks, coach verdict) and `info["outcome"]` the verdict at the end.
+      record (tool results, checks, coach verdict) and `info["outcome"]` the verdict at the end, as
+      dicts; the typed records are `env.unwrapped.last_action` and `env.unwrapped.outcome`.
     - terminated: the team finished; truncated: an episode limit cut it short.
 
     >>> import mappa_envs
@@ -64,7 +67,7 @@ class TextEnv(gymnasium.Env):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._over:
-            raise RuntimeError("the episode is over (or was never started): call reset() before step()")
+            raise ResetNeededError("the episode is over (or was never started): call reset() before step()")
         env = self.env
         role = env.agent_selection
         env.step(action)

@@ -15,6 +15,8 @@ from typing import IO, Any
 
 from pettingzoo.utils.wrappers import BaseWrapper
 
+from mappa_envs.core.untrusted import sanitized
+
 _WRITE_LOCK = threading.Lock()  # recorders stepped from several threads may share one file
 
 
@@ -64,7 +66,8 @@ class TranscriptRecorder(BaseWrapper):
             ep["returns"][a] = ep["returns"].get(a, 0.0) + float(r)
         if live:
             ep["actions"].append({"role": agent, "messages": messages, "action": action,
-                                  "reward": float(env.rewards.get(agent, 0.0)), "record": env.infos[agent].get("action")})
+                                  "reward": float(env.rewards.get(agent, 0.0)),
+                                  "record": env.infos[agent].get("action")})
         if env.agents and all(env.terminations[a] or env.truncations[a] for a in env.agents):
             ep["finished"] = True
             ep["truncated"] = any(env.truncations[a] for a in env.agents)
@@ -81,7 +84,7 @@ class TranscriptRecorder(BaseWrapper):
         """Write the current episode (if it has any action) once."""
         ep, self._episode = self._episode, None
         if ep is not None and ep["actions"]:
-            line = json.dumps(ep, default=_jsonable, ensure_ascii=False) + "\n"
+            line = json.dumps(sanitized(ep), default=_jsonable, ensure_ascii=False) + "\n"  # valid UTF-8 always
             with _WRITE_LOCK:
                 self._file.write(line)
                 self._file.flush()

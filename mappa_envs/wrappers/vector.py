@@ -1,43 +1,17 @@
-"""VectorRunner: play many episodes over many env instances with one batched policy call per round.
+"""VectorRunner: play many episodes over many env instances with a text policy, batched.
 
-Each round, every env that waits for an action contributes its conversation; the policy answers them
-all in one `respond` call (a `Team` routes each role to its own model); then the envs step in a
-thread pool, because a step blocks on the sandbox and the coach, not on Python.
+A thin front to the episode driver (`mappa_envs.driver`): every env waiting for an action is
+answered by one `respond` call per policy (a `Team` routes each role to its own model), the envs
+step in a thread pool, and a slow env does not hold the others back.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from pettingzoo import AECEnv
 
-from mappa_envs.policy import TextPolicy
-from mappa_envs.wrappers.text_env import TextEnv
-
-
-@dataclass
-class Turn:
-    """One action: who acted on which prompt, what it wrote, and what it earned."""
-
-    role: str
-    messages: list[dict]
-    action: str
-    reward: float
-    info: dict  # the env's record of the action: tool results, checks, coach verdict
-    usage: dict | None = None  # the policy's token counts for this action, when it reports them
-
-
-@dataclass
-class EpisodeResult:
-    episode: int  # 0..episodes-1, in the order episodes were started
-    env_index: int
-    seed: int | None
-    task_id: str | None
-    turns: list[Turn] = field(default_factory=list)
-    returns: dict[str, float] = field(default_factory=dict)  # role -> sum of its rewards (outcome bonus included)
-    outcome: dict | None = None
-    truncated: bool = False
+from mappa_envs.driver import Driver, EpisodeResult, Schedule, TextActor, Turn
+from mappa_envs.policy import TextPolicy, Team
 
 
 class VectorRunner:
@@ -59,14 +33,18 @@ class VectorRunner:
     ...     env.close()
     """
 
-    def __init__(self, envs: Sequence[AECEnv], policy: TextPolicy, workers: int | None = None):
+    def __init__(self, envs: Sequence[AECEnv], policy: TextPolicy, workers: int | None = None,
+                 schedule: Schedule = "async"):
         if not envs:
             raise ValueError("VectorRunner needs at least one env")
         if not isinstance(policy, TextPolicy):
             raise TypeError(f"policy must have respond(conversations, roles) -> list[str]; got {type(policy).__name__}")
-        self.envs = [TextEnv(e) for e in envs]
-        self.policy = policy
-        self.workers = workers or len(envs)
+        self.envs, self.policy = list(envs), policy
+        members = policy.policies if isinstance(policy, Team) else policy
+        for member in (members.values() if isinstance(members, dict) else [members]):
+            TextActor(member)  # checks each member is a TextPolicy
+        self.workers, self.schedule = workers, schedule
+        self.stats = None  # the last play's DriverStats
 
     def run(self, episodes: int, seed: int | None = None, options: dict | None = None) -> list[EpisodeResult]:
         """Play `episodes` episodes; return them ordered by episode number."""
@@ -80,55 +58,17 @@ class VectorRunner:
         """Play one episode per (seed, options) job, episode k being the k-th job; return them in finish order.
 
         `on_episode(result, env)` runs as each episode ends, before its env is reset for the next
-        job, so it can still read the env's own record of the episode.
+        job, so it can still read the env's own record of the episode. A failed episode comes back
+        with `result.error` set (and is not retried).
         """
-        pending = iter(jobs)
-        done: list[EpisodeResult] = []
-        live: dict[int, tuple[EpisodeResult, dict]] = {}  # env index -> (episode so far, next step's info)
-        started = 0
-
-        def start(i: int) -> None:
-            nonlocal started
-            job = next(pending, None)
-            if job is None:
-                return
-            ep_seed, options = job
-            _, info = self.envs[i].reset(seed=ep_seed, options=options)
-            returns = {role: 0.0 for role in self.envs[i].env.possible_agents}
-            live[i] = (EpisodeResult(started, i, ep_seed, info.get("task_id"), returns=returns), info)
-            started += 1
-
-        for i in range(len(self.envs)):
-            start(i)
-        with ThreadPoolExecutor(self.workers) as pool:
-            while live:
-                order = sorted(live)
-                infos = [live[i][1] for i in order]
-                texts = self.policy.respond([info["messages"] for info in infos], [info["role"] for info in infos])
-                if len(texts) != len(order):
-                    raise ValueError(f"policy returned {len(texts)} texts for {len(order)} conversations")
-                usages = self._usage(len(order))
-                steps = pool.map(lambda i_text: self.envs[i_text[0]].step(i_text[1]), zip(order, texts))
-                for i, info, text, usage, step in zip(order, infos, texts, usages, steps):
-                    _, reward, terminated, truncated, next_info = step
-                    result = live[i][0]
-                    result.turns.append(Turn(info["role"], info["messages"], text, reward, next_info["action"], usage))
-                    for role, r in next_info["rewards"].items():
-                        result.returns[role] += r
-                    if terminated or truncated:
-                        result.outcome, result.truncated = next_info.get("outcome"), truncated
-                        done.append(result)
-                        del live[i]
-                        if on_episode:
-                            on_episode(result, self.envs[i].env)
-                        start(i)
-                    else:
-                        live[i] = (result, next_info)
+        driver = Driver(self.envs, self.policy, workers=self.workers, schedule=self.schedule)
+        self.stats = driver.stats
+        done = []
+        for result in driver.play(jobs):
+            done.append(result)
+            if on_episode:
+                on_episode(result, self.envs[result.env_index])
         return done
 
-    def _usage(self, n: int) -> list[dict | None]:
-        """Token counts of the last `respond` call, when the policy reports them (`last_usage`, per conversation)."""
-        usage = getattr(self.policy, "last_usage", None)
-        if isinstance(usage, list) and len(usage) == n:
-            return [dict(u) if u else None for u in usage]
-        return [None] * n
+
+__all__ = ["EpisodeResult", "Turn", "VectorRunner"]

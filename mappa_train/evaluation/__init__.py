@@ -1,6 +1,7 @@
-"""Evaluation: `mappa eval`, comparable results, the leaderboard and comparisons (docs/evaluation.md).
+"""Evaluation: comparable results of agent teams on eval sets, the leaderboard and comparisons
+(docs/evaluation.md; the command line is `mappa_cli.eval`).
 
-Modules: `metrics` (avg@k, pass@k, maj@k, mean ± SE, paired bootstrap), `runner` (play teams on eval
-sets, resumable transcripts), `report` (results.json), `plots`, `leaderboard`, `compare`,
-`hygiene` (train/eval overlap), `evalsets`, `teams`, `cli`. Nothing heavy is imported here.
+Modules: `stats` (avg@k, pass@k, maj@k, mean ± SE, paired bootstrap), `runner` (play teams on eval
+sets, resumable transcripts; `evaluate_team`), `report` (results.json), `plots`, `leaderboard`,
+`compare`, `hygiene` (train/eval overlap), `evalsets`, `teams`. Nothing heavy is imported here.
 """

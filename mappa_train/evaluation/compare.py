@@ -6,21 +6,23 @@ has no rule-checked answers.
 """
 from __future__ import annotations
 
-from mappa_train.evaluation.metrics import PairedCI, paired_bootstrap
+from mappa_train.evaluation.stats import PairedCI, paired_bootstrap
 
 
 def compare(a: dict, b: dict, n_boot: int = 10_000, level: float = 0.95, seed: int = 0) -> dict:
     """`a`, `b`: two runs' results. Returns {set: {"metric", "ci", "deltas": {task_id: (a, b)}}}."""
     shared = [s for s in a["sets"] if s in b["sets"]]
     if not shared:
-        raise ValueError(f"runs {a['run']!r} and {b['run']!r} share no eval set ({sorted(a['sets'])} vs {sorted(b['sets'])})")
+        raise ValueError(f"runs {a['run']!r} and {b['run']!r} share no eval set "
+                         f"({sorted(a['sets'])} vs {sorted(b['sets'])})")
     out = {}
     for name in shared:
         ta, tb = a["sets"][name]["per_task"], b["sets"][name]["per_task"]
         metric = "avg" if all("avg" in t for t in (*ta.values(), *tb.values())) else "score"
         ids = [t for t in ta if t in tb]
         if not ids:
-            raise ValueError(f"eval set {name!r}: the runs share no problem ids; were they run on the same task source?")
+            raise ValueError(f"eval set {name!r}: the runs share no problem ids; "
+                             "were they run on the same task source?")
         xa, xb = [ta[t][metric] for t in ids], [tb[t][metric] for t in ids]
         out[name] = {
             "metric": metric,
@@ -42,7 +44,8 @@ def format_comparison(a: dict, b: dict, comparison: dict) -> str:
         lines.append(f"| {name} | {c['metric']} | {ci.n} | {mean_a:.3f} | {mean_a + ci.delta:.3f} | {ci.delta:+.3f} | "
                      f"[{ci.low:+.3f}, {ci.high:+.3f}] ({ci.level:.0%}) | {verdict} |")
     for name, c in comparison.items():
-        changed = sorted(((y - x, t, x, y) for t, (x, y) in c["deltas"].items() if x != y), key=lambda r: (-abs(r[0]), r[1]))
+        changed = sorted(((y - x, t, x, y) for t, (x, y) in c["deltas"].items() if x != y),
+                         key=lambda r: (-abs(r[0]), r[1]))
         lines += ["", f"## {name}: {len(changed)} of {len(c['deltas'])} problems changed"
                   + (f" ({c['unpaired']} in only one run, left out)" if c["unpaired"] else "")]
         if changed:

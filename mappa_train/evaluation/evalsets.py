@@ -1,23 +1,24 @@
 """Named eval sets, and the training source each is checked against for overlap.
 
-| name                 | env         | problems                                             | default training source |
-|----------------------|-------------|------------------------------------------------------|-------------------------|
-| `aime2025`           | MathChat-v0 | `<data-dir>/aime_2025.json` (30)                     | `<data-dir>/AIME_1983_2024.json` |
-| `amc`                | MathChat-v0 | `<data-dir>/amc_eval_32.json` (32)                   | `<data-dir>/AIME_1983_2024.json` |
-| `synthetic[:N]`      | MathChat-v0 | N (default 64) problems of the synthetic eval stream | `synthetic` (the training stream) |
-| a `*.json[l]` path   | MathChat-v0 | an AIME/AMC-format file (`prompt`, `answer`)         | `<data-dir>/AIME_1983_2024.json` |
-| `dsbench`            | DSBench-v0  | the built-in offline tasks                           | `builtin` (the same tasks: no holdout) |
-| `dsbench:DIR`        | DSBench-v0  | the eval split of a DSBench data folder              | `DIR` (its train split) |
+| name               | env         | problems                                  | default training source |
+|--------------------|-------------|-------------------------------------------|-------------------------|
+| `aime2025`         | MathChat-v0 | `<data-dir>/aime_2025.json` (30)          | `<data-dir>/AIME_1983_2024.json` |
+| `amc`              | MathChat-v0 | `<data-dir>/amc_eval_32.json` (32)        | `<data-dir>/AIME_1983_2024.json` |
+| `synthetic[:N]`    | MathChat-v0 | N (default 64) synthetic eval problems    | `synthetic` (the training stream) |
+| a `*.json[l]` path | MathChat-v0 | an AIME/AMC-format file (prompt, answer)  | `<data-dir>/AIME_1983_2024.json` |
+| `dsbench`          | DSBench-v0  | the built-in offline tasks                | `builtin` (the same tasks) |
+| `dsbench:DIR`      | DSBench-v0  | the eval split of a DSBench data folder   | `DIR` (its train split) |
 
 `<data-dir>` is `--data-dir`, else `$MAPPA_DATA_DIR`, else `data/bench` (where the training configs
-expect the files); a default training file that does not exist is not checked. `train_source` overrides the default ("none" turns the check off).
+expect the files); a default training file that does not exist is not checked. `train_source`
+overrides the default ("none" turns the check off).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from mappa_train.evaluation.runner import EvalSet
+from mappa_train.evaluation.runner import EvalSet, EvalSpecError
 
 DATA_DIR_ENV = "MAPPA_DATA_DIR"
 MATH_FILES = {"aime2025": "aime_2025.json", "amc": "amc_eval_32.json"}
@@ -29,6 +30,9 @@ def data_dir(given: str | Path | None) -> Path | None:
     """--data-dir, else $MAPPA_DATA_DIR, else data/bench when it exists (where the configs expect it)."""
     d = given or os.environ.get(DATA_DIR_ENV)
     if d:
+        if not Path(d).is_dir():
+            origin = "--data-dir" if given else f"${DATA_DIR_ENV}"
+            raise EvalSpecError(f"{origin} {d} is not a folder; point it at the folder holding the AIME/AMC JSON files")
         return Path(d)
     return Path("data/bench") if Path("data/bench").is_dir() else None
 
@@ -58,26 +62,27 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
         path = root / MATH_FILES[name] if root else None
         if path is None or not path.is_file():
             where = f"{path} does not exist" if path else "no data directory was given"
-            raise FileNotFoundError(f"eval set {name!r} needs {MATH_FILES[name]}: {where}; pass --data-dir DIR "
+            raise EvalSpecError(f"eval set {name!r} needs {MATH_FILES[name]}: {where}; pass --data-dir DIR "
                                     f"(or set ${DATA_DIR_ENV}) pointing at the folder holding the AIME/AMC JSON files")
         return EvalSet(name, "MathChat-v0", {"task_source": str(path), "split": "all"}), math_train
     if name == "synthetic" or name.startswith("synthetic:"):
         size = name.partition(":")[2] or str(SYNTHETIC_DEFAULT)
         if not size.isdigit() or int(size) < 1:
-            raise ValueError(f"eval set {name!r}: expected synthetic or synthetic:N with N >= 1")
-        return EvalSet(name, "MathChat-v0", {"task_source": "synthetic", "split": "eval", "num_tasks": int(size)}), "synthetic"
+            raise EvalSpecError(f"eval set {name!r}: expected synthetic or synthetic:N with N >= 1")
+        kwargs = {"task_source": "synthetic", "split": "eval", "num_tasks": int(size)}
+        return EvalSet(name, "MathChat-v0", kwargs), "synthetic"
     if name == "dsbench":
         return EvalSet(name, "DSBench-v0", {"tasks": "builtin"}), "builtin"
     if name.startswith("dsbench:"):
         folder = name.partition(":")[2]
         if not Path(folder).is_dir():
-            raise FileNotFoundError(f"eval set {name!r}: {folder} is not a folder; expected a DSBench data folder "
+            raise EvalSpecError(f"eval set {name!r}: {folder} is not a folder; expected a DSBench data folder "
                                     "(data_resplit/ and answers/ with the split metadata files)")
         return EvalSet(name, "DSBench-v0", {"tasks": folder, "split": "eval"}), folder
     if name.endswith((".json", ".jsonl")):
         path = Path(name)
         if not path.is_file():
-            raise FileNotFoundError(f"eval set file {path} does not exist")
+            raise EvalSpecError(f"eval set file {path} does not exist")
         return EvalSet(path.stem, "MathChat-v0", {"task_source": str(path), "split": "all"}), math_train
-    raise ValueError(f"unknown eval set {name!r}; use one of {sorted(MATH_FILES)}, synthetic[:N], dsbench, "
+    raise EvalSpecError(f"unknown eval set {name!r}; use one of {sorted(MATH_FILES)}, synthetic[:N], dsbench, "
                      "dsbench:DIR, or a path to an AIME/AMC-format .json/.jsonl file")

@@ -36,10 +36,12 @@ class Overlap:
         return len(self.ids) / self.n_eval if self.n_eval else 0.0
 
     def to_dict(self) -> dict:
-        return {"train_source": self.train_source, "n_eval": self.n_eval, "n_overlap": len(self.ids), "fraction": self.fraction, "ids": self.ids}
+        return {"train_source": self.train_source, "n_eval": self.n_eval, "n_overlap": len(self.ids),
+                "fraction": self.fraction, "ids": self.ids}
 
 
-def find_overlap(eval_set: str, eval_problems: Iterable[tuple[str, str]], train_source: str, train_texts: Iterable[str]) -> Overlap:
+def find_overlap(eval_set: str, eval_problems: Iterable[tuple[str, str]], train_source: str,
+                 train_texts: Iterable[str]) -> Overlap:
     """`eval_problems` are (id, text) pairs; `train_texts` the training problems' texts.
 
     Warns (OverlapWarning) when any eval problem is also a training problem.
@@ -47,7 +49,8 @@ def find_overlap(eval_set: str, eval_problems: Iterable[tuple[str, str]], train_
     seen = {normalize_text(t) for t in train_texts}
     seen.discard("")
     problems = list(eval_problems)
-    overlap = Overlap(eval_set, train_source, len(problems), [pid for pid, text in problems if normalize_text(text) in seen])
+    ids = [pid for pid, text in problems if normalize_text(text) in seen]
+    overlap = Overlap(eval_set, train_source, len(problems), ids)
     if overlap.ids:
         shown = ", ".join(overlap.ids[:5]) + (" ..." if len(overlap.ids) > 5 else "")
         warnings.warn(

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mappa_train.evaluation.metrics import MeanSE
 from mappa_train.evaluation.report import RESULTS, load_results
+from mappa_train.evaluation.stats import MeanSE
 
 
 def find_runs(paths: list[str | Path]) -> list[Path]:
@@ -55,13 +55,15 @@ def leaderboard(results: list[dict]) -> str:
     if math_rows:
         parts.append(_table(["eval set", "run", "team", "k", "avg@k", "maj@k", "pass@k"] + common, math_rows))
     if ds_rows:
-        parts.append(_table(["eval set", "run", "team", "k", "valid submissions", "relative quality", "beats baseline"] + common, ds_rows))
+        head = ["eval set", "run", "team", "k", "valid submissions", "relative quality", "beats baseline"]
+        parts.append(_table(head + common, ds_rows))
     return "\n\n".join(parts) + "\n" if parts else "No eval results found.\n"
 
 
 def _table(header: list[str], rows: list[tuple]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for _, _, cells in sorted(rows, key=lambda r: (r[0], r[1]))]
+    for _, _, cells in sorted(rows, key=lambda r: (r[0], r[1])):
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
 

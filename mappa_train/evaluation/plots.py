@@ -9,7 +9,8 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise ImportError("eval plots need matplotlib: pip install matplotlib (or pip install 'mappa[train]')") from None
+        raise ImportError("eval plots need matplotlib: pip install matplotlib "
+                          "(or pip install 'mappa[train]')") from None
     matplotlib.use("Agg")  # files only; never open a window
     import matplotlib.pyplot as plt
 
@@ -42,7 +43,8 @@ def write_plots(results: dict, out_dir: str | Path) -> list[Path]:
         width = 0.8 / len(metrics)
         for m, (label, get) in enumerate(metrics):
             xs = [i + (m - 1) * width for i in range(len(names))]
-            ax.bar(xs, [get(scored[n])["mean"] for n in names], width, yerr=[_err(get(scored[n])) for n in names], label=label, capsize=3)
+            ax.bar(xs, [get(scored[n])["mean"] for n in names], width, yerr=[_err(get(scored[n])) for n in names],
+                   label=label, capsize=3)
         ax.set_xticks(range(len(names)), names)
         ax.set_ylim(0, 1)
         ax.set_ylabel("accuracy (mean ± SE over problems)")

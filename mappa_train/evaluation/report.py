@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mappa_train.evaluation.metrics import Sample, mean_se, pass_ks, per_problem
+from mappa_train.evaluation.stats import Sample, mean_se, pass_ks, per_problem
 
 RESULTS = "results.json"
 _VALID_KEYS = ("submission_valid", "valid")  # DSBench outcome details naming a usable submission
@@ -25,7 +25,8 @@ def summarize_set(records: list[dict], k: int, same: Callable[[object, object], 
     by_task: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_task[r["task_id"]].append(r)
-    per_task = {pid: {"n": len(rs), "score": sum(float(r["outcome"]["score"]) for r in rs) / len(rs)} for pid, rs in by_task.items()}
+    per_task = {pid: {"n": len(rs), "score": sum(float(r["outcome"]["score"]) for r in rs) / len(rs)}
+                for pid, rs in by_task.items()}
 
     if any(_valid(o) is not None for o in outcomes):  # DSBench: submissions scored between baseline and reference
         out["valid_rate"] = _per_problem_mean(records, lambda r: float(bool(_valid(r["outcome"])))).to_dict()
@@ -106,8 +107,10 @@ def _cost(records: list[dict]) -> dict:
 def git_commit(cwd: str | Path | None = None) -> str | None:
     """The checkout's commit hash (with "-dirty" when tracked files changed), or None outside git."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("-dirty" if dirty else "")
@@ -145,5 +148,6 @@ def load_results(run: str | Path) -> dict:
     if path.is_dir():
         path = path / RESULTS
     if not path.is_file():
-        raise FileNotFoundError(f"no results at {path}: pass a run directory written by `mappa eval` or its results.json")
+        raise FileNotFoundError(f"no results at {path}: pass a run directory written by `mappa eval` "
+                                "or its results.json")
     return json.loads(path.read_text(encoding="utf-8"))

@@ -3,8 +3,10 @@
 One JSON line per finished episode goes to `transcripts.jsonl` (every action with what the agent
 last saw, its tool output and the coach's verdict, then the outcome). A re-run in the same
 directory reads that file first and plays only the episodes it lacks, so an interrupted eval picks
-up where it stopped. Episodes run through `VectorRunner`: every env waiting for an action is answered
-by one `team.respond` call, then the envs step (tool calls, coach) in a thread pool.
+up where it stopped, provided it is the same run: `run.json` records what the episodes depend on
+(team, coach, sampling), and a re-run with other settings is refused rather than mixed in. Episodes
+run through `VectorRunner`: every env waiting for an action is answered by one `team.respond` call,
+then the envs step (tool calls, coach) in a thread pool.
 """
 from __future__ import annotations
 
@@ -13,15 +15,29 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 
-from mappa_envs.policy import TextPolicy
+from mappa_envs.errors import MappaError
+from mappa_envs.policy import Team, TextPolicy
 from mappa_envs.wrappers import EpisodeResult, Turn, VectorRunner
 from mappa_train.evaluation.hygiene import find_overlap
 
 TRANSCRIPTS = "transcripts.jsonl"
+RUN_FILE = "run.json"
+
+
+class EvalSpecError(MappaError, ValueError):
+    """An eval set, team spec or output folder that cannot be used as given; the message says what would work."""
+
+
+class Reporter(Protocol):
+    """What `run_eval` reports as it goes (`mappa eval` draws its progress bars from it)."""
+
+    def set_started(self, name: str, done: int, total: int) -> None: ...  # `done` of `total` were already played
+    def episode(self, record: dict) -> None: ...
+    def set_finished(self, name: str) -> None: ...
 
 
 @dataclass
@@ -76,6 +92,9 @@ def tasks_of(env) -> list:
 
 
 def plan_jobs(eval_set: EvalSet, tasks: list, k: int, base_seed: int) -> list[Job]:
+    if not tasks:
+        raise EvalSpecError(f"eval set {eval_set.name!r} has no problems ({eval_set.env_id}, {eval_set.env_kwargs}); "
+                            "an empty task file is an error, not an evaluation of nothing")
     tasks = tasks[: eval_set.max_problems] if eval_set.max_problems else tasks
     return [
         Job(eval_set.name, i, t.id, s, episode_seed(base_seed, eval_set.name, t.id, s))
@@ -84,8 +103,8 @@ def plan_jobs(eval_set: EvalSet, tasks: list, k: int, base_seed: int) -> list[Jo
     ]
 
 
-def play(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], batch_size: int = 8,
-         on_episode: Callable[[dict], None] | None = None) -> list[dict]:
+def play_jobs(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], batch_size: int = 8,
+              on_episode: Callable[[dict], None] | None = None) -> list[dict]:
     """Play `jobs` with up to `batch_size` envs at once; returns the episode records in finish order."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -95,13 +114,15 @@ def play(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], batch_s
 
     def finish(result: EpisodeResult, env) -> None:
         job = jobs[result.episode]
-        if result.task_id != job.task_id:
+        if result.error is None and result.task_id != job.task_id:
             raise RuntimeError(f"task_index {job.task_index} gave task {result.task_id!r}, expected {job.task_id!r}: "
                                "the task source changed")
         record = env.unwrapped.transcript()  # task, every action with tool output and coach verdict, outcome
         record["actions"] = [{**action, **_extras(turn)} for action, turn in zip(record["actions"], result.turns)]
         record = {"set": job.set_name, "task_id": job.task_id, "task_index": job.task_index, "sample": job.sample,
                   "seed": job.seed, **record, "truncated": result.truncated}
+        if result.error:  # the episode raised: recorded (as not correct) with why, never silently dropped
+            record["error"] = result.error
         records.append(record)
         if on_episode:
             on_episode(record)
@@ -115,6 +136,31 @@ def play(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], batch_s
     return records
 
 
+def claim_run(out: Path, identity: dict) -> None:
+    """Record `identity` in out/run.json, or check that it is the one of the episodes already there."""
+    path, played = out / RUN_FILE, out / TRANSCRIPTS
+    new = json.loads(json.dumps(identity, default=str))
+    if not path.is_file() or not (played.is_file() and played.stat().st_size):  # nothing played yet: nothing to mix
+        path.write_text(json.dumps(new, indent=1), encoding="utf-8")
+        return
+    old = json.loads(path.read_text(encoding="utf-8"))
+    changed = [f"{key}: {old.get(key)!r} then, {new.get(key)!r} now"
+               for key in sorted({*old, *new}) if old.get(key) != new.get(key)]
+    if changed:
+        raise EvalSpecError(f"{out} holds a run with other settings ({'; '.join(changed)}); resuming would mix them: "
+                            f"pass another --name or --out, or delete {out}")
+
+
+def _check_roles(policy: TextPolicy, env) -> None:
+    """A per-role team must name exactly the env's roles."""
+    if not (isinstance(policy, Team) and isinstance(policy.policies, Mapping)):
+        return
+    roles, named = set(env.possible_agents), set(policy.policies)
+    if roles != named:
+        raise EvalSpecError(f"the team names the roles {sorted(named)}, but {env.unwrapped.scenario.env_id} has "
+                            f"{sorted(roles)}: give one ROLE=SPEC per role")
+
+
 def _extras(turn: Turn) -> dict:
     """What the agent last saw, the length of its answer and its token usage, added to each action's record."""
     seen = turn.messages[-1]["content"] if turn.messages else ""
@@ -125,15 +171,17 @@ TeamSource = TextPolicy | Callable[[Any], TextPolicy]  # a team, or a builder gi
 
 
 def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k: int = 1, seed: int = 0,
-             batch_size: int = 8, env_kwargs: dict | None = None,
-             progress: Callable[[str], None] | None = None) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+             batch_size: int = 8, env_kwargs: dict | None = None, reporter: Reporter | None = None,
+             identity: dict | None = None) -> tuple[dict[str, list[dict]], dict[str, dict]]:
     """Play every (problem, sample) of every set not already in `out_dir/transcripts.jsonl`.
 
     `team` is a TextPolicy, or a callable that builds one from an env of the set (a scripted team
     that knows the set's tasks). `env_kwargs` (coach, sandbox, ...) go to every env on top of each
     set's own kwargs; a sandbox given by name (default "local") is built once for all of them and
-    closed at the end. Returns every set's finished episode records (old and new, in problem then
-    sample order) and the train/eval overlap of the sets that name a training source.
+    closed at the end. `identity` (what the episodes depend on: team, coach, sampling) is kept in
+    `out_dir/run.json`; resuming a folder whose run.json differs raises `EvalSpecError`. Returns
+    every set's finished episode records (old and new, in problem then sample order) and the
+    train/eval overlap of the sets that name a training source.
     """
     if k < 1:
         raise ValueError(f"k (samples per problem) must be >= 1, got {k}")
@@ -145,14 +193,15 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
 
         kwargs["sandbox"] = make_sandbox(kwargs.get("sandbox") or "local", pool_size=batch_size)
         try:
-            return run_eval(team, eval_sets, out_dir, k, seed, batch_size, kwargs, progress)
+            return run_eval(team, eval_sets, out_dir, k, seed, batch_size, kwargs, reporter, identity)
         finally:
             kwargs["sandbox"].close()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if identity is not None:
+        claim_run(out, identity)
     path = out / TRANSCRIPTS
     done = {(r["set"], r["task_id"], r["sample"]): r for r in load_transcripts(path)}
-    say = progress or (lambda _msg: None)
     records: dict[str, list[dict]] = {}
     overlaps: dict[str, dict] = {}
     with path.open("a", encoding="utf-8") as sink:
@@ -172,6 +221,7 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
             try:
                 tasks = tasks_of(probe)
                 policy = team if isinstance(team, TextPolicy) else team(probe)
+                _check_roles(policy, probe)
             finally:
                 probe.close()
             jobs = plan_jobs(es, tasks, k, seed)
@@ -187,26 +237,38 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
             for job in jobs:
                 old = done.get(job.key)
                 if old is not None and old["seed"] != job.seed:
-                    raise ValueError(
+                    raise EvalSpecError(
                         f"{path} was written with another seed ({old['seed']} != {job.seed} for {job.key}); "
                         "use a new output directory or the run's original --seed"
                     )
             todo = [j for j in jobs if j.key not in done]
-            say(f"{es.name}: {len(jobs) - len(todo)}/{len(jobs)} episodes already done, playing {len(todo)}")
-            new = play(policy, make_env, todo, batch_size, on_episode=write) if todo else []
+            if reporter:
+                reporter.set_started(es.name, len(jobs) - len(todo), len(jobs))
+
+            def finished(record: dict) -> None:
+                write(record)
+                if reporter:
+                    reporter.episode(record)
+
+            try:
+                new = play_jobs(policy, make_env, todo, batch_size, on_episode=finished) if todo else []
+            finally:
+                if reporter:
+                    reporter.set_finished(es.name)
             fresh = {(r["set"], r["task_id"], r["sample"]): r for r in new}
             records[es.name] = [done.get(j.key) or fresh[j.key] for j in jobs]
     return records, overlaps
 
 
-def evaluate(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, run_name: str, team_spec: str = "",
-             k: int = 1, seed: int = 0, batch_size: int = 8, env_kwargs: dict | None = None, config: dict | None = None,
-             plots: bool = True, progress: Callable[[str], None] | None = None) -> dict:
+def evaluate_team(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, run_name: str, team_spec: str = "",
+                  k: int = 1, seed: int = 0, batch_size: int = 8, env_kwargs: dict | None = None,
+                  config: dict | None = None, plots: bool = True, reporter: Reporter | None = None,
+                  identity: dict | None = None) -> dict:
     """`run_eval`, then write `results.json` and the plots into `out_dir`; returns the results."""
     from mappa_envs.mathchat import answers_match
     from mappa_train.evaluation.report import build_results, write_results
 
-    records, overlaps = run_eval(team, eval_sets, out_dir, k, seed, batch_size, env_kwargs, progress)
+    records, overlaps = run_eval(team, eval_sets, out_dir, k, seed, batch_size, env_kwargs, reporter, identity)
     results = build_results(run_name, team_spec, records, k, seed, config or {}, same=answers_match, overlaps=overlaps)
     write_results(out_dir, results)
     if plots:

@@ -1,14 +1,14 @@
-"""Build the team and the coach of `mappa eval` from their command-line specs (docs/evaluation.md)."""
+"""Build the team of `mappa eval` from its command-line spec (docs/evaluation.md); the coach comes
+from `mappa_envs.coach.make_coach`. A spec that cannot work fails here, before anything is played."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import replace
 from pathlib import Path
 
 from mappa_envs.policy import Team, TextPolicy
-from mappa_train.evaluation.runner import TeamSource
+from mappa_train.evaluation.runner import EvalSpecError, TeamSource
 from mappa_train.generation import SamplingParams
 
 MODEL_KINDS = ("hf", "vllm", "openai")
@@ -21,7 +21,7 @@ def team_name(spec: str) -> str:
 
 def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParams(temperature=0.6, max_new_tokens=1024),
               _models: dict | None = None) -> TeamSource:
-    """A TextPolicy, or a builder of one from an env, for `spec` (see `TEAM_HELP` in cli.py).
+    """A TextPolicy, or a builder of one from an env, for `spec` (see `TEAM_HELP` in mappa_cli/eval.py).
 
     Model specs: `hf:PATH` (transformers), `vllm:PATH` (an in-process vLLM engine),
     `openai:MODEL@BASE_URL` (any OpenAI-compatible endpoint), sampled with `sampling`.
@@ -33,7 +33,7 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
         for part in filter(None, (p.strip() for p in spec.split(";"))):
             role, sep, sub = part.partition("=")
             if not sep or not role.strip() or not sub.strip():
-                raise ValueError(f"team spec part {part!r}: expected ROLE=SPEC (e.g. verifier=scripted)")
+                raise EvalSpecError(f"team spec part {part!r}: expected ROLE=SPEC (e.g. verifier=scripted)")
             members[role.strip()] = make_team(sub, seed, sampling, models)
         if all(isinstance(m, TextPolicy) for m in members.values()):
             return Team(members)
@@ -44,8 +44,8 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
         final = Path(folder) / "final"
         policies = sorted(p.name for p in final.iterdir() if p.is_dir()) if final.is_dir() else []
         if not policies:
-            raise ValueError(f"team spec {spec!r}: {final} holds no trained model; a finished `mappa train` run writes "
-                             "final/<policy>/ (an unfinished one only has checkpoints)")
+            raise EvalSpecError(f"team spec {spec!r}: {final} holds no trained model; a finished `mappa train` run "
+                                "writes final/<policy>/ (an unfinished one only has checkpoints)")
         backend = backend or "hf"
         if policies == ["shared"]:
             return make_team(f"{backend}:{final / 'shared'}", seed, sampling, models)
@@ -55,18 +55,24 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
             models[spec] = PerCallSeed(_model_policy(kind, rest, sampling), seed)
         return models[spec]
     if kind == "scripted":
-        try:
-            options = {"skill": float(rest), "seed": seed} if rest else {}
-        except ValueError:
-            raise ValueError(f"team spec {spec!r}: expected scripted or scripted:SKILL with SKILL in [0, 1]") from None
+        skill = _skill(rest, spec) if rest else None
+        options = {"skill": skill, "seed": seed} if skill is not None else {}
         return lambda env: _scripted(env, options)
     if re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", spec):  # module:factory, called with the env
-        from mappa_envs.registration import load_callable
-
-        factory = load_callable(spec)
+        factory = _import(spec)
         return lambda env: factory(env)
-    raise ValueError(f"unknown team spec {spec!r}; expected hf:PATH, vllm:PATH, openai:MODEL@URL, scripted[:SKILL], "
-                     "module:factory, or ROLE=SPEC;... (see docs/evaluation.md)")
+    raise EvalSpecError(f"unknown team spec {spec!r}; expected hf:PATH, vllm:PATH, openai:MODEL@URL, scripted[:SKILL], "
+                        "module:factory, or ROLE=SPEC;... (see docs/evaluation.md)")
+
+
+def _skill(text: str, spec: str) -> float:
+    try:
+        skill = float(text)
+    except ValueError:
+        skill = float("nan")
+    if not 0.0 <= skill <= 1.0:
+        raise EvalSpecError(f"team spec {spec!r}: expected scripted or scripted:SKILL with SKILL in [0, 1]")
+    return skill
 
 
 def training_env(spec: str) -> tuple[str, str, dict] | None:
@@ -75,26 +81,70 @@ def training_env(spec: str) -> tuple[str, str, dict] | None:
         return None
     path = Path(spec[4:].partition("@")[0]) / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: run:DIR must name a `mappa train` output folder")
+        raise EvalSpecError(f"team spec {spec!r}: {path} does not exist; run:DIR must name a `mappa train` "
+                            "output folder")
     env = json.loads(path.read_text())["env"]
     return str(path), env["id"], env.get("kwargs", {})
 
 
 def _model_policy(kind: str, target: str, sampling: SamplingParams) -> TextPolicy:
-    from mappa_train.policies import EndpointPolicy, GeneratorPolicy
+    from mappa_train.text_policies import EndpointPolicy, GeneratorPolicy
 
     if not target:
-        raise ValueError(f"team spec {kind}: names no model (e.g. hf:path/to/model, openai:MODEL@BASE_URL)")
+        raise EvalSpecError(f"team spec {kind}: names no model (e.g. hf:path/to/model, openai:MODEL@BASE_URL)")
     if kind == "openai":
         from mappa_train.generation.openai_chat import OpenAIChat
 
         model, sep, url = target.partition("@")
         if not sep or not model or not url:
-            raise ValueError(f"team spec openai:{target}: expected openai:MODEL@BASE_URL, e.g. openai:qwen@http://127.0.0.1:8000/v1")
+            raise EvalSpecError(f"team spec openai:{target}: expected openai:MODEL@BASE_URL, e.g. openai:qwen@http://127.0.0.1:8000/v1")
         return EndpointPolicy(OpenAIChat(model, base_url=url), sampling)
+    check_model(kind, target)
     from mappa_train.generation import make_generator
 
     return GeneratorPolicy(make_generator(kind, target), sampling)
+
+
+def check_model(kind: str, target: str) -> None:
+    """A model that exists: a local folder or file, or a hub id that is cached or whose hub is reachable.
+
+    Without this, a mistyped path reaches transformers, which reads it as a malformed hub id."""
+    if Path(target).expanduser().exists():
+        return
+    if target.startswith((".", "/", "~")) or target.count("/") > 1 or target.endswith(".gguf"):
+        raise EvalSpecError(f"team spec {kind}:{target}: the path {target} does not exist; give a model folder "
+                            "(config.json and weights), a .gguf file, or a hub id ORG/NAME")
+    hub = _hub_status(target)
+    if hub is not None:
+        raise EvalSpecError(f"team spec {kind}:{target}: no local path {target} exists, and as a hub id it is not "
+                            f"in the local cache while {hub}; pre-download it where the hub is reachable "
+                            f"(`huggingface-cli download {target}`, then copy ~/.cache/huggingface) "
+                            "or pass a local folder")
+
+
+def _hub_status(repo_id: str) -> str | None:
+    """None when `repo_id` is cached or the hub answers; else why the hub cannot be used."""
+    try:
+        import huggingface_hub
+        from huggingface_hub import constants
+    except ImportError:
+        return "huggingface_hub is not installed (pip install 'mappa[train]')"
+    try:
+        if isinstance(huggingface_hub.try_to_load_from_cache(repo_id, "config.json"), str):
+            return None
+    except ValueError:  # not of the form a hub id takes
+        return f"{repo_id!r} is not a valid hub id either (ORG/NAME)"
+    if constants.HF_HUB_OFFLINE:
+        return "the hub is switched off (HF_HUB_OFFLINE=1)"
+    import socket
+    from urllib.parse import urlsplit
+
+    host = urlsplit(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=5).close()
+    except OSError as e:
+        return f"the hub ({host}) is unreachable ({e.strerror or e})"
+    return None
 
 
 class PerCallSeed:
@@ -117,34 +167,22 @@ class PerCallSeed:
 
 def _scripted(env, options: dict) -> TextPolicy:
     import mappa_envs
-    from mappa_envs.registration import load_callable
 
     env_id = env.unwrapped.scenario.env_id
     target = mappa_envs.spec(env_id).scripted_policy
     if target is None:
-        raise ValueError(f"{env_id} has no scripted team; evaluate a model or a module:factory policy")
-    return load_callable(target)(env, **options)
+        raise EvalSpecError(f"{env_id} has no scripted team; evaluate a model or a module:factory policy")
+    return _import(target)(env, **options)
 
 
-def make_coach(spec: str, cache: str | Path | None = None):
-    """'rule' (offline), an LLMCoach preset ('gemini-2.5-flash', 'vllm-local:MODEL', ...) or
-    'MODEL@BASE_URL' (any OpenAI-compatible endpoint; key from $OPENAI_API_KEY when set).
-    An LLM coach is wrapped in a CachedCoach at `cache` so re-runs re-score for free."""
-    from mappa_envs.coach import RuleCoach
+def _import(target: str):
+    """The object "package.module:name" names, or an EvalSpecError saying why it cannot be imported."""
+    import importlib
 
-    if spec == "rule":
-        return RuleCoach()
-    from mappa_envs.coach.cache import CachedCoach
-    from mappa_envs.coach.llm import PRESETS, LLMCoach, LLMCoachConfig
-
-    preset, _, model = spec.partition(":")
-    if preset in PRESETS:
-        coach = LLMCoach.from_preset(preset, **({"model": model} if model else {}))
-    elif "@" in spec:
-        model, _, url = spec.partition("@")
-        coach = LLMCoach(LLMCoachConfig(model=model, base_url=url,
-                                        api_key_env="OPENAI_API_KEY" if os.environ.get("OPENAI_API_KEY") else None))
-    else:
-        raise ValueError(f"unknown coach {spec!r}; use 'rule', one of {sorted(PRESETS)} (optionally PRESET:MODEL), "
-                         "or MODEL@BASE_URL")
-    return CachedCoach(coach, cache) if cache else coach
+    module, _, name = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as e:
+        raise EvalSpecError(f"team spec {target!r}: cannot import {module} ({e})") from None
+    except AttributeError:
+        raise EvalSpecError(f"team spec {target!r}: {module} has no {name!r}") from None

@@ -28,7 +28,8 @@ BACKENDS = ("hf", "vllm")
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. `seed` makes one call reproducible; callers pass a fresh seed per call."""
+    """How to sample. `seeds` (one per prompt) makes each prompt's sample depend on its own seed
+    only, not on which other prompts share the call; `seed` (one per call) is the fallback."""
 
     max_new_tokens: int = 512
     temperature: float = 1.0  # 0 = greedy
@@ -36,6 +37,13 @@ class SamplingParams:
     top_k: int = 0  # 0 = off
     stop_token_ids: tuple[int, ...] = ()  # in addition to the tokenizer's eos
     seed: int | None = None
+    seeds: tuple[int, ...] | None = None
+
+    def seed_of(self, i: int) -> int | None:
+        """The sampling seed of prompt `i` of a call."""
+        if self.seeds is not None:
+            return self.seeds[i]
+        return None if self.seed is None else self.seed + i
 
     def __post_init__(self):
         if self.max_new_tokens < 1:

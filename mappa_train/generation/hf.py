@@ -8,6 +8,7 @@ one [batch, vocab] tensor, where `output_scores=True` would keep one per generat
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Iterable
 
@@ -37,10 +38,13 @@ class _WarpAndRecord(transformers.LogitsProcessor):
     """Warps scores into log-probabilities and records the logprob of each sampled token.
 
     At step t `input_ids[:, -1]` is the token sampled from step t-1's distribution, which is kept.
+    With per-row `generators` it also draws each row's token itself, from that row's own RNG, and
+    hands `generate` a distribution with all mass on it: a row's sample then depends on its seed
+    and its prompt, not on the other rows of the batch.
     """
 
-    def __init__(self, params: SamplingParams):
-        self.params = params
+    def __init__(self, params: SamplingParams, generators: list[torch.Generator] | None = None):
+        self.params, self.generators = params, generators
         self.previous: torch.Tensor | None = None
         self.logprobs: list[torch.Tensor] = []
 
@@ -48,7 +52,11 @@ class _WarpAndRecord(transformers.LogitsProcessor):
         if self.previous is not None:
             self.record(input_ids[:, -1])
         self.previous = warped_logprobs(scores, self.params)
-        return self.previous
+        if self.generators is None or self.params.temperature == 0:
+            return self.previous
+        probs = self.previous.exp()
+        chosen = torch.stack([torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(self.generators)])
+        return torch.full_like(self.previous, float("-inf")).scatter_(1, chosen, 0.0)
 
     def record(self, sampled: torch.Tensor) -> None:
         self.logprobs.append(self.previous.gather(1, sampled[:, None])[:, 0])
@@ -86,15 +94,17 @@ class HFGenerator:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         if any(not p for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if params.seeds is not None and len(params.seeds) != len(prompts):
+            raise ValueError(f"params.seeds has {len(params.seeds)} seeds for {len(prompts)} prompts")
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch_size):
             chunk = prompts[start:start + self.max_batch_size]
-            seed = None if params.seed is None else params.seed + start
-            out += self._generate(chunk, params, seed)
+            seeds = [params.seed_of(start + i) for i in range(len(chunk))]
+            out += self._generate(chunk, params, seeds)
         return out
 
     @torch.no_grad()
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None) -> list[Generation]:
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int | None]) -> list[Generation]:
         width = max(len(p) for p in prompts)
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
@@ -102,11 +112,14 @@ class HFGenerator:
         sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if params.temperature > 0 else {}
         config = transformers.GenerationConfig(  # warping is _WarpAndRecord's job: generate's own is off
             max_new_tokens=params.max_new_tokens, eos_token_id=stops or None, pad_token_id=self.pad_id, **sampling)
-        recorder = _WarpAndRecord(params)
+        generators = None
+        if None not in seeds:  # seeded: every row draws from its own RNG
+            generators = [torch.Generator(self.device).manual_seed(s) for s in seeds]
+        recorder = _WarpAndRecord(params, generators)
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):  # a seeded call leaves the global RNG untouched
-            if seed is not None:
-                torch.manual_seed(seed)
+        # seeded: generate's own (now trivial) draws must not move the global RNG; unseeded: they should
+        fork = torch.random.fork_rng(devices=devices) if generators else contextlib.nullcontext()
+        with fork:
             sequences = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
                                             logits_processor=transformers.LogitsProcessorList([recorder]))
         new = sequences[:, width:]

@@ -60,12 +60,14 @@ class VLLMGenerator:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         from vllm.inputs import TokensPrompt
 
+        if params.seeds is not None and len(params.seeds) != len(prompts):
+            raise ValueError(f"params.seeds has {len(params.seeds)} seeds for {len(prompts)} prompts")
         stops = stop_ids(self.tokenizer, params)
         requests = [
             self._vllm.SamplingParams(
                 n=1, max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
                 top_k=params.top_k, stop_token_ids=stops, logprobs=0, skip_special_tokens=True,
-                seed=None if params.seed is None else params.seed + i)
+                seed=params.seed_of(i))
             for i in range(len(prompts))
         ]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests,

@@ -26,7 +26,8 @@ class GeneratorPolicy:
             return []
         prompts = [chat_prompt_ids(self.generator.tokenizer, c) for c in conversations]
         outs = self.generator.generate(prompts, self.params)
-        self.last_usage = [{"prompt_tokens": len(p), "completion_tokens": len(g.token_ids)} for p, g in zip(prompts, outs)]
+        self.last_usage = [{"prompt_tokens": len(p), "completion_tokens": len(g.token_ids)}
+                           for p, g in zip(prompts, outs)]
         return [g.text for g in outs]
 
 

@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
+from mappa_cli.args import positive_int
 from mappa_envs.sandbox.docker import DEFAULT_IMAGE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    b = sub.add_parser("build", help="build the Docker sandbox image offline (debootstrap + docker import), or from docker/Dockerfile")
+    b = sub.add_parser("build", help="build the Docker sandbox image offline (debootstrap + docker import), "
+                       "or from docker/Dockerfile")
     b.add_argument("--image", default=DEFAULT_IMAGE, help="image name:tag to create")
     b.add_argument("--force", action="store_true", help="rebuild even if the image exists")
     b.add_argument("--dockerfile", metavar="DIR", help="use `docker build DIR` instead (needs an image registry)")
@@ -19,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     c = sub.add_parser("check", help="report engine, image, limits and a round-trip latency")
     c.add_argument("--backend", default="auto", choices=("auto", "docker", "local"))
     c.add_argument("--image", default=DEFAULT_IMAGE)
-    c.add_argument("--cells", type=int, default=50, help="trivial cells to time")
+    c.add_argument("--cells", type=positive_int, default=50, help="trivial cells to time")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +42,7 @@ def _build(args: argparse.Namespace) -> int:
     try:
         image.build(args.image, mirror=args.mirror, suite=args.suite)
     except (RuntimeError, subprocess.CalledProcessError) as e:
-        print(f"mappa sandbox build failed: {e}")
+        print(f"mappa sandbox: the build failed: {e}", file=sys.stderr)
         return 1
     return 0
 
@@ -57,7 +60,7 @@ def _check(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         sb = make_sandbox(args.backend, pool_size=0, **options)
     except SandboxError as e:
-        print(f"{args.backend}: {e}")
+        print(f"mappa sandbox: the {args.backend} backend is not usable: {e}", file=sys.stderr)
         return 1
     with sb:
         print(f"backend: {sb.name} ({sb!r})")
@@ -69,7 +72,7 @@ def _check(args: argparse.Namespace) -> int:
                 r = s.run("1 + 1", timeout=10)
                 times.append(time.perf_counter() - t)
                 if not r.ok:
-                    print(f"a trivial cell failed: {r.error}\n{r.stderr}")
+                    print(f"mappa sandbox: a trivial cell failed: {r.error} {r.stderr.strip()[-300:]}", file=sys.stderr)
                     return 1
             info = s.run("import sys, os; print(sys.version.split()[0], os.getuid(), os.getcwd())").stdout.strip()
         times.sort()

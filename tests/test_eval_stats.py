@@ -5,7 +5,7 @@ import math
 import pytest
 
 from mappa_envs.mathchat import answers_match
-from mappa_train.evaluation.metrics import (
+from mappa_train.evaluation.stats import (
     Sample,
     majority_vote,
     mean_se,

@@ -3,23 +3,23 @@ from __future__ import annotations
 
 import argparse
 
-from mappa_train.config import ConfigError, help_lines, load_config
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from mappa_train.config import help_lines
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--config", help="a YAML preset (configs/mathchat.yaml, configs/dsbench.yaml, configs/quickstart.yaml)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="override config keys, e.g. learner.lr=1e-5 steps=10")
+    parser.add_argument("--config",
+                        help="a YAML preset (configs/mathchat.yaml, configs/dsbench.yaml, configs/quickstart.yaml)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="override config keys, e.g. learner.lr=1e-5 steps=10")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.epilog = "config keys (key = default  [type]  meaning):\n  " + "\n  ".join(help_lines())
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config, args.overrides)
-    except ConfigError as e:
-        print(f"mappa train: {e}")
-        return 2
+    from mappa_train.config import load_config
+
+    cfg = load_config(args.config, args.overrides)  # its ConfigError (bad file, YAML, key, value) is one line
     if args.print_config:
         import yaml
 
@@ -37,3 +37,4 @@ def run(args: argparse.Namespace) -> int:
         out = train(cfg)
     print(f"done: metrics, curves.png and the final model are in {out}")
     return 0
+

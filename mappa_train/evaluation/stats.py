@@ -61,7 +61,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def majority_vote(answers: Sequence[Hashable | None], correct: Sequence[bool], same: Callable[[object, object], bool] | None = None) -> float:
+def majority_vote(answers: Sequence[Hashable | None], correct: Sequence[bool],
+                  same: Callable[[object, object], bool] | None = None) -> float:
     """maj@k of one problem: the chance that a vote over its samples' answers picks a right one.
 
     `answers[i]` is sample i's extracted answer (None: it gave none) and `correct[i]` whether it is
@@ -105,7 +106,8 @@ def group_by_problem(samples: Sequence[Sample]) -> dict[str, list[Sample]]:
     return groups
 
 
-def per_problem(samples: Sequence[Sample], k: int, same: Callable[[object, object], bool] | None = None) -> dict[str, dict]:
+def per_problem(samples: Sequence[Sample], k: int,
+                same: Callable[[object, object], bool] | None = None) -> dict[str, dict]:
     """Per-problem figures: n samples, c correct, avg, pass@j for j = 1..min(k, n), maj@k.
 
     maj@k votes over the problem's first k samples (all of them when fewer).
@@ -152,7 +154,8 @@ class PairedCI:
         return self.low > 0 or self.high < 0
 
 
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, level: float = 0.95, seed: int = 0) -> PairedCI:
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, level: float = 0.95,
+                     seed: int = 0) -> PairedCI:
     """Percentile bootstrap CI of mean(b - a): problems are resampled with replacement, pairs kept."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.shape != y.shape or x.ndim != 1:

@@ -1,0 +1,94 @@
+"""Progress of a long job on stderr: episodes done / total, throughput, ETA, and coach failures.
+
+On a terminal it is a tqdm bar; otherwise (a log file, CI, `--no-progress`) a plain line every
+`every_s` seconds and one at the end. A coach call that fails is announced once when it first
+happens and summed up at the end ("coach: 4/4 calls failed (last error: ...)"), so a run whose
+coach is unreachable does not pass for a run with low scores.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+class Progress:
+    def __init__(self, total: int, desc: str, bar: bool | None = None, every_s: float = 10.0,
+                 stream: TextIO | None = None):
+        """bar: True/False forces the tqdm bar on/off; None: on when `stream` is a terminal."""
+        self.total, self.desc, self.every_s = total, desc, every_s
+        self.stream = stream or sys.stderr
+        self.done = self.failed = self.coach_calls = self.coach_failures = 0
+        self.last_error: str | None = None
+        self.started = self._last_line = time.monotonic()
+        self._bar = None
+        if self.stream.isatty() if bar is None else bar:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=desc, unit="episode", file=self.stream, dynamic_ncols=True)
+
+    def episode(self, record: dict) -> None:
+        """One finished episode: its transcript record (`actions[i]["coach"]` holds each verdict)."""
+        failures_before = self.coach_failures
+        for action in record.get("actions", ()):
+            verdict = action.get("coach")
+            if verdict is None:
+                continue
+            self.coach_calls += 1
+            if not verdict.get("ok", True):
+                self.coach_failures += 1
+                self.last_error = str(verdict.get("error"))[:200]
+        self.done += 1
+        self.failed += bool(record.get("error"))  # the episode raised; the driver went on without it
+        if self.coach_failures and not failures_before:
+            self.say(f"coach: a call failed ({self.last_error}); further failures are counted")
+        if self._bar is not None:
+            if self.coach_failures or self.failed:
+                self._bar.set_postfix_str(self._failures())
+            self._bar.update(1)
+        elif self.done == self.total or time.monotonic() - self._last_line >= self.every_s:
+            self.say(self.line())
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.started
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        left = self.total - self.done
+        when = f"done in {_duration(elapsed)}" if not left else f"ETA {_duration(left / rate)}" if rate else "ETA ?"
+        failures = f" ({self._failures()})" if self.failed or self.coach_failures else ""
+        return f"{self.desc}: {self.done}/{self.total} episodes{failures}, {rate:.2f} episodes/s, {when}"
+
+    def _failures(self) -> str:
+        parts = [f"{self.failed} failed"] if self.failed else []
+        parts += [f"coach failed {self.coach_failures}/{self.coach_calls}"] if self.coach_failures else []
+        return ", ".join(parts)
+
+    def coach_summary(self) -> str | None:
+        if not self.coach_failures:
+            return None
+        return f"coach: {self.coach_failures}/{self.coach_calls} calls failed (last error: {self.last_error})"
+
+    def say(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+        self._last_line = time.monotonic()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        summary = self.coach_summary()
+        if summary:
+            self.say(summary)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60:02d} s"

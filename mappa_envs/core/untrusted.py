@@ -1,0 +1,93 @@
+"""Untrusted text (agent actions, tool output, file names) made safe to put into prompts and logs.
+
+- `safe_text`: valid UTF-8 whatever came in (lone surrogates and undecodable bytes become visible
+  escapes), with control characters escaped except newline and tab, and every line break a `\\n`.
+  Tokenizers, JSON writers and terminals then never see a surrogate, an ANSI sequence or a `\\r`.
+- `one_line`: `safe_text` with newlines escaped too (for values shown inside a trusted line).
+- `sanitized`: `safe_text` applied to every string in a JSON-like value.
+- `clip`: cut a long text to its head and tail (errors usually sit at the end).
+- `indent`: every line shifted right, so untrusted text can never start a line of its own (the
+  env's headings always start at column 0).
+- `fence_mark` / `fenced`: quote text between a BEGIN and an END line carrying a mark derived from
+  the text itself (a hash). To forge an END line a text would have to contain the hash of itself,
+  so it cannot close the quote or open a section of its own; the mark is also checked and
+  re-derived in the (astronomically unlikely) case the text contains it. Deterministic: the same
+  text gives the same prompt, which seeded comparisons and prompt caches rely on.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+# C0 controls but \t and \n, DEL, C1 controls, line/paragraph separators, bidi overrides and isolates.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_MARK_CHARS = 16
+
+
+def _escape(match: re.Match) -> str:
+    c = ord(match.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def safe_text(value: str | bytes) -> str:
+    """`value` as a valid-UTF-8 str with control characters escaped and `\\r\\n`/`\\r` turned into `\\n`."""
+    if isinstance(value, (bytes, bytearray)):
+        text = bytes(value).decode("utf-8", errors="backslashreplace")
+    else:
+        text = str(value)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: show them as \udcxx instead of crashing an encoder later
+            text = text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROL.sub(_escape, text)
+
+
+def one_line(value: str | bytes) -> str:
+    """`safe_text` on one line: newlines and tabs escaped as well."""
+    return safe_text(value).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def sanitized(value):
+    """`value` with `safe_text` applied to every str in it (dict keys, list items), for JSON-like data."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return {sanitized(k) if isinstance(k, str) else k: sanitized(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [sanitized(v) for v in value]
+    return value
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` if it fits in `limit` characters, else its head and tail with a note of what was cut."""
+    if len(text) <= limit:
+        return text
+    half = max(limit // 2, 1)
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
+def indent(text: str, prefix: str = "    ") -> str:
+    """Every line of `safe_text(text)` behind `prefix`."""
+    return "\n".join(prefix + line for line in safe_text(text).split("\n"))
+
+
+def fence_mark(*texts: str) -> str:
+    """A mark none of `texts` contains, derived from their content (see the module docstring)."""
+    digest = hashlib.sha256("\x00".join(texts).encode("utf-8", errors="backslashreplace")).hexdigest()
+    for start in range(0, len(digest) - _MARK_CHARS + 1):
+        mark = digest[start:start + _MARK_CHARS]
+        if not any(mark in t for t in texts):
+            return mark
+    return fence_mark(digest, *texts)  # every window of the digest occurs in the texts: hash again
+
+
+def fenced(text: str, mark: str) -> str:
+    """`text` between `<<<BEGIN mark>>>` and `<<<END mark>>>` lines (`text` must not contain `mark`)."""
+    if mark in text:
+        raise ValueError("the fence mark occurs in the text it fences; derive it with fence_mark(text)")
+    return f"<<<BEGIN {mark}>>>\n{text}\n<<<END {mark}>>>"
+
+
+__all__ = ["clip", "fence_mark", "fenced", "indent", "one_line", "safe_text", "sanitized"]

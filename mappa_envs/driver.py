@@ -1,0 +1,336 @@
+"""The episode driver: many episodes over B AEC envs, the agents' turns batched, no global barrier.
+
+    driver = Driver(envs, team)                 # a TextPolicy, an Actor, or {name: ...} + role_policy
+    for result in driver.play([(seed, options), ...]):
+        ...                                     # an EpisodeResult as each episode ends
+
+Every env waiting for an action becomes a `Request`. The driver hands all requests waiting at that
+moment to their policies (one batched call per policy) and steps the envs in a thread pool, since a
+step blocks on the sandbox and the coach, not on Python. An env whose step is slow (an LLM coach
+call, a long cell) does not hold the others back: whoever is ready joins the next call. With
+`schedule="rounds"` it waits for every env instead (lock-step rounds, the old behaviour; kept as the
+benchmark baseline).
+
+Results do not depend on scheduling: each request carries a seed derived from its episode's seed
+and its position in the episode, and a policy that takes `seeds=` samples with it. Every episode
+that raises (in reset, step or the env's own code) is reported as a failed `EpisodeResult` with the
+error and the driver goes on; only a run of `max_failures` failures in a row stops it, since that
+is a broken set-up rather than a bad episode.
+
+Evaluation, `mappa run`, the quickstart's warm start (via `VectorRunner`) and training rollouts
+(`mappa_train.rollout`, which adds the token bookkeeping) all play through this one loop.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+import zlib
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+from mappa_envs.policy import Team, TextPolicy, route_roles
+
+log = logging.getLogger(__name__)
+Schedule = Literal["async", "rounds"]
+Job = tuple  # (seed: int | None, options: dict | None): the reset arguments of one episode
+
+
+@dataclass(frozen=True)
+class Request:
+    """One agent waiting for an action."""
+
+    env_index: int
+    episode: int  # the job's position in `play(jobs)`
+    role: str
+    messages: list[dict]  # what the agent sees: infos[role]["messages"]
+    action_index: int  # position of this action in the episode
+    seed: int | None  # sampling seed for this action (None: the episode is unseeded)
+
+
+@runtime_checkable
+class Actor(Protocol):
+    """The driver's policy interface: one action per request, in order. An action is a str or any
+    object with a `.text` (e.g. a Generation carrying token ids and logprobs)."""
+
+    def act(self, requests: Sequence[Request]) -> list[Any]: ...
+
+
+@dataclass
+class Turn:
+    """One action: who acted on which prompt, what it wrote, and what it earned."""
+
+    role: str
+    messages: list[dict]
+    action: str
+    reward: float
+    info: dict  # the env's record of the action: tool results, checks, coach verdict
+    usage: dict | None = None  # the policy's token counts for this action, when it reports them
+    output: Any = None  # what the policy returned for this request (the text, or a richer object)
+    action_index: int = 0
+
+
+@dataclass
+class EpisodeResult:
+    episode: int  # position of the job in play(jobs)
+    env_index: int
+    seed: int | None
+    task_id: str | None
+    turns: list[Turn] = field(default_factory=list)
+    returns: dict[str, float] = field(default_factory=dict)  # role -> sum of its rewards (outcome bonus included)
+    outcome: dict | None = None
+    truncated: bool = False
+    error: str | None = None  # the episode failed: why (it is not trained on; it counts as a failure)
+    stopped: str | None = None  # the episode was ended early by the `stop` rule: why
+
+
+@dataclass
+class DriverStats:
+    calls: dict[str, int] = field(default_factory=dict)  # policy name -> batched calls
+    batches: int = 0  # iterations that called at least one policy
+    act_s: float = 0.0  # wall time inside policy calls
+    env_busy_s: float = 0.0  # summed time of every reset/step (they overlap: env_busy_s / wall_s)
+    wall_s: float = 0.0
+    failures: int = 0
+    stopped: int = 0
+
+
+def action_seed(episode_seed: int | None, action_index: int) -> int | None:
+    """The sampling seed of an episode's `action_index`-th action: fixed by the episode's seed alone."""
+    if episode_seed is None:
+        return None
+    return zlib.crc32(f"{episode_seed}/{action_index}".encode()) & 0x7FFFFFFF
+
+
+def episode_over(env) -> bool:
+    """Every live agent of an AEC env is terminated or truncated (or none is left)."""
+    return not env.agents or all(env.terminations[a] or env.truncations[a] for a in env.agents)
+
+
+class TextActor:
+    """An `Actor` over a `TextPolicy`: respond(conversations, roles[, seeds]) -> one text each."""
+
+    def __init__(self, policy: TextPolicy):
+        if not isinstance(policy, TextPolicy):
+            raise TypeError(f"policy must have respond(conversations, roles) -> list[str]; got {type(policy).__name__}")
+        self.policy = policy
+        self._seeded = "seeds" in inspect.signature(policy.respond).parameters
+
+    def act(self, requests: Sequence[Request]) -> list[Any]:
+        conversations, roles = [r.messages for r in requests], [r.role for r in requests]
+        if self._seeded:
+            return self.policy.respond(conversations, roles, seeds=[r.seed for r in requests])
+        return self.policy.respond(conversations, roles)
+
+    def usage(self, n: int) -> list[dict | None]:
+        """Token counts of the last call, when the policy reports them (`last_usage`, per conversation)."""
+        usage = getattr(self.policy, "last_usage", None)
+        if isinstance(usage, list) and len(usage) == n:
+            return [dict(u) if u else None for u in usage]
+        return [None] * n
+
+
+def as_actors(policies: Any) -> dict[str, Any]:
+    """{name: Actor} from an Actor, a TextPolicy, a Team of them, or a mapping of them."""
+    if isinstance(policies, Team) and isinstance(policies.policies, Mapping):
+        policies = policies.policies
+    if isinstance(policies, Mapping):
+        return {name: p if isinstance(p, Actor) else TextActor(p) for name, p in policies.items()}
+    return {"shared": policies if isinstance(policies, Actor) else TextActor(policies)}
+
+
+@dataclass
+class _Live:
+    """An env and the episode it is playing."""
+
+    result: EpisodeResult
+    actions: int = 0
+
+
+def _timed(fn, *args, **kwargs) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t0
+
+
+class Driver:
+    """Plays jobs over `envs` (see the module docstring).
+
+    Args:
+        envs: PettingZoo AEC envs; they are reset here and left open.
+        policies: an Actor or TextPolicy for every role, a `Team`, or {policy name: Actor | TextPolicy}.
+        role_policy: role -> policy name (default: the policy named like the role, or the only one).
+        workers: threads stepping envs (default: one per env).
+        schedule: "async" (default) or "rounds" (every env waits for the slowest; the old loop).
+        stop: `stop(result, turn) -> reason | None`, asked after every action; a reason ends the
+            episode there (curriculum filtering: no more generation or coach calls spent on it).
+        gather_s, straggle, max_gather_s: "async" batching. When the first env is ready after
+            waiting d seconds, the others get max(gather_s, straggle * d) more (at most
+            max_gather_s) to join the same call: envs that finish together share a call, a slow
+            one holds nobody back for long.
+        max_failures: failed episodes in a row before the driver gives up and raises.
+    """
+
+    def __init__(self, envs: Sequence[Any], policies: Any, role_policy: Mapping[str, str] | None = None,
+                 workers: int | None = None, schedule: Schedule = "async",
+                 stop: Callable[[EpisodeResult, Turn], str | None] | None = None, gather_s: float = 0.02,
+                 straggle: float = 0.5, max_gather_s: float = 0.25, max_failures: int = 3):
+        if not envs:
+            raise ValueError("the driver needs at least one env")
+        if schedule not in ("async", "rounds"):
+            raise ValueError(f"schedule must be 'async' or 'rounds', got {schedule!r}")
+        self.envs, self.actors = list(envs), as_actors(policies)
+        self.route = route_roles(self.actors, envs[0].possible_agents, role_policy)
+        self.workers, self.schedule, self.stop = workers or len(envs), schedule, stop
+        self.gather_s, self.straggle, self.max_gather_s = gather_s, straggle, max_gather_s
+        self.max_failures = max_failures
+        self._failures_in_a_row = 0
+        self._sent: dict[Future, float] = {}  # when each in-flight reset/step was handed to the pool
+        self.stats = DriverStats(calls={name: 0 for name in self.actors})
+
+    def play(self, jobs: Iterable[Job]) -> Iterator[EpisodeResult]:
+        """Play one episode per (seed, options) job; yield each as it ends, before its env is reset
+        for the next job (so the env's own record of the episode can still be read)."""
+        pending, numbers = iter(jobs), iter(range(1 << 62))
+        live: dict[int, _Live] = {}
+        inflight: dict[Future, int] = {}
+        started = time.perf_counter()
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mappa-env")
+
+        def start(i: int) -> None:
+            job = next(pending, None)
+            if job is None:
+                live.pop(i, None)
+                return
+            seed, options = job
+            live[i] = _Live(EpisodeResult(next(numbers), i, seed, None))
+            self._submit(pool, inflight, i, self.envs[i].reset, seed=seed, options=options)
+
+        try:
+            for i in range(len(self.envs)):
+                start(i)
+            first = True  # the first batch waits for every env's first reset: they all start together
+            while inflight:
+                ready: list[int] = []
+                for i in self._harvest(inflight, live, ready, everyone=first):
+                    yield live[i].result
+                    start(i)
+                first = False
+                if ready:
+                    self._dispatch(sorted(ready), live, inflight, pool)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            self.stats.wall_s += time.perf_counter() - started
+
+    # ---- one iteration ------------------------------------------------------------------------
+
+    def _harvest(self, inflight: dict[Future, int], live: dict[int, _Live], ready: list[int],
+                 everyone: bool = False) -> list[int]:
+        """Wait for resets/steps to finish and account for them. Returns the envs whose episode
+        ended; the envs that now wait for an action are appended to `ready`.
+
+        "rounds" (or `everyone`) waits for all of them; "async" for the first, then gives the others
+        a short grace (see `straggle`) to join the same policy call."""
+        if self.schedule == "rounds" or everyone:
+            done, _ = wait(list(inflight))
+        else:
+            done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+            took = time.perf_counter() - min(self._sent[f] for f in done)  # how long a step takes now
+            grace = min(self.max_gather_s, max(self.gather_s, self.straggle * took))
+            if len(done) < len(inflight):
+                done |= wait([f for f in inflight if f not in done], timeout=grace)[0]
+        finished = []
+        for future in sorted(done, key=inflight.__getitem__):  # env order: deterministic bookkeeping
+            i = inflight.pop(future)
+            del self._sent[future]
+            episode, env = live[i], self.envs[i]
+            try:
+                turn, seconds = future.result()
+                self.stats.env_busy_s += seconds
+                if turn is not None:
+                    self._record(episode, turn)
+                over = episode_over(env)
+                reason = None if over or turn is None or self.stop is None else self.stop(episode.result, turn)
+                if over or reason:
+                    episode.result.stopped = reason
+                    self.stats.stopped += reason is not None
+                    self._finish(i, episode)
+                    self._failures_in_a_row = 0
+            except Exception as e:  # a bad episode (or a bug the env hit on it): count it and go on
+                self._fail(episode.result, e)
+                finished.append(i)
+                continue
+            (finished if over or reason else ready).append(i)
+        return finished
+
+    def _dispatch(self, waiting: list[int], live: dict[int, _Live], inflight: dict[Future, int], pool) -> None:
+        """One batched call per policy for every waiting agent, then each env's step in the pool."""
+        requests = {}
+        for i in waiting:
+            env, episode = self.envs[i], live[i]
+            role = env.agent_selection
+            requests[i] = Request(i, episode.result.episode, role, list(env.infos[role].get("messages", [])),
+                                  episode.actions, action_seed(episode.result.seed, episode.actions))
+        self.stats.batches += 1
+        for name, actor in self.actors.items():
+            mine = [i for i in waiting if self.route[requests[i].role] == name]
+            if not mine:
+                continue
+            batch = [requests[i] for i in mine]
+            t0 = time.perf_counter()
+            outputs = actor.act(batch)
+            self.stats.act_s += time.perf_counter() - t0
+            self.stats.calls[name] += 1
+            if len(outputs) != len(batch):
+                raise ValueError(f"policy {name!r} returned {len(outputs)} texts for {len(batch)} requests")
+            usages = actor.usage(len(batch)) if isinstance(actor, TextActor) else [None] * len(batch)
+            for i, request, output, usage in zip(mine, batch, outputs, usages):
+                live[i].actions += 1
+                self._submit(pool, inflight, i, self._step, i, request, output, usage)
+
+    def _submit(self, pool, inflight: dict[Future, int], i: int, fn, *args, **kwargs) -> None:
+        future = pool.submit(_timed, fn, *args, **kwargs)
+        inflight[future], self._sent[future] = i, time.perf_counter()
+
+    def _step(self, i: int, request: Request, output: Any, usage: dict | None) -> Turn:
+        """In the pool: step the env with the action; the turn's reward is filled in by `_record`."""
+        env = self.envs[i]
+        text = output if isinstance(output, str) else getattr(output, "text", output)
+        env.step(text)
+        return Turn(request.role, request.messages, text if isinstance(text, str) else "", 0.0,
+                    env.infos[request.role].get("action") or {}, usage, output, request.action_index)
+
+    # ---- bookkeeping (main thread) ------------------------------------------------------------
+
+    def _record(self, episode: _Live, turn: Turn) -> None:
+        env, result = self.envs[episode.result.env_index], episode.result
+        turn.reward = float(env.rewards.get(turn.role, 0.0))
+        result.turns.append(turn)
+        if result.task_id is None:
+            result.task_id = env.infos[turn.role].get("task_id")
+        for role, reward in env.rewards.items():
+            result.returns[role] = result.returns.get(role, 0.0) + float(reward)
+
+    def _finish(self, i: int, episode: _Live) -> None:
+        env, result = self.envs[i], episode.result
+        if not result.returns:
+            result.returns = {role: 0.0 for role in env.possible_agents}
+        first = env.agents[0] if env.agents else None
+        if first is not None:
+            result.outcome = env.infos[first].get("outcome")
+            result.truncated = any(env.truncations[a] for a in env.agents)
+            result.task_id = result.task_id or env.infos[first].get("task_id")
+        if result.stopped is None:
+            while env.agents:  # AEC: every done agent is stepped out with None
+                env.step(None)
+
+    def _fail(self, result: EpisodeResult, error: Exception) -> None:
+        result.error = (f"{type(error).__name__}: {error}".splitlines() or [""])[0][:500]
+        self.stats.failures += 1
+        self._failures_in_a_row += 1
+        log.warning("episode %d (env %d, task %s) failed and is skipped: %s", result.episode, result.env_index,
+                    result.task_id, result.error, exc_info=error)
+        if self._failures_in_a_row >= self.max_failures:
+            raise RuntimeError(f"{self._failures_in_a_row} episodes in a row failed, so the set-up is broken rather "
+                               f"than one episode; the last: {result.error}") from error

@@ -1,0 +1,267 @@
+"""Blame precision: does the coach credit the right agent?
+
+    mappa blame --coach rule --coach http-model@http://127.0.0.1:8000/v1 --out runs/blame
+
+Scripted teams play every task once per fault, with one role deliberately faulty at a time and the
+others doing their job (MathChat: a wrong answer from the Problem Solver, an answer the Code Executor
+mis-copies from its own correct output, a Verifier that overrules a right answer; DSBench: a missing
+or inconsistent hand-off file from the Data Engineer, a Modeler that saves no model). Every action's
+coach request is recorded as the env builds it; the team's actions do not depend on the scores, so
+scoring them afterwards is scoring them online. Each coach under test then scores every request
+(`score_many`: concurrent `ascore` calls). Per fault, over episodes:
+
+- lowest: the faulty role's mean score is strictly the lowest of the team;
+- spared: no other role scores more than `tolerance` below its own mean on the same tasks with no
+  fault (a coach may not punish an agent for a failure upstream of it);
+- precision: both at once.
+
+The fault-free row ("none") shows each role's baseline. A small LLM is a weak judge; the point of the
+command is the measurement, which is as good for a strong coach as for a weak one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from mappa_envs.coach.batch import score_many
+from mappa_envs.coach.rule import RuleCoach
+from mappa_envs.coach.types import CoachRequest, CoachScore
+
+FAULTS: dict[str, dict[str, str | None]] = {  # env id -> fault -> the role at fault
+    "MathChat-v0": {"none": None, "solver_wrong": "problem_solver", "executor_miscopy": "code_executor",
+                    "verifier_overrules": "verifier"},
+    "DSBench-v0": {"none": None, "engineer_missing_file": "data_engineer", "engineer_inconsistent": "data_engineer",
+                   "modeler_no_model": "modeler"},
+}
+DEFAULT_KWARGS = {"MathChat-v0": {"task_source": "synthetic", "num_tasks": 20, "split": "eval"},
+                  "DSBench-v0": {}}
+
+
+# ---- faulty scripted teams --------------------------------------------------------------------
+
+def _wrong(answer: str) -> str:
+    """A different, plausible answer."""
+    try:
+        return str(int(float(answer)) + 7)
+    except ValueError:
+        return "0" if answer != "0" else "1"
+
+
+class MathTeam:
+    """MathChat's three roles from the ground truth, with one of `FAULTS` injected."""
+
+    def __init__(self, tasks: Sequence, fault: str):
+        self.tasks, self.fault = sorted(tasks, key=lambda t: -len(t.prompt)), fault
+
+    def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
+        return [self._one(c, r) for c, r in zip(conversations, roles)]
+
+    def _one(self, conversation: list[dict], role: str) -> str:
+        user = conversation[1]["content"]
+        task = next(t for t in self.tasks if t.prompt in user)  # longest first: no prefix mix-ups
+        gold, wrong = str(task.answer), _wrong(str(task.answer))
+        if role == "problem_solver":
+            answer = wrong if self.fault == "solver_wrong" else gold
+            return f"Setting up the count and simplifying, the quantity asked for is {answer}.\n\\boxed{{{answer}}}"
+        if role == "code_executor":
+            if not any(m["role"] == "assistant" for m in conversation):
+                code = task.meta.get("solution_code") or f"print({gold!r})"
+                return f"Let me compute it.\n```python\n{code}\n```"
+            answer = wrong if self.fault == "executor_miscopy" else gold
+            return f"The code computed the answer.\n\\boxed{{{answer}}}"
+        answer = wrong if self.fault == "verifier_overrules" else gold
+        return f"I checked the reasoning against the computation.\n\\boxed{{{answer}}}"
+
+
+class DSTeam:
+    """DSBench's scripted team (mappa_envs.dsbench.scripted) with one of `FAULTS` injected."""
+
+    def __init__(self, tasks: Sequence, fault: str):
+        from mappa_envs.dsbench.scripted import ScriptedDSPolicy
+
+        forget = ("X_test.csv",) if fault == "engineer_missing_file" else ()
+        self.inner, self.fault = ScriptedDSPolicy(tasks, forget=forget), fault
+
+    def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
+        return [self._spoil(text, role) for text, role in zip(self.inner.respond(conversations, roles), roles)]
+
+    def _spoil(self, text: str, role: str) -> str:
+        if "```python" not in text:
+            return text
+        if self.fault == "engineer_inconsistent" and role == "data_engineer":
+            extra = "X_test.drop(columns=X_test.columns[-1]).to_csv('X_test.csv', index=False)"
+            return text[: text.rindex("```")] + extra + "\n```"
+        if self.fault == "modeler_no_model" and role == "modeler":
+            return re.sub(r"pickle\.dump\(bundle, open\('model\.pkl', 'wb'\)\)", "pass  # (the model is not saved)", text)
+        return text
+
+
+def faulty_team(env_id: str, tasks: Sequence, fault: str):
+    if fault not in FAULTS[env_id]:
+        raise ValueError(f"unknown fault {fault!r} for {env_id}; faults: {', '.join(FAULTS[env_id])}")
+    return (MathTeam if env_id == "MathChat-v0" else DSTeam)(tasks, fault)
+
+
+# ---- recording the requests -------------------------------------------------------------------
+
+class RecordingCoach:
+    """The rule coach for the env's own use, keeping every request it is asked to score."""
+
+    def __init__(self):
+        self.rule, self.requests, self._lock = RuleCoach(), [], threading.Lock()
+
+    def score(self, request: CoachRequest) -> CoachScore:
+        with self._lock:
+            self.requests.append(request)
+        return self.rule.score(request)
+
+    async def ascore(self, request: CoachRequest) -> CoachScore:
+        return self.score(request)
+
+
+def record(env_id: str, fault: str, env_kwargs: dict, batch: int = 4, sandbox: Any = None) -> list[CoachRequest]:
+    """Play every task of the env once with the faulty team; return the coach requests."""
+    import mappa_envs
+    from mappa_envs.wrappers import VectorRunner
+
+    coach = RecordingCoach()
+    envs = [mappa_envs.make(env_id, coach=coach, sandbox=sandbox, **env_kwargs) for _ in range(batch)]
+    try:
+        tasks = _tasks(envs[0])
+        team = faulty_team(env_id, tasks, fault)
+        results = VectorRunner(envs, team).play([(i, {"task_index": i}) for i in range(len(tasks))])
+    finally:
+        for env in envs:
+            env.close()
+    failed = [r.error for r in results if r.error]
+    if failed:
+        raise RuntimeError(f"{env_id}/{fault}: {len(failed)} scripted episodes failed, e.g. {failed[0]}")
+    return coach.requests
+
+
+def _roles(env_id: str, kwargs: dict) -> list[str]:
+    import mappa_envs
+
+    env = mappa_envs.make(env_id, **kwargs)
+    try:
+        return list(env.possible_agents)
+    finally:
+        env.close()
+
+
+def _tasks(env) -> list:
+    scenario = env.unwrapped.scenario
+    return list(getattr(scenario, "task_list", None) or scenario.tasks())
+
+
+# ---- the measurement --------------------------------------------------------------------------
+
+@dataclass
+class FaultRow:
+    env_id: str
+    fault: str
+    faulty_role: str | None
+    coach: str
+    episodes: int
+    lowest: float | None
+    spared: float | None
+    precision: float | None
+    mean_by_role: dict[str, float]
+    failed_scores: int
+
+
+def role_scores(requests: Sequence[CoachRequest], scores: Sequence[CoachScore]) -> dict[str, dict[str, float]]:
+    """task -> role -> mean score of the role's scored actions in that task's episode."""
+    sums: dict[str, dict[str, list[float]]] = {}
+    for request, score in zip(requests, scores):
+        if score.ok and score.score is not None:
+            sums.setdefault(request.task, {}).setdefault(request.role, []).append(float(score.score))
+    return {task: {role: sum(v) / len(v) for role, v in roles.items()} for task, roles in sums.items()}
+
+
+def blame_row(env_id: str, fault: str, coach_name: str, episodes: dict[str, dict[str, float]],
+              baseline: dict[str, dict[str, float]], roles: Sequence[str], failed: int, tolerance: float) -> FaultRow:
+    """The three fractions for one fault, over the episodes where every role got a score."""
+    faulty = FAULTS[env_id][fault]
+    complete = {t: s for t, s in episodes.items() if set(s) == set(roles)}
+    lowest = spared = both = 0
+    for task, score in complete.items():
+        is_lowest = faulty is not None and all(score[faulty] < score[r] for r in roles if r != faulty)
+        base = baseline.get(task, {})
+        is_spared = all(score[r] >= base.get(r, score[r]) - tolerance for r in roles if r != faulty)
+        lowest, spared, both = lowest + is_lowest, spared + is_spared, both + (is_lowest and is_spared)
+    n = len(complete)
+    mean = {r: sum(s[r] for s in complete.values()) / n for r in roles} if n else {}
+    frac = (lambda k: k / n if n and faulty is not None else None)
+    return FaultRow(env_id, fault, faulty, coach_name, n, frac(lowest), frac(spared) if n else None, frac(both),
+                    mean, failed)
+
+
+def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 1.0, batch: int = 4,
+            concurrency: int = 8, env_kwargs: dict[str, dict] | None = None, sandbox: Any = None,
+            say=print) -> list[FaultRow]:
+    """Record every (env, fault) once, score the requests with every coach, return the table's rows."""
+    import mappa_envs
+
+    rows = []
+    for env_id in env_ids:
+        kwargs = {**DEFAULT_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
+        roles = _roles(env_id, kwargs)
+        recorded = {}
+        for fault in FAULTS[env_id]:
+            say(f"{env_id}: playing the scripted team with fault {fault!r} ...")
+            recorded[fault] = record(env_id, fault, kwargs, batch, sandbox)
+        for name, coach in coaches.items():
+            say(f"{env_id}: scoring {sum(map(len, recorded.values()))} actions with coach {name!r} ...")
+            scored = {f: score_many(coach, reqs, concurrency) for f, reqs in recorded.items()}
+            per_task = {f: role_scores(recorded[f], s) for f, s in scored.items()}
+            for fault in FAULTS[env_id]:
+                failed = sum(not s.ok for s in scored[fault])
+                rows.append(blame_row(env_id, fault, name, per_task[fault], per_task["none"], roles, failed, tolerance))
+    return rows
+
+
+def markdown(rows: Sequence[FaultRow]) -> str:
+    pct = (lambda x: "–" if x is None else f"{100 * x:.0f}%")
+    lines = ["| env | fault | faulty role | coach | episodes | faulty lowest | others spared | precision | mean score by role |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        means = ", ".join(f"{role} {v:.1f}" for role, v in r.mean_by_role.items())
+        failed = f" ({r.failed_scores} unscored)" if r.failed_scores else ""
+        lines.append(f"| {r.env_id} | {r.fault} | {r.faulty_role or '–'} | {r.coach} | {r.episodes}{failed} | "
+                     f"{pct(r.lowest)} | {pct(r.spared)} | {pct(r.precision)} | {means} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---- `mappa blame` ----------------------------------------------------------------------------
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", action="append", choices=sorted(FAULTS), help="env(s) to measure (default: both)")
+    parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
+    parser.add_argument("--tolerance", type=float, default=1.0, help="how far below its fault-free score another role may fall")
+    parser.add_argument("--num-tasks", type=int, default=20, help="MathChat: synthetic eval problems (episodes per fault)")
+    parser.add_argument("--batch", type=int, default=4, help="envs played at once")
+    parser.add_argument("--concurrency", type=int, default=8, help="coach calls in flight")
+    parser.add_argument("--out", type=Path, default=Path("runs/blame"), help="writes results.json and blame.md here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mappa_envs.coach import make_coach
+
+    if args.num_tasks < 1 or args.batch < 1 or args.concurrency < 1 or args.tolerance < 0:
+        raise ValueError("--num-tasks, --batch and --concurrency must be >= 1 and --tolerance >= 0")
+    coaches = {spec: make_coach(spec) for spec in (args.coach or ["rule"])}
+    env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}}
+    rows = measure(args.env or sorted(FAULTS), coaches, args.tolerance, args.batch, args.concurrency, env_kwargs,
+                   say=lambda m: print(m, flush=True))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps([r.__dict__ for r in rows], indent=2))
+    table = markdown(rows)
+    (args.out / "blame.md").write_text(table)
+    print(table)
+    return 0

@@ -1,0 +1,94 @@
+"""Blame precision (`mappa blame`): faulty scripted teams, recorded requests, concurrent re-scoring
+through `Coach.ascore`, and the three fractions computed from hand-made scores."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from mappa_envs.coach import LLMCoach
+from mappa_envs.coach.batch import score_many
+from mappa_envs.coach.rule import RuleCoach
+from mappa_envs.coach.types import CoachRequest
+from mappa_train.evaluation import blame
+from tests.openai_stub import StubServer
+
+ROLES = ["problem_solver", "code_executor", "verifier"]
+
+
+def test_the_rule_coach_blames_each_faulty_math_role_and_spares_the_others(tmp_path):
+    rows = blame.measure(["MathChat-v0"], {"rule": RuleCoach()}, env_kwargs={"MathChat-v0": {"num_tasks": 4}},
+                         say=lambda m: None)
+    by = {r.fault: r for r in rows}
+    assert set(by) == set(blame.FAULTS["MathChat-v0"])
+    assert by["none"].episodes == 4 and by["none"].precision is None
+    for fault in ("solver_wrong", "executor_miscopy", "verifier_overrules"):
+        row = by[fault]
+        assert row.faulty_role == blame.FAULTS["MathChat-v0"][fault]
+        assert (row.episodes, row.lowest, row.spared, row.precision) == (4, 1.0, 1.0, 1.0), row
+        assert row.mean_by_role[row.faulty_role] < by["none"].mean_by_role[row.faulty_role]
+
+
+def test_the_three_fractions_from_hand_made_scores():
+    base = {"t1": {"a": 8, "b": 8, "c": 8}, "t2": {"a": 8, "b": 8, "c": 8}, "t3": {"a": 8, "b": 8, "c": 8}}
+    episodes = {
+        "t1": {"a": 2, "b": 8, "c": 8},  # blamed and others spared
+        "t2": {"a": 2, "b": 5, "c": 8},  # blamed, but b punished (8 -> 5 is more than the tolerance 1)
+        "t3": {"a": 6, "b": 6, "c": 8},  # a ties b: not strictly the lowest; b punished too
+    }
+    blame.FAULTS["Toy-v0"] = {"none": None, "a_fault": "a"}
+    try:
+        row = blame.blame_row("Toy-v0", "a_fault", "toy", episodes, base, ["a", "b", "c"], failed=0, tolerance=1.0)
+    finally:
+        del blame.FAULTS["Toy-v0"]
+    assert (row.episodes, row.lowest, row.spared, row.precision) == (3, 2 / 3, 1 / 3, 1 / 3)
+    assert row.mean_by_role == {"a": 10 / 3, "b": 19 / 3, "c": 8}
+
+
+def request(i: int, role: str = "verifier") -> CoachRequest:
+    return CoachRequest(env_id="MathChat-v0", role=role, role_duties="check", task=f"task {i}", action=f"\\boxed{{{i}}}")
+
+
+def test_score_many_keeps_order_and_bounds_concurrency_through_ascore():
+    def respond(body):
+        text = json.dumps(body["messages"])
+        i = int(text.split("task ")[1].split("\\")[0].split('"')[0].strip())
+        return f"SCORE: {i % 11}"
+
+    with StubServer(respond=respond, delay_s=0.05) as stub:
+        coach = LLMCoach(model="judge", base_url=stub.url, api_key_env=None, concurrency=64, max_retries=0)
+        landed = []
+        scores = score_many(coach, [request(i) for i in range(24)], concurrency=4,
+                            on_score=lambda i, s: landed.append(i))
+        assert [s.score for s in scores] == [float(i % 11) for i in range(24)]
+        assert all(s.ok for s in scores) and sorted(landed) == list(range(24))
+        assert stub.max_in_flight <= 4 and stub.calls == 24
+    with pytest.raises(ValueError, match="concurrency"):
+        score_many(RuleCoach(), [request(0)], concurrency=0)
+
+
+def test_an_llm_coach_is_measured_like_the_rule_coach(tmp_path):
+    """A judge that always blames the verifier: right for one fault only, and it punishes the verifier
+    when another role is at fault."""
+    def respond(body):
+        return "SCORE: 1" if "You are the Verifier" in json.dumps(body["messages"]) else "SCORE: 8"
+
+    with StubServer(respond=respond) as stub:
+        coach = LLMCoach(model="judge", base_url=stub.url, api_key_env=None, max_retries=0)
+        rows = blame.measure(["MathChat-v0"], {"stub": coach}, env_kwargs={"MathChat-v0": {"num_tasks": 3}},
+                             say=lambda m: None)
+    by = {r.fault: r for r in rows}
+    assert by["verifier_overrules"].lowest == 1.0
+    assert by["solver_wrong"].lowest == 0.0 and by["executor_miscopy"].lowest == 0.0
+
+
+@pytest.mark.slow
+def test_the_command_writes_results_and_a_table_for_both_envs(tmp_path):
+    parser = argparse.ArgumentParser()
+    blame.configure(parser)
+    assert blame.run(parser.parse_args(["--out", str(tmp_path), "--num-tasks", "3"])) == 0
+    rows = json.loads((tmp_path / "results.json").read_text())
+    assert {(r["env_id"], r["fault"]) for r in rows} == {(e, f) for e, fs in blame.FAULTS.items() for f in fs}
+    table = (tmp_path / "blame.md").read_text()
+    assert table.count("\n") == 2 + len(rows) and "engineer_missing_file" in table
