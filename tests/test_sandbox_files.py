@@ -29,9 +29,9 @@ pytestmark = pytest.mark.timeout(180)
 ], ids=["file_link", "dir_link", "relative_link", "device_link"])
 def test_reads_and_writes_never_follow_links(session, setup, path):
     assert session.run(f"import os\n{setup}").ok
-    with pytest.raises(NotRegularFileError, match="symlink"):
+    with pytest.raises(NotRegularFileError, match="symbolic link"):
         session.read_file(path)
-    with pytest.raises(NotRegularFileError, match="symlink"):
+    with pytest.raises(NotRegularFileError, match="symbolic link"):
         session.write_file(path, "x")
     assert session.run("import os\nprint(open('/etc/passwd').read() != 'x')").stdout == "True\n"
 
@@ -39,9 +39,9 @@ def test_reads_and_writes_never_follow_links(session, setup, path):
 def test_fifo_never_blocks_a_read_or_a_write(session):
     assert session.run("import os\nos.mkfifo('submission.csv')").ok
     t = time.monotonic()
-    with pytest.raises(NotRegularFileError, match="fifo"):
+    with pytest.raises(NotRegularFileError, match="FIFO"):
         session.read_file("submission.csv")
-    with pytest.raises(NotRegularFileError, match="fifo"):
+    with pytest.raises(NotRegularFileError, match="FIFO"):
         session.write_file("submission.csv", "a,b\n")
     assert time.monotonic() - t < 30
     entry = session.inventory().by_path()["submission.csv"]

@@ -138,5 +138,5 @@ def test_control_sequences_and_bad_utf8_in_output_are_escaped(session):
     r = session.run("import sys, os\nprint('\\x1b[2Jgone\\rover')\nos.write(1, b'\\xff\\xfe\\x00')\n"
                     "sys.stderr.write('\\ud800\\u202e')\nraise ValueError('\\x1b[31m')")
     assert "\x1b" not in r.stdout + r.stderr + r.error and "\r" not in r.stdout and "\x00" not in r.stdout
-    assert "\\x1b[2Jgone\\x0dover" in r.stdout and "\\xff\\xfe\\x00" in r.stdout
+    assert "\\x1b[2Jgone\\rover" in r.stdout and "\\xff\\xfe\\x00" in r.stdout
     (r.stdout + r.stderr + r.error).encode("utf-8")

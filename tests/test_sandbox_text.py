@@ -7,7 +7,7 @@ from mappa_envs.sandbox import ExecResult, raw_name, safe_name, safe_text
 
 HOSTILE = [
     ("ansi colour", "\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
-    ("carriage return overwrite", "score: 0\rscore: 10", "score: 0\\x0dscore: 10"),
+    ("carriage return overwrite", "score: 0\rscore: 10", "score: 0\\rscore: 10"),
     ("nul and backspace", "a\x00b\x08", "a\\x00b\\x08"),
     ("c1 control (CSI)", "x\x9b31m", "x\\u009b31m"),
     ("bidi override", "abc\u202edcba", "abc\\u202edcba"),
@@ -62,4 +62,4 @@ def test_raw_name_refuses_a_stray_backslash():
 
 def test_exec_result_is_sanitized_on_construction():
     r = ExecResult(stdout="\x1b[2Jwiped", stderr="a\ud800", error="bad\rline")
-    assert (r.stdout, r.stderr, r.error) == ("\\x1b[2Jwiped", "a\\ud800", "bad\\x0dline")
+    assert (r.stdout, r.stderr, r.error) == ("\\x1b[2Jwiped", "a\\ud800", "bad\\rline")

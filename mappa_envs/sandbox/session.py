@@ -174,11 +174,12 @@ class Session:
             uid0, names = self._slot.kernel_uid, {i: n for n, i in self._kernels.items()}
             host_uid = self._channel.ready.get("uid")
         files = []
-        for path, size, kind, uid, _ in meta["files"]:
+        for path, size, kind, uid, mtime_ns in meta["files"]:
             owner = None
             if uid0 is not None:
                 owner = "host" if uid == host_uid else names.get(uid - uid0)
-            files.append(FileInfo(path=safe_name(os.fsencode(path)), size=int(size), kind=str(kind), owner=owner))
+            files.append(FileInfo(path=safe_name(os.fsencode(path)), size=int(size), kind=str(kind), owner=owner,
+                                  mtime_ns=int(mtime_ns)))
         return Inventory(files=tuple(files), truncated=bool(meta["truncated"]))
 
     def list_files(self) -> list[str]:

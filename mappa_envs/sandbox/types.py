@@ -68,6 +68,7 @@ class FileInfo:
     size: int  # bytes (of the entry itself: a symbolic link's size is its target's length)
     kind: str  # "file", "symlink", "fifo", "socket", "device", "other", or "dir": a directory that was not listed
     owner: str | None  # the kernel whose uid owns it, "host" for write_file's files; None where kernels share one uid
+    mtime_ns: int = 0  # last modification, as the sandbox's clock saw it: with size, a fingerprint of its content
 
 
 @dataclass(frozen=True)

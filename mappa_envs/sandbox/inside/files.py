@@ -64,8 +64,9 @@ def _refuse(parent: int, name: bytes) -> None:
         what = "gone"
     if what == "file":
         raise NotADirectoryError(errno.ENOTDIR, f"{os.fsdecode(name)!r} is a file, not a directory")
-    raise NotRegularFileError(f"{os.fsdecode(name)!r} is a {what}; the sandbox reads only regular files inside the "
-                              "workspace and follows no links")
+    what = {"symlink": "symbolic link", "fifo": "FIFO", "gone": "file that vanished"}.get(what, what)
+    raise NotRegularFileError(f"{os.fsdecode(name)!r} is not a regular file (it is a {what}); the sandbox reads only "
+                              "regular files inside the workspace and follows no links")
 
 
 def open_parent(root: int, comps: list[bytes], create: bool = False) -> int:
