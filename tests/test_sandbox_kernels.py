@@ -1,6 +1,7 @@
 """Kernels of different roles cannot touch each other, and nothing a cell leaves runs in another turn."""
 from __future__ import annotations
 
+import re
 import time
 from textwrap import dedent
 
@@ -137,7 +138,7 @@ def test_a_timer_left_armed_never_runs_its_handler_in_another_turn(session):
         def tick(*_):
             n = int(open('ticks').read()) if os.path.exists('ticks') else 0
             open('ticks', 'w').write(str(n + 1))
-            if n == 3:
+            if n % 5 == 4:
                 subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', 'from-a-handler'])
         signal.signal(signal.SIGALRM, tick)
         signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
@@ -149,7 +150,8 @@ def test_a_timer_left_armed_never_runs_its_handler_in_another_turn(session):
     assert session.run(watch, kernel="b").stdout == "True\n"  # a is stopped: its timer's handler cannot run
     assert (session.read_file("ticks") if "ticks" in session.list_files() else b"0") == first
     r = session.run("import time\ntime.sleep(0.5)", kernel="a")  # its own turn: the handler runs, forks
-    assert int(session.read_file("ticks")) > int(first) and "killed 1 process(es)" in r.stderr, r
+    assert int(session.read_file("ticks")) > int(first), r
+    assert re.search(r"killed \d+ process\(es\) the cell left running", r.stderr), r
     assert session.run(PROBE.replace("MARKER", "from-a-handler"), kernel="b").stdout == "[]\n"
 
 
@@ -191,13 +193,14 @@ def test_setsid_and_double_fork_from_a_thread_do_not_survive(session):
     assert_usable(session)
 
 
-def test_kernel_names_are_capped(session):
+def test_kernel_names_are_capped(sandbox, session):
     """The host decides kernel names; a session holds at most 64 kernels (their uids, pipes, processes), and
     a kernel that the session's process limit leaves no room for is a failed cell, not an exception."""
     started = [session.run("1", kernel=f"k{i}") for i in range(1, 40)]  # TEST_LIMITS allow 32 processes
     refused = [r for r in started if not r.ok]
-    assert refused and "process limit" in refused[0].error, refused[:1]
     assert all(r.ok for r in started[: 32 - 8])  # keeper/init, supervisor, main: room for the first ones
+    if sandbox.session_cgroup:  # a limit on the session's processes in total
+        assert refused and "process limit" in refused[0].error, refused[:1]
     with pytest.raises(ValueError, match="at most 64 kernels"):
         for i in range(40, 70):
             session.run("1", kernel=f"k{i}")

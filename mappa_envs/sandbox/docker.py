@@ -198,6 +198,7 @@ class DockerSandbox:
     name = "docker"
 
     separate_kernel_uids = True
+    session_cgroup = True  # the container's: one memory and one process limit per session
 
     def __init__(self, limits: Limits = Limits(), *, pool_size: int = 2, preimport: tuple[str, ...] = DEFAULT_PREIMPORT,
                  image: str | None = None, docker_url: str | None = None, user: str = "1000:1000") -> None:

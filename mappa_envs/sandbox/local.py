@@ -115,7 +115,7 @@ class LocalSandbox:
             log.info("local sandbox: %s", self.memory_limit)
         else:
             probe_group.remove()
-        self._cgroups = probe_group is not None
+        self.session_cgroup = probe_group is not None  # each session: one memory and one process limit in total
         self._pool = WarmPool(self._make_slot, pool_size, limits, "local")
 
     def _memory_bytes(self) -> int:
@@ -123,7 +123,7 @@ class LocalSandbox:
 
     def _make_slot(self) -> Slot:
         group = None
-        if self._cgroups:
+        if self.session_cgroup:
             group, _ = cgroup.create(f"mappa-{_owner()}-{secrets.token_hex(4)}", self._memory_bytes(),
                                      self.limits.max_processes)
         host_ws = None
