@@ -18,7 +18,9 @@ from __future__ import annotations
 import _json
 import ast
 import builtins
+import itertools
 import linecache
+import operator
 import os
 import resource
 import signal
@@ -85,28 +87,31 @@ def _fd_id(fd: int, fstat=os.fstat):
 
 
 def _snapshot() -> tuple:
-    """What the loop and later cells rely on, as (namespace, name, object) triples: every builtin, this
+    """What the loop and later cells rely on, as (namespace, names, objects) groups: every builtin, this
     module's globals, the few module attributes the cell runner calls; and its functions' code."""
-    names = [(builtins.__dict__, k, v) for k, v in vars(builtins).items()]
-    names += [(globals(), k, v) for k, v in globals().items()]
+    groups = [(builtins.__dict__, tuple(vars(builtins))), (globals(), tuple(globals()))]
     for module, attrs in ((ast, ("parse", "Expr", "Expression")), (linecache, ("cache",)), (os, ("fstat",)),
                           (sys, ("gettrace", "getprofile", "settrace", "setprofile")),
                           (traceback, ("print_exception", "TracebackException", "StackSummary"))):
-        names += [(module.__dict__, a, module.__dict__[a]) for a in attrs]
+        groups.append((module.__dict__, attrs))
     functions = (_run_cell, _one_line, _tampering, _print_error, _on_sigint, _fd_id)
-    return tuple(names), tuple((f, f.__code__, f.__defaults__) for f in functions)
+    return (tuple((space, keys, tuple(space[k] for k in keys)) for space, keys in groups),
+            tuple((f, f.__code__, f.__defaults__) for f in functions))
 
 
-def _tampering(fds_seen: tuple, seen: tuple, traced: bool) -> list[str]:
-    """What the cell changed that the loop or later cells rely on (builtin calls avoided: they may be fakes)."""
+def _tampering(fds_seen: tuple, seen: tuple, traced: bool, all=all, map=map, zip=zip, enumerate=enumerate,
+               repeat=itertools.repeat, is_=operator.is_) -> list[str]:
+    """What the cell changed that the loop or later cells rely on. The builtins it calls are bound here,
+    at import: the ones in builtins may be the cell's fakes by now."""
     out = []
     for fd, was in enumerate(fds_seen):
         if _fd_id(fd) != was:
             out.append(f"fd {fd} ({FD_NAMES[fd]}) was closed or replaced")
-    names, functions = seen
-    changed = [name for space, name, value in names if space.get(name, _MISSING) is not value]
-    if changed:
-        out.append(f"it replaced {', '.join(changed[:4])}")
+    groups, functions = seen
+    for space, keys, values in groups:
+        if not all(map(is_, map(space.get, keys, repeat(_MISSING)), values)):  # at C speed, the common case
+            changed = [k for k, v in zip(keys, values) if space.get(k, _MISSING) is not v]
+            out.append(f"it replaced {', '.join(changed[:4])}")
     for f, code, defaults in functions:
         if f.__code__ is not code or f.__defaults__ is not defaults:
             out.append(f"it replaced the kernel's {f.__name__}")

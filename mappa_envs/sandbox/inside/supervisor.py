@@ -166,7 +166,16 @@ class Supervisor:
             pass
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        if stopped() and not self.strangers():
+            return 0
         return procs.kill_below(os.getpid(), self.kernel_pids(), self.statuses, until=stopped)
+
+    def strangers(self) -> bool:
+        """Whether any process but ours may exist: in a pid namespace of the sandbox's own, one listing says."""
+        if not self.cfg.get("pid_namespace"):
+            return True
+        known = {1, os.getpid(), *self.kernel_pids()}
+        return any(int(n) not in known for n in os.listdir("/proc") if n.isdigit())
 
     def drain(self, k: Kernel, cell: Cell | None) -> None:
         """Read what is in a kernel's output pipes: into the cell's captures, or away (cell None)."""
