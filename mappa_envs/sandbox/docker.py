@@ -232,7 +232,7 @@ class DockerSandbox:
         )
 
     def _make_slot(self) -> Slot:
-        config = supervisor_config(self.limits, WORKSPACE, self.preimport, role="supervisor", pid_namespace=True,
+        config = supervisor_config(self.limits, WORKSPACE, self.preimport, role="supervisor",
                                    kernel_uid=self.kernel_uid, kernel_gid=self.kernel_gid)
         argv, env, api = supervisor_argv("python3", config), sandbox_env(self.limits, WORKSPACE), self.client.api
         state = {"container": self._run_container()}

@@ -131,7 +131,7 @@ class LocalSandbox:
         extra: dict = {"role": "keeper", "ctl_fd": 0}
         if self.isolation == "bwrap":
             inner_ws = "/workspace"
-            extra.update(max_processes=self.limits.max_processes, pid_namespace=True)
+            extra["max_processes"] = self.limits.max_processes
             if self.root_mode:
                 block = self._uid_block()
                 extra.update(userns=True, host_uid=_UID_BASE + block * _UID_BLOCK, kernel_uid=KERNEL_UID,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import _json
 import ast
 import builtins
+import gc
 import itertools
 import linecache
 import operator
@@ -179,7 +180,7 @@ def _serve() -> None:
     quote, waitpid = _json.encode_basestring_ascii, os.waitpid
     getrusage, setrlimit, set_handler = resource.getrusage, resource.setrlimit, signal.signal
     run_cell, tampering, settrace, setprofile = _run_cell, _tampering, sys.settrace, sys.setprofile
-    active_count = threading.active_count
+    active_count, gc_enable, gc_disable, gc_enabled = threading.active_count, gc.enable, gc.disable, gc.isenabled
     streams = (open(0, closefd=False),
                open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False),
                open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False))
@@ -194,7 +195,7 @@ def _serve() -> None:
     cpu_hard, unlimited = resource.getrlimit(rlimit_cpu)[1], resource.RLIM_INFINITY
     fds_seen, max_code = tuple(_fd_id(fd) for fd in range(5)), MAX_CODE
     seen = _snapshot()
-    number = 0
+    number, collect = 0, gc_enabled()
     while True:
         head = b""
         while len(head) < 8:
@@ -211,6 +212,8 @@ def _serve() -> None:
             if not data:
                 exit_(0)
             body += data
+        if collect:
+            gc_enable()
         token, cpu_s = body[:n_meta].decode("ascii", "replace").split(" ", 1)
         code = body[n_meta:].decode("utf-8", "surrogatepass")
         try:  # the killed leftovers of the previous cell are our children: collect them
@@ -232,6 +235,10 @@ def _serve() -> None:
                 flush()
             except BaseException:  # a cell may have closed them
                 pass
+        # From here until the next cell arrives no code of the cell's may run in this thread (the supervisor
+        # may leave a kernel with no other thread and no signal handler awake): no collection, so no finalizer.
+        collect = gc_enabled()
+        gc_disable()
         try:
             changed = tampering(fds_seen, seen, traced)
         except BaseException as e:  # something it relies on was broken in a way it did not foresee

@@ -70,6 +70,37 @@ def stat(pid: int) -> tuple[str, int] | None:
         return None
 
 
+def quiet(status_fd: int) -> bool:
+    """Whether a process (its /proc/<pid>/status, held open) has one thread and no signal handler but
+    SIGINT's and libc's own (32, 33): blocked in a read, such a process runs no code until it returns."""
+    try:
+        status = os.pread(status_fd, 8192, 0)
+        threads = status[status.index(b"\nThreads:") + 9 :].split(b"\n", 1)[0]
+        handlers = status[status.index(b"\nSigCgt:") + 8 :].split(b"\n", 1)[0]
+        return int(threads) == 1 and int(handlers, 16) & ~_QUIET_HANDLERS == 0
+    except (OSError, ValueError):
+        return False
+
+
+def open_proc(path: str) -> int:
+    """A /proc file held open, to be re-read with os.pread (cheaper than opening it each time); -1 if absent."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1
+
+
+def read_pids(fd: int) -> set[int] | None:
+    """The pids in a held-open /proc children file; None if it cannot be read."""
+    try:
+        return {int(p) for p in os.pread(fd, 1 << 16, 0).split()}
+    except (OSError, ValueError):
+        return None
+
+
+_QUIET_HANDLERS = (1 << (signal.SIGINT - 1)) | (1 << 31) | (1 << 32)
+
+
 def _children(pid: int) -> list[int] | None:
     """Children of a process from /proc/<pid>/task/*/children; None where the kernel lacks that file."""
     out = []

@@ -47,6 +47,8 @@ class Kernel:
         self.name, self.index, self.pid = name, index, pid
         self.cells_w, self.results_r, self.out_r, self.err_r = fds
         self.reader = FrameReader(RESULT_MAX)
+        self.status_fd = procs.open_proc(f"/proc/{pid}/status")
+        self.children_fd = procs.open_proc(f"/proc/{pid}/task/{pid}/children")  # its main thread's children
         self.note: str | None = None  # why the previous kernel of this name died between cells
         self.threads = 0  # Python threads besides the main one, as the kernel last said
 
@@ -73,6 +75,7 @@ class Supervisor:
         self.statuses: dict[int, int] = {}
         self.cell: Cell | None = None
         self.host_reader = FrameReader(1 << 20, CHUNK + cfg.get("max_code", kernel.MAX_CODE))
+        self.children_fd = procs.open_proc(f"/proc/self/task/{os.getpid()}/children")
         self.wake_r, wake_w = os.pipe()
         for fd in (self.wake_r, wake_w):
             os.set_blocking(fd, False)
@@ -127,8 +130,9 @@ class Supervisor:
                 self.statuses[k.pid] = os.waitpid(k.pid, 0)[1]
             except ChildProcessError:
                 pass
-        for fd in (k.cells_w, k.results_r, k.out_r, k.err_r):
-            os.close(fd)
+        for fd in (k.cells_w, k.results_r, k.out_r, k.err_r, k.status_fd, k.children_fd):
+            if fd >= 0:
+                os.close(fd)
         del self.kernels[k.name]
         procs.kill_below(os.getpid(), self.kernel_pids(), self.statuses)
         return self.statuses.pop(k.pid, None)
@@ -144,7 +148,12 @@ class Supervisor:
         return {k.pid for k in self.kernels.values()}
 
     def pause(self, k: Kernel) -> int:
-        """Stop the kernel and kill every other process its cell left; returns how many (-1: it failed)."""
+        """Stop the kernel and kill every other process its cell left; returns how many (-1: it failed).
+
+        A quiet kernel (only the loop's thread, no handler of the cell's) that has sent its frame blocks
+        in its next read and runs nothing until then, so it needs no stop; the sweep still runs."""
+        if procs.quiet(k.status_fd):
+            return 0 if self.alone(k) else procs.kill_below(os.getpid(), self.kernel_pids(), self.statuses)
 
         def stopped() -> bool:  # and stop it again if one of its leftovers sent it SIGCONT
             st = procs.stat(k.pid)
@@ -166,16 +175,13 @@ class Supervisor:
             pass
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-        if stopped() and not self.strangers():
-            return 0
         return procs.kill_below(os.getpid(), self.kernel_pids(), self.statuses, until=stopped)
 
-    def strangers(self) -> bool:
-        """Whether any process but ours may exist: in a pid namespace of the sandbox's own, one listing says."""
-        if not self.cfg.get("pid_namespace"):
-            return True
-        known = {1, os.getpid(), *self.kernel_pids()}
-        return any(int(n) not in known for n in os.listdir("/proc") if n.isdigit())
+    def alone(self, k: Kernel) -> bool:
+        """Whether a single-threaded kernel's cell left no process: we have no children but kernels, it has
+        none. (Anything a cell starts stays below us: orphans come to us, the subreaper.)"""
+        ours, its = procs.read_pids(self.children_fd), procs.read_pids(k.children_fd)
+        return ours is not None and its is not None and not its and ours <= self.kernel_pids()
 
     def drain(self, k: Kernel, cell: Cell | None) -> None:
         """Read what is in a kernel's output pipes: into the cell's captures, or away (cell None)."""
