@@ -14,7 +14,8 @@ What it isolates (each container, through the Docker engine):
 - cgroup limits: memory (`memory_mb` for processes + `workspace_mb` for the tmpfs files it
   holds, no swap), CPU share (`cpus`), processes (`max_processes`); per-kernel rlimits on top
   (address space, CPU seconds per cell, file size); wall time per cell; only the kernel running a
-  cell is awake (the others are stopped), and nothing a cell started outlives its cell.
+  cell is awake (the others are stopped, or blocked with nothing of theirs able to run), and nothing
+  a cell started outlives its cell.
 
 What it does not: the host kernel is shared (a kernel exploit escapes, as with any container);
 kernels can see each other's pids in /proc (they can do nothing with them); the image's packages

@@ -8,7 +8,7 @@ from mappa_envs.sandbox.types import Limits
 
 DEFAULT_PREIMPORT = ("numpy", "pandas", "scipy", "sklearn", "sklearn.ensemble", "sklearn.linear_model",
                      "sklearn.model_selection")
-INSIDE_MODULES = ("protocol", "procs", "files", "output", "kernel", "supervisor", "entry")  # in import order
+INSIDE_MODULES = ("protocol", "procs", "files", "cell", "kernel", "supervisor", "entry")  # in import order
 MAX_CODE_BYTES = 16 << 20  # one cell's source
 _ARG_MAX = 120_000  # Linux caps one argv string at 128 KiB
 _BOOT = """\

@@ -16,7 +16,8 @@ What it isolates, with `bwrap` (Linux; `apt-get install bubblewrap`):
   process limit, in a cgroup, where this process may create one (`sb.memory_limit` says which);
 - rlimits per kernel: address space (`memory_mb`), CPU seconds per cell, file size (`max_file_mb`),
   processes (`max_processes`); wall time per cell by the supervisor; only the kernel running a cell
-  is awake (the others are stopped), and nothing a cell started outlives its cell.
+  is awake (the others are stopped, or blocked with nothing of theirs able to run), and nothing a
+  cell started outlives its cell.
 
 What it does not: the kernel is shared with the host (no seccomp filter, so a kernel exploit
 escapes); CPU share is not limited (`cpus` sets BLAS thread counts and the CPU-seconds budget);

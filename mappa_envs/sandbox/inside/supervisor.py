@@ -12,8 +12,9 @@ Requests from the host (each gets exactly one reply with the same "id", "error" 
     ping {}                              -> {}
 
 A cell's turn, and who decides what:
-- Only the kernel running the cell is awake: every other kernel is stopped (SIGSTOP), and nothing
-  else the cells started is alive, so nothing runs during another agent's turn.
+- Only the kernel running the cell is awake: every other kernel is stopped (SIGSTOP), or blocked in
+  its next read with one thread and no signal handler of a cell's (it can run nothing until then),
+  and nothing else the cells started is alive, so nothing runs during another agent's turn.
 - The supervisor's own clock sets the deadline (SIGINT, then SIGKILL after GRACE_S); its own pipes
   carry the output, cut at the cap while they are read; bytes are read only from the kernel whose
   cell runs, and whatever sat in its pipes before the cell started is thrown away.
@@ -33,38 +34,12 @@ import signal
 import time
 
 from . import files, kernel, procs
-from .output import Capture
-from .protocol import CHUNK, HEADER, FrameReader, ProtocolError, encode, write_all
+from .cell import Cell, Kernel, claimed_tampering
+from .protocol import CHUNK, FrameReader, ProtocolError, encode, write_all
 
 GRACE_S = 1.0  # after SIGINT at the deadline, how long a cell may take to unwind before SIGKILL
-RESULT_MAX = 64 << 10  # a kernel's result frame is a few hundred bytes; more is tampering
 MAX_KERNELS = 64  # kernel uids per session, where kernels get their own uids
 MAX_DEPTH = 8192  # directories nested deeper are listed as one entry, marked truncated
-
-
-class Kernel:
-    def __init__(self, name: str, index: int, pid: int, fds: tuple[int, int, int, int]) -> None:
-        self.name, self.index, self.pid = name, index, pid
-        self.cells_w, self.results_r, self.out_r, self.err_r = fds
-        self.reader = FrameReader(RESULT_MAX)
-        self.status_fd = procs.open_proc(f"/proc/{pid}/status")
-        self.children_fd = procs.open_proc(f"/proc/{pid}/task/{pid}/children")  # its main thread's children
-        self.note: str | None = None  # why the previous kernel of this name died between cells
-        self.threads = 0  # Python threads besides the main one, as the kernel last said
-
-
-class Cell:
-    def __init__(self, req: dict, k: Kernel, code: bytes, limit: int, cpus: float) -> None:
-        self.id, self.kernel, self.timeout = req["id"], k, float(req["timeout"])
-        self.token = secrets.token_hex(16)
-        meta = f"{self.token} {self.timeout * cpus * 2:.3f}".encode()
-        self.pending = HEADER.pack(len(meta), len(code)) + meta + code  # written as the kernel reads it
-        self.out, self.err = Capture(limit), Capture(limit)
-        self.start = time.monotonic()
-        self.deadline, self.sigint_at = self.start + self.timeout, None
-        self.claim: dict | None = None
-        self.eof: set[int] = set()
-        self.evidence: str | None = None  # the supervisor's own finding of tampering
 
 
 class Supervisor:
@@ -269,7 +244,7 @@ class Supervisor:
         if killed < 0:
             cell.evidence = cell.evidence or "the kernel could not be paused after the cell"
         self.drain(k, cell)
-        tampered = cell.evidence or _claimed_tampering(cell.claim)
+        tampered = cell.evidence or claimed_tampering(cell.claim)
         restarted = died or k.pid in self.statuses or bool(tampered) or cell.claim is None
         notes = [f"killed {killed} process(es) the cell left running"] if killed > 0 else []
         if restarted:
@@ -449,13 +424,3 @@ class Supervisor:
         else:  # the cell closed its stdout or stderr (and every copy): stop watching it
             cell.eof.add(fd)
 
-
-def _claimed_tampering(claim: dict | None) -> str | None:
-    """What the kernel says the cell changed, or why its frame cannot be believed."""
-    if claim is None:
-        return None
-    changed = claim.get("tampered")
-    well_formed = isinstance(changed, list) and all(isinstance(c, str) for c in changed)
-    if not well_formed or not isinstance(claim.get("ok"), bool):
-        return "its result frame was malformed"
-    return "; ".join(changed)[:500] or None
