@@ -145,14 +145,15 @@ class KeeperTransport:
     def send(self, data: bytes) -> None:
         view, deadline = memoryview(data), time.monotonic() + SEND_TIMEOUT_S
         while view:
-            if not select.select([], [self.in_w], [], max(deadline - time.monotonic(), 0))[1]:
-                raise ChannelClosed(f"the sandbox did not read its input for {SEND_TIMEOUT_S:g} s")
             try:
                 view = view[os.write(self.in_w, view) :]
-            except BlockingIOError:
                 continue
+            except BlockingIOError:  # the pipe is full: wait until the supervisor reads, within a bound
+                pass
             except OSError as e:
                 raise ChannelClosed(f"the sandbox process is gone ({self.why_closed()})") from e
+            if not select.select([], [self.in_w], [], max(deadline - time.monotonic(), 0))[1]:
+                raise ChannelClosed(f"the sandbox did not read its input for {SEND_TIMEOUT_S:g} s")
 
     def recv(self, timeout: float) -> bytes:
         if not select.select([self.out_r], [], [], timeout)[0]:
