@@ -69,6 +69,7 @@ class Turn:
     usage: dict | None = None  # the policy's token counts for this action, when it reports them
     output: Any = None  # what the policy returned for this request (the text, or a richer object)
     action_index: int = 0
+    record: Any = None  # the env's typed record of the action (`env.unwrapped.last_action`), where it has one
 
 
 @dataclass
@@ -81,6 +82,8 @@ class EpisodeResult:
     returns: dict[str, float] = field(default_factory=dict)  # role -> sum of its rewards (outcome bonus included)
     outcome: dict | None = None
     truncated: bool = False
+    end_rewards: dict[str, float] = field(default_factory=dict)  # role -> what the env paid it when the
+    # episode ended, beyond its last action's own reward (e.g. reward_mode="outcome"'s 10 x score)
     error: str | None = None  # the episode failed: why (it is not trained on; it counts as a failure)
     stopped: str | None = None  # the episode was ended early by the `stop` rule: why
 
@@ -299,7 +302,8 @@ class Driver:
         text = output if isinstance(output, str) else getattr(output, "text", output)
         env.step(text)
         return Turn(request.role, request.messages, text if isinstance(text, str) else "", 0.0,
-                    env.infos[request.role].get("action") or {}, usage, output, request.action_index)
+                    env.infos[request.role].get("action") or {}, usage, output, request.action_index,
+                    getattr(env.unwrapped, "last_action", None))
 
     # ---- bookkeeping (main thread) ------------------------------------------------------------
 
@@ -311,6 +315,9 @@ class Driver:
             result.task_id = env.infos[turn.role].get("task_id")
         for role, reward in env.rewards.items():
             result.returns[role] = result.returns.get(role, 0.0) + float(reward)
+        if episode_over(env) and "reward" in turn.info:  # the end-of-episode payment, apart from the action's own
+            own = float(turn.info["reward"])
+            result.end_rewards = {r: float(v) - (own if r == turn.role else 0.0) for r, v in env.rewards.items()}
 
     def _finish(self, i: int, episode: _Live) -> None:
         env, result = self.envs[i], episode.result

@@ -13,7 +13,6 @@ whole loader is ~150 lines with no dependency; a library would add one without r
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import types
 import typing
 from dataclasses import dataclass, field
@@ -108,8 +107,9 @@ class AlgoConfig:
     clip_eps: float = doc(0.2, "PPO clip ε", within(0, 1, hi_open=True))
     scope: Literal["action", "agent", "episode"] = doc("action", "return-to-go over the action, the agent's later actions, or the rest of the episode")
     kl_in_loss: bool = doc(False, "put β·k3 KL in the loss instead of −β·k1 in the reward")
-    reward_scale: float = doc(1.0, "multiplies the coach's 0–10 score before it enters the reward", positive)
-    outcome_weight: float = doc(0.0, "adds weight × outcome score (0/1) to every action's reward", non_negative)
+    reward_scale: float = doc(1.0, "multiplies the env's rewards (the coach's 0–10 score; the outcome bonus of "
+                                   "env.kwargs.reward_mode outcome / process+outcome) before they enter the RL reward",
+                              positive)
     whiten: Literal["global", "per_role"] = doc("global", "advantage normalisation over the whole batch (paper) or per role")
     old_logprobs: Literal["learner", "generator"] = doc("learner", "PPO's old log-probs: recomputed by the learner, or the generator's own")
     epochs: int = doc(1, "passes over each batch of experience", positive)
@@ -197,8 +197,10 @@ def _check_env_kwargs(env: EnvConfig) -> None:
     """The free-form dicts must name arguments their consumers take: caught here, not at step 1."""
     import mappa_envs
 
+    from mappa_envs.registration import accepted_kwargs, load_callable
+
     try:
-        accepted = env_arguments(env.id)
+        accepted = accepted_kwargs(load_callable(mappa_envs.spec(env.id).entry_point))
     except KeyError:
         raise ConfigError(f"env.id {env.id!r} is not registered; registered ids: {', '.join(sorted(mappa_envs.registry))}") from None
     for name, kwargs in [("env.kwargs", env.kwargs)] + [(f"env.eval_sets.{k}", v) for k, v in env.eval_sets.items()]:
@@ -225,26 +227,6 @@ def _check_env_kwargs(env: EnvConfig) -> None:
     if unknown:
         raise ConfigError(f"env.sandbox_kwargs has {unknown}, which the {env.sandbox} sandbox does not take; "
                           f"it takes {', '.join(sorted(accepted_arguments(env.sandbox)))}")
-
-
-def env_arguments(env_id: str) -> set[str] | None:
-    """The keyword arguments a registered env's entry point takes (through **kwargs to its bases);
-    None when it takes anything (a function with **kwargs)."""
-    import mappa_envs
-    from mappa_envs.registration import load_callable
-
-    target = load_callable(mappa_envs.spec(env_id).entry_point)
-    chain = inspect.getmro(target) if inspect.isclass(target) else (target,)
-    names: set[str] = set()
-    for obj in chain:
-        fn = obj.__init__ if inspect.isclass(obj) else obj
-        if inspect.isclass(obj) and "__init__" not in vars(obj):
-            continue
-        params = inspect.signature(fn).parameters.values()
-        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return names
-    return None if not inspect.isclass(target) else names
 
 
 # ---- loading, overrides, help ---------------------------------------------------------------

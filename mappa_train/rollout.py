@@ -34,9 +34,10 @@ class Transition:
     prompt_ids: list[int]
     action_ids: list[int]  # exactly the sampled ids, stop token included
     logprobs: list[float]  # the generator's logprob of each action id
-    coach_reward: float  # the env's reward for this action (the coach score, 0-10)
+    coach_reward: float  # the env's reward for this action (the coach score, 0-10; 0 in reward_mode="outcome")
     coach_ok: bool
-    outcome_reward: float  # the episode's ground-truth score in [0, 1], the same for all its actions
+    end_reward: float  # on the role's last action of the episode: what the env paid the role at the end
+    outcome_reward: float  # the episode's ground-truth score in [0, 1], the same for all its actions (for logs)
     episode_id: int
     action_index: int  # position in the episode (counting dropped actions)
     turn_index: int  # position within the role's turn
@@ -213,8 +214,8 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
     dropped = 0
     transitions = []
     for turn in result.turns:
-        coach = turn.info.get("coach")
-        ok = coach is None or bool(coach.get("ok", True))
+        record = turn.record  # the env's typed ActionRecord
+        ok = record.coach is None or record.coach.ok
         dropped += not ok
         action: TokenAction = turn.output
         if action.generation is None or not ok:
@@ -222,9 +223,13 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
         transitions.append(Transition(
             role=turn.role, policy=route[turn.role], prompt_ids=action.prompt_ids,
             action_ids=list(action.generation.token_ids), logprobs=list(action.generation.logprobs),
-            coach_reward=float(turn.info.get("reward", turn.reward)), coach_ok=ok,
+            coach_reward=float(record.reward), coach_ok=ok, end_reward=0.0,
             outcome_reward=float(outcome.get("score") or 0.0), episode_id=episode_id,
             action_index=turn.action_index, turn_index=action.turn_index, task_id=str(result.task_id or "")))
+    for role, bonus in result.end_rewards.items():  # AEC pays it at the end: credit the role's last action
+        mine = [t for t in transitions if t.role == role]
+        if mine:
+            mine[-1].end_reward = bonus
     if result.error is None:
         out.transitions += transitions
         out.dropped += dropped

@@ -103,7 +103,7 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(s.action_ids)) for s in samples], batch_first=True)
     old_t = torch.nn.utils.rnn.pad_sequence(old, batch_first=True)
     ref_t = torch.nn.utils.rnn.pad_sequence(ref, batch_first=True)
-    reward = torch.tensor([cfg.algo.reward_scale * (t.coach_reward + cfg.algo.outcome_weight * t.outcome_reward)
+    reward = torch.tensor([cfg.algo.reward_scale * (t.coach_reward + t.end_reward)
                            for t in kept])
     roles = sorted({t.role for t in kept})
     episodes = {e: i for i, e in enumerate(sorted({str(t.episode_id) for t in kept}))}
@@ -222,7 +222,7 @@ def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSour
 
 
 def task_ids(env) -> list[str]:
-    return [t.id for t in env.unwrapped.scenario.tasks()]
+    return [t.id for t in env.unwrapped.tasks]
 
 
 def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners: Mapping[str, Any] | None = None) -> Path:

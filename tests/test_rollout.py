@@ -179,6 +179,23 @@ def test_multi_action_turn_appends_sampled_tokens(model_dir, hf, make_envs):
     assert all(t.coach_reward > 5 for t in rollout.transitions if t.role == "verifier")
 
 
+@pytest.mark.parametrize("mode", ["outcome", "process+outcome"])
+def test_the_envs_end_of_episode_reward_lands_on_each_roles_last_action(hf, make_envs, mode):
+    script = {
+        "problem_solver": ["Seven times four. \\boxed{28}"],
+        "code_executor": ["```python\nprint(4 * 7)\n```", "The code printed 28. \\boxed{28}"],
+        "verifier": ["Checked. \\boxed{28}"],
+    }
+    (env,) = make_envs(1, reward_mode=mode)
+    rollout = collect([env], ScriptedGenerator(hf.model, hf.tokenizer, script), PARAMS,
+                      [{"seed": 0, "options": {"task_id": "t4"}}])
+    by_role = {role: [t for t in rollout.transitions if t.role == role] for role in ROLES}
+    for role, mine in by_role.items():
+        assert [t.end_reward for t in mine] == [0.0] * (len(mine) - 1) + [10.0]  # 10 x the outcome score of 1
+    coach = [t.coach_reward for t in rollout.transitions]
+    assert all(c == 0.0 for c in coach) if mode == "outcome" else all(c > 0 for c in coach)
+
+
 def test_one_batched_generate_call_per_policy_per_round(hf, make_envs):
     gen = Recording(hf)
     rollout = collect(make_envs(3), gen, PARAMS, episodes(4), seed=2)

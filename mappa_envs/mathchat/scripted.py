@@ -64,4 +64,4 @@ def _is_int(s: str) -> bool:
 
 def for_env(env, skill: float = 1.0, seed: int = 0) -> ScriptedMathPolicy:
     """The scripted team for a MathChat env (it plays that env's tasks)."""
-    return ScriptedMathPolicy(env.unwrapped.scenario.tasks(), skill=skill, seed=seed)
+    return ScriptedMathPolicy(env.unwrapped.tasks, skill=skill, seed=seed)

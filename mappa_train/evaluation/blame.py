@@ -81,11 +81,11 @@ class MathTeam:
 class DSTeam:
     """DSBench's scripted team (mappa_envs.dsbench.scripted) with one of `FAULTS` injected."""
 
-    def __init__(self, tasks: Sequence, fault: str):
-        from mappa_envs.dsbench.scripted import ScriptedDSPolicy
+    def __init__(self, env, fault: str):
+        from mappa_envs.dsbench.scripted import for_env
 
         forget = ("X_test.csv",) if fault == "engineer_missing_file" else ()
-        self.inner, self.fault = ScriptedDSPolicy(tasks, forget=forget), fault
+        self.inner, self.fault = for_env(env, forget=forget), fault
 
     def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
         return [self._spoil(text, role) for text, role in zip(self.inner.respond(conversations, roles), roles)]
@@ -101,10 +101,11 @@ class DSTeam:
         return text
 
 
-def faulty_team(env_id: str, tasks: Sequence, fault: str):
+def faulty_team(env_id: str, env, fault: str):
+    """The scripted team of `env` (a made env of `env_id`) with `fault` injected."""
     if fault not in FAULTS[env_id]:
         raise ValueError(f"unknown fault {fault!r} for {env_id}; faults: {', '.join(FAULTS[env_id])}")
-    return (MathTeam if env_id == "MathChat-v0" else DSTeam)(tasks, fault)
+    return MathTeam(env.unwrapped.tasks, fault) if env_id == "MathChat-v0" else DSTeam(env, fault)
 
 
 # ---- recording the requests -------------------------------------------------------------------
@@ -132,9 +133,8 @@ def record(env_id: str, fault: str, env_kwargs: dict, batch: int = 4, sandbox: A
     coach = RecordingCoach()
     envs = [mappa_envs.make(env_id, coach=coach, sandbox=sandbox, **env_kwargs) for _ in range(batch)]
     try:
-        tasks = _tasks(envs[0])
-        team = faulty_team(env_id, tasks, fault)
-        results = VectorRunner(envs, team).play([(i, {"task_index": i}) for i in range(len(tasks))])
+        team = faulty_team(env_id, envs[0], fault)
+        results = VectorRunner(envs, team).play([(i, {"task_index": i}) for i in range(len(envs[0].unwrapped.tasks))])
     finally:
         for env in envs:
             env.close()
@@ -154,9 +154,6 @@ def _roles(env_id: str, kwargs: dict) -> list[str]:
         env.close()
 
 
-def _tasks(env) -> list:
-    scenario = env.unwrapped.scenario
-    return list(getattr(scenario, "task_list", None) or scenario.tasks())
 
 
 # ---- the measurement --------------------------------------------------------------------------

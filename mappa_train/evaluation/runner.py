@@ -88,7 +88,7 @@ def load_transcripts(path: Path) -> list[dict]:
 
 def tasks_of(env) -> list:
     """The task list of a PipelineEnv-based env (wrappers are looked through)."""
-    return list(env.unwrapped.scenario.tasks())
+    return list(env.unwrapped.tasks)
 
 
 def plan_jobs(eval_set: EvalSet, tasks: list, k: int, base_seed: int) -> list[Job]:
@@ -157,7 +157,7 @@ def _check_roles(policy: TextPolicy, env) -> None:
         return
     roles, named = set(env.possible_agents), set(policy.policies)
     if roles != named:
-        raise EvalSpecError(f"the team names the roles {sorted(named)}, but {env.unwrapped.scenario.env_id} has "
+        raise EvalSpecError(f"the team names the roles {sorted(named)}, but {env.unwrapped.env_id} has "
                             f"{sorted(roles)}: give one ROLE=SPEC per role")
 
 

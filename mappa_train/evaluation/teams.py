@@ -168,7 +168,7 @@ class PerCallSeed:
 def _scripted(env, options: dict) -> TextPolicy:
     import mappa_envs
 
-    env_id = env.unwrapped.scenario.env_id
+    env_id = env.unwrapped.env_id
     target = mappa_envs.spec(env_id).scripted_policy
     if target is None:
         raise EvalSpecError(f"{env_id} has no scripted team; evaluate a model or a module:factory policy")
