@@ -112,6 +112,16 @@ def fresh_process_calls(sb, backend: str, n: int) -> list[float]:
         container.remove(force=True)
 
 
+def describe(backend: str) -> str:
+    """What the measured sandbox isolates, so that figures are read with their setting."""
+    sb = make_sandbox(backend, pool_size=0, preimport=())
+    try:
+        uids = "a uid per kernel" if sb.separate_kernel_uids else "one uid for all kernels"
+        return f"{sb!r}: {uids}; memory: {getattr(sb, 'memory_limit', 'container cgroup')}"
+    finally:
+        sb.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backends", nargs="+", default=["local", "docker"], choices=["local", "docker"])
@@ -130,8 +140,10 @@ def main() -> None:
             print(f"docker: skipped ({docker_status()[1]})")
             continue
         print(f"{backend}: measuring ...", flush=True)
+        print(f"  {describe(backend)}", flush=True)
         results[backend] = {**bench_open(backend, args.opens),
-                            **bench_cells(backend, args.cells, args.ds_cells, args.fresh_calls, args.concurrency, args.seconds)}
+                            **bench_cells(backend, args.cells, args.ds_cells, args.fresh_calls, args.concurrency,
+                                          args.seconds)}
 
     rows = [("session open, warm pool p50 (ms)", "open_pool_p50_ms", "<= 50"),
             ("session open, cold p50 (ms)", "open_cold_p50_ms", ""),

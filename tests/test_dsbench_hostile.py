@@ -34,14 +34,13 @@ CASES = {
     "fifo": ("import os\nos.mkfifo('submission.csv')", r"not a regular file \(it is a FIFO\)"),
     "chmod-000": (VALID + "import os\nos.chmod('submission.csv', 0)", None),  # root reads it anyway
     "huge": ("with open('submission.csv', 'w') as f:\n    f.write('id,cultivar\\n' + '1,Barolo\\n' * 200_000)",
-             r"over the 1048576-byte read cap"),
+             r"more than the 1048576 bytes this read allows"),
     "binary": ("import os\nopen('submission.csv', 'wb').write(os.urandom(5000))", r"submission\.csv"),
     "not-utf8": ("open('submission.csv', 'wb').write(b'id,cultivar\\n\\xff\\xfe,\\xff\\n')", r"submission\.csv"),
     "nested-1500": (DEEP, r"submission\.csv was not written"),
     "quota-filled": ("n = 0\ntry:\n    while n < 12:\n        open(f'fill{n}', 'wb').write(b'x' * (15 << 20))\n"
                      "        n += 1\nexcept OSError as e:\n    print('full after', n, e)\n" + VALID, None),
 }
-NOT_ON_DOCKER = {"fifo": "a FIFO read blocks the Docker supervisor until the sandbox's non-blocking reads land"}
 BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 
 
@@ -71,8 +70,6 @@ def cell(code: str) -> str:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", CASES)
 def test_a_hostile_submission_is_an_invalid_submission_not_a_crash(sandbox, case):
-    if sandbox.name == "docker" and case in NOT_ON_DOCKER:
-        pytest.skip(NOT_ON_DOCKER[case])
     code, pattern = CASES[case]
     coach = RecordingCoach()
     env = DSBenchEnv(sandbox=sandbox, coach=coach, max_actions=1, limits={"max_read_bytes": CAP, "cell_timeout_s": 60})
@@ -126,9 +123,6 @@ def test_hostile_file_names_are_sanitized_and_quoted(sandbox):
 
 @pytest.mark.timeout(300)
 def test_the_agent_that_overwrites_test_csv_is_blamed(sandbox):
-    if sandbox.name == "docker":
-        pytest.skip("rewrites are seen through file fingerprints, which the Docker backend gives once the "
-                    "sandbox's inventory API lands (today: names only, so only creations and deletions)")
     coach = RecordingCoach()
     env = DSBenchEnv(sandbox=sandbox, coach=coach, max_actions=1)
     try:

@@ -117,10 +117,10 @@ def test_untrusted_strings_reach_infos_prompts_and_transcripts_as_valid_utf8(san
 
 
 def test_safe_text_cases():
-    assert safe_text("a\r\nb\rc") == "a\nb\nc"
+    assert safe_text("a\r\nb\rc") == "a\\r\nb\\rc"  # a carriage return is shown, never acted on
     assert safe_text(b"\xff\xfeok") == "\\xff\\xfeok"
     assert safe_text("\ud800x") == "\\ud800x"
-    assert safe_text("tab\tnl\n\x07\x1b\x7f\x85\u2028\u202e") == "tab\tnl\n\\x07\\x1b\\x7f\\x85\\u2028\\u202e"
+    assert safe_text("tab\tnl\n\x07\x1b\x7f\x85\u2028\u202e") == "tab\tnl\n\\x07\\x1b\\x7f\\u0085\\u2028\\u202e"
     assert safe_text("plain ünïcode ✓") == "plain ünïcode ✓"
 
 

@@ -25,9 +25,11 @@ def test_containers_are_locked_down():
             assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
             assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
             assert host["PidsLimit"] == TEST_LIMITS["max_processes"]
-            assert host["Memory"] == host["MemorySwap"] == (TEST_LIMITS["memory_mb"] + TEST_LIMITS["workspace_mb"]) << 20
+            mb = TEST_LIMITS["memory_mb"] + TEST_LIMITS["workspace_mb"]
+            assert host["Memory"] == host["MemorySwap"] == mb << 20
             assert host["NanoCpus"] == 10**9
-            assert container.attrs["Config"]["User"] == "1000:1000"
+            assert container.attrs["Config"]["User"] == "0:0"  # init and supervisor; kernels drop to 1000 + index
+            assert sorted(host["CapAdd"]) == ["KILL", "SETGID", "SETUID"]
             assert container.labels[OWNER_LABEL] == sb.owner
     finally:
         sb.close()
@@ -64,8 +66,9 @@ def test_pool_keeps_warm_containers_and_close_removes_them():
 
 def test_containers_of_dead_owners_are_reaped(docker_sandbox):
     client = docker_sandbox.client
-    orphan = client.containers.create(docker_sandbox.image, ["true"], labels={LABEL: "1", OWNER_LABEL: f"{_host()}:999999999:1"})
-    alive = client.containers.create(docker_sandbox.image, ["true"], labels={LABEL: "1", OWNER_LABEL: docker_sandbox.owner})
+    image = docker_sandbox.image
+    orphan = client.containers.create(image, ["true"], labels={LABEL: "1", OWNER_LABEL: f"{_host()}:999999999:1"})
+    alive = client.containers.create(image, ["true"], labels={LABEL: "1", OWNER_LABEL: docker_sandbox.owner})
     try:
         assert reap_orphans(client) >= 1
         ids = {c.id for c in client.containers.list(all=True, sparse=True, filters={"label": LABEL})}

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_fixtures import assert_usable, docker_sandbox, local_sandbox, loopback_server, sandbox, session  # noqa: F401
+from tests.sandbox_fixtures import (  # noqa: F401
+    assert_usable,
+    docker_sandbox,
+    kill_in_sandbox,
+    local_sandbox,
+    loopback_server,
+    sandbox,
+    session,
+)
 
 PROJECT_FILE = str(Path(__file__).resolve())
 
@@ -74,7 +82,8 @@ def test_100mb_of_stdout_is_truncated_with_marker(session):
 
 def test_background_process_does_not_outlive_its_cell(session):
     code = ("import subprocess, sys\n"
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)  # bg-marker'], start_new_session=True)\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)  # bg-marker'],\n"
+            "                 start_new_session=True)\n"
             "print('started')")
     r = session.run(code)
     assert r.ok and "killed 1 process(es) the cell left running" in r.stderr
@@ -85,7 +94,8 @@ def test_background_process_does_not_outlive_its_cell(session):
 
 
 def test_double_forked_daemon_does_not_outlive_its_cell(session):
-    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(300)\n    os._exit(0)\nos.wait()"
+    code = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(300)\n"
+            "    os._exit(0)\nos.wait()")
     r = session.run(code)
     assert r.ok and "killed 1 process(es)" in r.stderr, r
     assert_usable(session)
@@ -121,12 +131,8 @@ def test_cannot_connect_to_host_loopback(session, loopback_server):
     assert_usable(session)
 
 
-@pytest.mark.parametrize("code", [
-    "import os; os.kill(os.getpid(), 9)",
-    "import os; os._exit(3)",
-    "import os; os.kill(os.getppid(), 9)",  # the supervisor
-    "import os; os.kill(-1, 9)",  # everything this user may signal
-], ids=["sigkill_self", "exit", "kill_supervisor", "kill_all"])
+@pytest.mark.parametrize("code", ["import os; os.kill(os.getpid(), 9)", "import os; os._exit(3)"],
+                         ids=["sigkill_self", "exit"])
 def test_killing_the_interpreter_from_inside_restarts_it(session, code):
     session.write_file("kept.txt", "still here")
     r = session.run(code)
@@ -135,6 +141,19 @@ def test_killing_the_interpreter_from_inside_restarts_it(session, code):
     assert session.read_file("kept.txt") == b"still here"  # the workspace survives
 
 
+@pytest.mark.parametrize("code", ["import os; os.kill(os.getppid(), 9)", "import os; os.kill(-1, 9)"],
+                         ids=["kill_supervisor", "kill_all"])
+def test_killing_the_supervisor_or_everything_from_inside_is_contained(sandbox, session, code):
+    session.write_file("kept.txt", "still here")
+    assert session.run("other = 'alive'", kernel="other").ok
+    r = session.run(code)
+    if sandbox.separate_kernel_uids:  # a cell may signal only its own kernel's processes
+        assert not r.interpreter_restarted, r
+        assert session.run("print(other)", kernel="other").stdout == "alive\n"
+    else:  # one uid for the whole session: the keeper replaces the supervisor it killed
+        assert r.interpreter_restarted and r.error.startswith("interpreter died"), r
+    assert_usable(session)
+    assert session.read_file("kept.txt") == b"still here"  # the workspace survives either way
 
 
 def test_module_planted_in_workspace_is_not_imported_by_a_restarting_supervisor(session):
@@ -142,7 +161,8 @@ def test_module_planted_in_workspace_is_not_imported_by_a_restarting_supervisor(
     session.write_file("json.py", "import os\nopen('/workspace/planted-ran', 'w').write(str(os.getuid()))\n")
     session.write_file("mymod.py", "VALUE = 7\n")
     assert session.run("import mymod\nprint(mymod.VALUE)").stdout == "7\n"  # cells still import from the workspace
-    r = session.run("import os; os.kill(os.getppid(), 9)")  # make the host start a new supervisor
+    kill_in_sandbox(session, session._channel.ready["pid"])  # the host then starts a new supervisor
+    r = session.run("1")
     assert r.interpreter_restarted
     assert_usable(session)
     assert "planted-ran" not in session.list_files()

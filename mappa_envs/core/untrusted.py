@@ -1,8 +1,9 @@
 """Untrusted text (agent actions, tool output, file names) made safe to put into prompts and logs.
 
-- `safe_text`: valid UTF-8 whatever came in (lone surrogates and undecodable bytes become visible
-  escapes), with control characters escaped except newline and tab, and every line break a `\\n`.
-  Tokenizers, JSON writers and terminals then never see a surrogate, an ANSI sequence or a `\\r`.
+- `safe_text` (the sandbox's, `mappa_envs.sandbox.text`): valid UTF-8 whatever came in (lone
+  surrogates and undecodable bytes become visible escapes), control characters escaped except newline
+  and tab (a `\\r` shows as the two characters backslash-r). Tokenizers, JSON writers and terminals
+  then never see a surrogate, an ANSI sequence or a carriage return.
 - `one_line`: `safe_text` with newlines escaped too (for values shown inside a trusted line).
 - `sanitized`: `safe_text` applied to every string in a JSON-like value.
 - `clip`: cut a long text to its head and tail (errors usually sit at the end).
@@ -17,36 +18,16 @@
 from __future__ import annotations
 
 import hashlib
-import re
 
-# C0 controls but \t and \n, DEL, C1 controls, line/paragraph separators, bidi overrides and isolates.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+from mappa_envs.sandbox.text import safe_text  # the one sanitizer, for all untrusted text
+
 _MARK_CHARS = 16
 
 
-def _escape(match: re.Match) -> str:
-    c = ord(match.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def safe_text(value: str | bytes) -> str:
-    """`value` as a valid-UTF-8 str with control characters escaped and `\\r\\n`/`\\r` turned into `\\n`."""
-    if isinstance(value, (bytes, bytearray)):
-        text = bytes(value).decode("utf-8", errors="backslashreplace")
-    else:
-        text = str(value)
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates: show them as \udcxx instead of crashing an encoder later
-            text = text.encode("utf-8", errors="backslashreplace").decode("utf-8")
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return _CONTROL.sub(_escape, text)
-
-
 def one_line(value: str | bytes) -> str:
-    """`safe_text` on one line: newlines and tabs escaped as well."""
-    return safe_text(value).replace("\n", "\\n").replace("\t", "\\t")
+    """`safe_text` on one line: newlines and tabs escaped as well (any object: its str())."""
+    text = safe_text(value if isinstance(value, (str, bytes)) else str(value))
+    return text.replace("\n", "\\n").replace("\t", "\\t")
 
 
 def sanitized(value):

@@ -1,5 +1,20 @@
-"""Sandboxes that run agents' Python: `make_sandbox("auto" | "docker" | "local", **limits)`."""
-from mappa_envs.sandbox.types import ExecResult, Limits, Sandbox, SandboxError, SandboxSession
+"""Sandboxes that run agents' Python: `make_sandbox("auto" | "docker" | "local", **limits)`.
+
+`safe_text` is the one sanitizer for text that leaves a sandbox (and any other untrusted text):
+valid UTF-8, control sequences escaped. See docs/sandbox.md for what each backend isolates.
+"""
+from mappa_envs.sandbox.text import raw_name, safe_name, safe_text
+from mappa_envs.sandbox.types import (
+    ExecResult,
+    FileInfo,
+    FileTooLargeError,
+    Inventory,
+    Limits,
+    NotRegularFileError,
+    Sandbox,
+    SandboxError,
+    SandboxSession,
+)
 
 
 def make_sandbox(backend: str = "auto", **limits) -> Sandbox:
@@ -9,4 +24,5 @@ def make_sandbox(backend: str = "auto", **limits) -> Sandbox:
     return _make(backend, **limits)
 
 
-__all__ = ["ExecResult", "Limits", "Sandbox", "SandboxError", "SandboxSession", "make_sandbox"]
+__all__ = ["ExecResult", "FileInfo", "FileTooLargeError", "Inventory", "Limits", "NotRegularFileError", "Sandbox",
+           "SandboxError", "SandboxSession", "make_sandbox", "raw_name", "safe_name", "safe_text"]

@@ -39,7 +39,8 @@ def make_sandbox(backend: str = "auto", **kwargs) -> Sandbox:
         raise ValueError(f"unknown sandbox backend {backend!r}; use 'auto', 'docker' or 'local'")
     allowed = _LOCAL_OPTIONS if backend == "local" else _DOCKER_OPTIONS
     if explicit and set(options) - allowed:
-        raise TypeError(f"the {backend} backend does not take {sorted(set(options) - allowed)}; it takes {sorted(allowed)}")
+        raise TypeError(f"the {backend} backend does not take {sorted(set(options) - allowed)}; "
+                        f"it takes {sorted(allowed)}")
     options = {k: v for k, v in options.items() if k in allowed}  # "auto" may carry both backends' options
     if backend == "local":
         from mappa_envs.sandbox.local import LocalSandbox

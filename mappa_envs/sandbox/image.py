@@ -85,8 +85,8 @@ def build(image: str, mirror: str | None = None, suite: str | None = None, workd
     os.makedirs(CACHE_DIR, exist_ok=True)
     root = tempfile.mkdtemp(prefix="mappa-rootfs-", dir=workdir)
     try:
-        subprocess.run(["debootstrap", "--variant=minbase", f"--cache-dir={CACHE_DIR}", f"--include={','.join(packages)}",
-                        suite, root, mirror], check=True)
+        subprocess.run(["debootstrap", "--variant=minbase", f"--cache-dir={CACHE_DIR}",
+                        f"--include={','.join(packages)}", suite, root, mirror], check=True)
         _add_user(root)
         for rel in TRIM:
             shutil.rmtree(os.path.join(root, rel), ignore_errors=True)
@@ -101,7 +101,8 @@ def build(image: str, mirror: str | None = None, suite: str | None = None, workd
             raise RuntimeError(f"docker import failed: {imported.stderr.strip()}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    probe = "import numpy, pandas, scipy, sklearn, sys; print(sys.version.split()[0], numpy.__version__, pandas.__version__, sklearn.__version__)"
+    probe = ("import numpy, pandas, scipy, sklearn, sys; "
+             "print(sys.version.split()[0], numpy.__version__, pandas.__version__, sklearn.__version__)")
     out = subprocess.run(["docker", "run", "--rm", "--network", "none", image, "python3", "-c", probe],
                          capture_output=True, text=True)
     if out.returncode != 0:

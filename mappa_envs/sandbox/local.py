@@ -1,104 +1,84 @@
-"""The local backend: kernels in a subprocess on this machine, inside bubblewrap when it is installed.
+"""The local backend: kernels in a bubblewrap sandbox on this machine (or, without bwrap, unisolated).
 
-What it isolates, with `bwrap` available (Linux; `apt-get install bubblewrap`):
-- new PID, network, IPC, UTS and (where possible) cgroup namespaces: no network at all (not even
-  the host's loopback), no view of or signals to host processes;
-- a file system built from read-only binds of /usr, /etc, the /bin-/lib links and the Python
-  installation; a private /tmp; the session's workspace, mounted at /workspace, is the only
-  writable host directory. Home directories and the project's own files are not visible;
-- when started as root, code runs as a fresh unprivileged uid per session with no capabilities,
-  which also gives each session its own process-count limit; otherwise as the calling user in a
-  new user namespace;
-- rlimits: address space (`memory_mb`, per process), CPU seconds per cell, file size
-  (`max_file_mb`), processes (`max_processes`); wall time per cell by the supervisor; no process
-  outlives its cell.
+What it isolates, with `bwrap` (Linux; `apt-get install bubblewrap`):
+- new PID, network, IPC, UTS and (where possible) cgroup namespaces: no network at all (not even the
+  host's loopback), no view of or signals to host processes;
+- a file system of read-only binds (/usr, /etc, the /bin-/lib links, the Python installation) under a
+  read-only root; home directories and the project's files are not visible. The writable places are
+  tmpfs mounts of fixed size that exist only inside the sandbox: /workspace (`workspace_mb`; writing
+  more fails with ENOSPC), /tmp and /dev/shm (min(256, workspace_mb) each). The host reads and writes
+  the workspace only through the supervisor, which never follows links and caps every read;
+- when started as root: the supervisor runs in a user namespace of its own, as a uid that is
+  unprivileged on the host, and each kernel of a session gets its own uid (1000 + index inside), so
+  kernels cannot signal, stop, trace or read the memory of each other or of the supervisor, and a
+  fork bomb counts against its own kernel's process limit; no kernel can make a user namespace;
+- one memory limit on the whole session (`memory_mb + workspace_mb`, tmpfs files included) and one
+  process limit, in a cgroup, where this process may create one (`sb.memory_limit` says which);
+- rlimits per kernel: address space (`memory_mb`), CPU seconds per cell, file size (`max_file_mb`),
+  processes (`max_processes`); wall time per cell by the supervisor; only the kernel running a cell
+  is awake (the others are stopped, or blocked with nothing of theirs able to run), and nothing a
+  cell started outlives its cell.
 
-What it does not isolate: the kernel is shared with the host (no seccomp filter, so a kernel
-exploit escapes); memory is limited per process, not in total, and `workspace_mb` is not enforced
-(the workspace is an ordinary directory; only single files are capped); CPU share is not limited
-(`cpus` sets BLAS thread counts only); world-readable files under /usr and /etc are readable.
-Use the Docker backend for cgroup limits on memory, CPU and processes.
+What it does not: the kernel is shared with the host (no seccomp filter, so a kernel exploit
+escapes); CPU share is not limited (`cpus` sets BLAS thread counts and the CPU-seconds budget);
+world-readable files under /usr and /etc are readable. Started as an unprivileged user, all
+processes of a session share one uid: kernels of one session can signal each other and the
+supervisor (the keeper, pid 1, replaces a killed supervisor and keeps the workspace), and kernels'
+files are all readable by each other. Without a writable cgroup, memory is limited per process only.
+Docker limits CPU share too.
 
 Without bwrap it runs a plain subprocess with the rlimits above and warns that code runs
-unisolated: it can read and write whatever the calling user can, and reach the network.
+unisolated: it can read and write whatever the calling user can, and reach the network; the
+workspace is an ordinary directory whose size is not limited.
 """
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import secrets
-import shutil
-import subprocess
 import sys
 import tempfile
 import warnings
 from contextlib import AbstractContextManager
-from pathlib import PurePosixPath
 
-from mappa_envs.sandbox.client import (
-    DEFAULT_PREIMPORT,
-    Channel,
-    PipeTransport,
-    Session,
-    Slot,
-    WarmPool,
-    process_start,
-    sandbox_env,
-    supervisor_argv,
-    supervisor_config,
-)
+from mappa_envs.sandbox import cgroup
+from mappa_envs.sandbox.bwrap import KeeperTransport, bwrap_argv, bwrap_path, probe
+from mappa_envs.sandbox.channel import Channel
+from mappa_envs.sandbox.inside.files import remove_tree
+from mappa_envs.sandbox.launch import DEFAULT_PREIMPORT, process_start, sandbox_env, supervisor_argv, supervisor_config
+from mappa_envs.sandbox.pool import WarmPool
+from mappa_envs.sandbox.session import Session, Slot
 from mappa_envs.sandbox.types import Limits, SandboxError
 
-_UID_BASE, _UID_SPAN = 3_000_000, 1_000_000  # per-session uids, far above any real account
+log = logging.getLogger(__name__)
+_UID_BASE, _UID_BLOCK, _UID_BLOCKS = 3_000_000, 2048, 400_000  # per-session host uid blocks, far above real accounts
+KERNEL_UID = 1000  # kernel i is uid 1000 + i inside the sandbox, in group 1000
+_blocks_in_use: set[int] = set()
+
+__all__ = ["LocalSandbox", "bwrap_path", "reap_workspaces"]
 
 
-def bwrap_path() -> str | None:
-    return shutil.which("bwrap") if sys.platform.startswith("linux") else None
-
-
-def _python_roots(python: str) -> list[str]:
-    """Directories the interpreter needs (its prefix, base prefix and real location), outside /usr."""
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
-        prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    else:
-        out = subprocess.run([python, "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
-                             capture_output=True, text=True, check=True).stdout
-        prefixes = set(out.split())
-    prefixes.add(os.path.dirname(os.path.dirname(os.path.realpath(python))))
-    roots = sorted({os.path.realpath(p) for p in prefixes} | {os.path.abspath(p) for p in prefixes})
-    keep = []
-    for r in roots:  # drop system dirs (bound anyway) and paths nested in another root
-        if r in ("/", "/usr", "/usr/local") or any(r.startswith(k + "/") for k in keep):
-            continue
-        keep.append(r)
-    return keep
-
-
-def _owner_prefix(pid: int | None = None) -> str:
+def _owner(pid: int | None = None) -> str:
     pid = os.getpid() if pid is None else pid
-    return f"mappa-ws-{pid}.{process_start(pid)}-"
+    return f"{pid}.{process_start(pid)}"
+
+
+def _owner_alive(owner: str) -> bool:
+    pid = owner.split(".", 1)[0]
+    return not pid.isdigit() or _owner(int(pid)) == owner
 
 
 def reap_workspaces(root: str | None = None) -> int:
-    """Delete workspaces whose owning process is gone (it crashed or was killed before closing)."""
+    """Delete workspace directories (no-bwrap mode) and session cgroups whose owning process is gone."""
     removed = 0
     if not os.path.isdir("/proc"):  # no way to tell live owners from dead ones
         return 0
     for path in glob.glob(os.path.join(root or tempfile.gettempdir(), "mappa-ws-*.*-*")):
-        pid = os.path.basename(path)[len("mappa-ws-") :].split(".", 1)[0]
-        if pid.isdigit() and not os.path.basename(path).startswith(_owner_prefix(int(pid))):
-            shutil.rmtree(path, ignore_errors=True)
+        if not _owner_alive(os.path.basename(path)[len("mappa-ws-") :].rsplit("-", 1)[0]):
+            remove_tree(path)
             removed += 1
-    return removed
-
-
-def _probe(bwrap_argv: list[str]) -> str | None:
-    """Why bwrap cannot run here (None if it can): try it once with the sandbox's own arguments."""
-    try:
-        out = subprocess.run([*bwrap_argv, "--", "true"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"bwrap failed to start: {e}"
-    return None if out.returncode == 0 else f"bwrap failed: {out.stderr.strip()[-300:]}"
+    return removed + cgroup.reap("mappa-", _owner_alive)
 
 
 class LocalSandbox:
@@ -113,81 +93,103 @@ class LocalSandbox:
         self.limits, self.preimport = limits, tuple(preimport)
         self.python = python or sys.executable
         self.workspace_root = workspace_root
+        self.root_mode = os.geteuid() == 0
         bwrap, why = bwrap_path(), "bubblewrap is not installed (apt-get install bubblewrap; Linux only)"
-        self._bwrap_base = None
         if bwrap and isolation != "none":
-            self._bwrap_base = self._bwrap_argv(bwrap)
-            why = _probe(self._bwrap_base)  # e.g. user namespaces disabled for unprivileged users
+            why = probe(bwrap_argv(bwrap, limits, self.python, self.root_mode))  # e.g. no user namespaces
         if isolation == "bwrap" and why:
             raise SandboxError(f"isolation='bwrap' is not possible here: {why}")
-        self.isolation = "bwrap" if self._bwrap_base and not why else "none"
+        self.isolation = "bwrap" if bwrap and isolation != "none" and not why else "none"
+        self._bwrap = bwrap if self.isolation == "bwrap" else None
         if self.isolation == "none":
-            self._bwrap_base = None
             reason = "isolation='none' was asked for" if isolation == "none" else why
             warnings.warn(f"local sandbox without bwrap ({reason}): agent code runs UNISOLATED with your user's "
                           "rights (files, network); install bubblewrap or use the docker backend",
                           RuntimeWarning, stacklevel=3)
+        # each kernel its own uid: only where we can map uids (root) inside bwrap
+        self.separate_kernel_uids = self.isolation == "bwrap" and self.root_mode
         reap_workspaces(workspace_root)
+        probe_group, self.memory_limit = cgroup.create(f"mappa-{_owner()}-probe", self._memory_bytes(),
+                                                       limits.max_processes)
+        if probe_group is None:
+            self.memory_limit = f"per-process RLIMIT_AS of {limits.memory_mb} MB only: {self.memory_limit}"
+            log.info("local sandbox: %s", self.memory_limit)
+        else:
+            probe_group.remove()
+        self.session_cgroup = probe_group is not None  # each session: one memory and one process limit in total
         self._pool = WarmPool(self._make_slot, pool_size, limits, "local")
 
-    def _bwrap_argv(self, bwrap: str) -> list[str]:
-        argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-                "--unshare-uts", "--unshare-cgroup-try"]
-        if os.geteuid() == 0:  # stay in the host user namespace; the supervisor drops to a fresh uid itself
-            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        else:
-            argv += ["--unshare-user"]
-        argv += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
-        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-            if os.path.islink(top):
-                argv += ["--symlink", os.readlink(top), top]
-            elif os.path.isdir(top):
-                argv += ["--ro-bind", top, top]
-        # /tmp first: a Python installed under /tmp (a CI checkout's venv) is then bound over the tmpfs.
-        tmp_size = str(self.limits.workspace_mb << 20)
-        argv += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", tmp_size, "--tmpfs", "/tmp"]
-        made: set[str] = set()
-        for root in _python_roots(self.python):
-            parents = [str(p) for p in reversed(PurePosixPath(root).parents) if str(p) != "/"]
-            for parent in parents:  # bwrap would make missing parents 0700: the sandbox user could not pass
-                if parent not in made and not parent.startswith("/usr"):
-                    argv += ["--perms", "0755", "--dir", parent]
-                    made.add(parent)
-            argv += ["--ro-bind", root, root]
-        return argv
+    def _memory_bytes(self) -> int:
+        return (self.limits.memory_mb + self.limits.workspace_mb) << 20  # tmpfs files are memory too
 
     def _make_slot(self) -> Slot:
-        host_ws = tempfile.mkdtemp(prefix=_owner_prefix(), dir=self.workspace_root)
-        extra: dict = {}
+        group = None
+        if self.session_cgroup:
+            group, _ = cgroup.create(f"mappa-{_owner()}-{secrets.token_hex(4)}", self._memory_bytes(),
+                                     self.limits.max_processes)
+        host_ws = None
+        block = None
+        extra: dict = {"role": "keeper", "ctl_fd": 0}
         if self.isolation == "bwrap":
             inner_ws = "/workspace"
             extra["max_processes"] = self.limits.max_processes
-            if os.geteuid() == 0:
-                uid = _UID_BASE + secrets.randbelow(_UID_SPAN)
-                os.chown(host_ws, uid, uid)
-                extra.update(uid=uid, gid=uid)
-            argv = self._bwrap_base + ["--bind", host_ws, inner_ws, "--chdir", inner_ws, "--"]
+            if self.root_mode:
+                block = self._uid_block()
+                extra.update(userns=True, host_uid=_UID_BASE + block * _UID_BLOCK, kernel_uid=KERNEL_UID,
+                             kernel_gid=KERNEL_UID)
+            argv = bwrap_argv(self._bwrap, self.limits, self.python, self.root_mode) + ["--"]
         else:
-            inner_ws, argv = host_ws, []
+            host_ws = inner_ws = tempfile.mkdtemp(prefix=f"mappa-ws-{_owner()}-", dir=self.workspace_root)
+            argv = []
         config = supervisor_config(self.limits, inner_ws, self.preimport, **extra)
         argv += supervisor_argv(self.python, config)
+        if group is not None:
+            argv = group.join_argv(argv)
         env = sandbox_env(self.limits, inner_ws)
 
-        def start() -> Channel:
-            return Channel(PipeTransport(argv, env, cwd=host_ws))
+        def cleanup() -> None:
+            if group is not None:
+                group.remove()
+            if host_ws is not None:
+                remove_tree(host_ws)
+            _blocks_in_use.discard(block)
+
+        def launch() -> KeeperTransport:
+            return KeeperTransport(argv, env, cwd=host_ws or "/")
 
         try:
-            channel = start()
+            transport = launch()
+            channel = Channel(transport.start_supervisor(), self.limits)
         except BaseException:
-            shutil.rmtree(host_ws, ignore_errors=True)
+            if "transport" in locals():
+                transport.close()
+            cleanup()
             raise
+        state = {"transport": transport}
+
+        def restart() -> tuple[Channel, bool]:
+            """A fresh supervisor from the keeper (workspace kept); a fresh sandbox if the keeper is gone."""
+            old = state["transport"]
+            if old.alive() and old.stop_supervisor():
+                return Channel(old.start_supervisor(), self.limits), True
+            old.close()
+            state["transport"] = launch()
+            return Channel(state["transport"].start_supervisor(), self.limits), host_ws is not None
 
         def dispose() -> None:
-            slot.channel.close()
-            shutil.rmtree(host_ws, ignore_errors=True)
+            state["transport"].close()
+            cleanup()
 
-        slot = Slot(channel=channel, start=start, dispose=dispose, workspace=host_ws)
-        return slot
+        return Slot(channel=channel, restart=restart, dispose=dispose, workspace=host_ws,
+                    kernel_uid=KERNEL_UID if self.separate_kernel_uids else None)
+
+    @staticmethod
+    def _uid_block() -> int:
+        while True:
+            block = secrets.randbelow(_UID_BLOCKS)
+            if block not in _blocks_in_use:
+                _blocks_in_use.add(block)
+                return block
 
     def session(self) -> AbstractContextManager[Session]:
         """One workspace and its kernels, closed (and thrown away) when the `with` block ends."""
@@ -212,3 +214,4 @@ class LocalSandbox:
 
     def __repr__(self) -> str:
         return f"LocalSandbox(isolation={self.isolation!r}, limits={self.limits})"
+

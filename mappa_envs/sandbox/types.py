@@ -5,21 +5,25 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
+from mappa_envs.sandbox.inside.files import FileTooLargeError, NotRegularFileError
+from mappa_envs.sandbox.text import safe_text
+
 
 @dataclass(frozen=True)
 class Limits:
     """Resource limits for one session. Every backend honours every field it can (see its docstring)."""
 
     timeout_s: float = 30.0  # wall time per cell, when run() is given no timeout
-    memory_mb: int = 2048  # address space / cgroup memory of the interpreter
+    memory_mb: int = 2048  # address space of each kernel; a session's cgroup holds memory_mb + workspace_mb
     cpus: float = 1.0  # CPU share (Docker) / CPU seconds scale (local rlimit: timeout_s * cpus * 2)
     max_processes: int = 64  # pids per session
     max_output_bytes: int = 64_000  # stdout and stderr kept per cell, each; the rest is cut with a marker
     max_file_mb: int = 512  # largest file a cell may write
-    workspace_mb: int = 2048  # total workspace size
+    workspace_mb: int = 2048  # size of the workspace tmpfs (not enforced by the local backend without bwrap)
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "memory_mb", "cpus", "max_processes", "max_output_bytes", "max_file_mb", "workspace_mb"):
+        for name in ("timeout_s", "memory_mb", "cpus", "max_processes", "max_output_bytes", "max_file_mb",
+                     "workspace_mb"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"sandbox limit {name} must be a positive number, got {value!r}")
@@ -29,8 +33,10 @@ class Limits:
 class ExecResult:
     """The outcome of one `run()` call.
 
-    `ok` is True when the cell finished in time without raising. `error` is a one-line summary
-    ("NameError: name 'x' is not defined", "timeout after 5.0 s", "interpreter died: ...") or None.
+    `ok` is True when the cell finished in time without raising and without tampering with its
+    kernel. `error` is a one-line summary ("NameError: name 'x' is not defined", "timeout after 5 s",
+    "interpreter died: ...", "the cell tampered with its kernel (...)") or None. Every text field is
+    passed through `safe_text` on construction: valid UTF-8, no control sequences.
     """
 
     stdout: str = ""
@@ -42,11 +48,39 @@ class ExecResult:
     truncated: bool = False  # output was cut at Limits.max_output_bytes
     interpreter_restarted: bool = False  # the interpreter died or was killed; the next cell gets a fresh one
 
+    def __post_init__(self) -> None:
+        self.stdout, self.stderr = safe_text(self.stdout), safe_text(self.stderr)
+        if self.error is not None:
+            self.error = safe_text(self.error)
+
     def to_dict(self, timings: bool = False) -> dict:
         d = asdict(self)
         if not timings:  # wall-clock figures break seeded determinism checks on infos
             d.pop("duration_s")
         return d
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One entry of a workspace inventory."""
+
+    path: str  # workspace-relative, in the `safe_name` form: printable, reversible; read_file takes it as is
+    size: int  # bytes (of the entry itself: a symbolic link's size is its target's length)
+    kind: str  # "file", "symlink", "fifo", "socket", "device", "other", or "dir": a directory that was not listed
+    owner: str | None  # the kernel whose uid owns it, "host" for write_file's files; None where kernels share one uid
+    mtime_ns: int = 0  # last modification, as the sandbox's clock saw it: with size, a fingerprint of its content
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What the workspace holds: every non-directory, sorted by path. `truncated` when the listing
+    stopped at its entry cap or at a directory nested too deep (listed as kind "dir")."""
+
+    files: tuple[FileInfo, ...]
+    truncated: bool = False
+
+    def by_path(self) -> dict[str, FileInfo]:
+        return {f.path: f for f in self.files}
 
 
 @runtime_checkable
@@ -59,8 +93,9 @@ class SandboxSession(Protocol):
     def run(self, code: str, timeout: float | None = None, kernel: str = "main") -> ExecResult: ...
     def restart(self, kernel: str = "main") -> None: ...  # a fresh interpreter, same workspace
     def write_file(self, path: str, data: bytes | str) -> None: ...
-    def read_file(self, path: str) -> bytes: ...
-    def list_files(self) -> list[str]: ...  # workspace-relative paths, sorted
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes: ...  # regular files only, capped
+    def list_files(self) -> list[str]: ...  # workspace-relative paths (safe_name form) of non-directories, sorted
+    def inventory(self, max_entries: int = 10_000) -> Inventory: ...  # names, sizes, kinds, owners
     def close(self) -> None: ...
 
 
@@ -79,4 +114,5 @@ class SandboxError(RuntimeError):
     """A sandbox could not be created or used (no engine, no image, bad limits)."""
 
 
-__all__ = ["ExecResult", "Limits", "Sandbox", "SandboxError", "SandboxSession"]
+__all__ = ["ExecResult", "FileInfo", "FileTooLargeError", "Inventory", "Limits", "NotRegularFileError", "Sandbox",
+           "SandboxError", "SandboxSession"]
