@@ -29,7 +29,7 @@ from transformers import AutoTokenizer
 from mappa_train import algo
 from mappa_train.config import TrainConfig, to_dict
 from mappa_train.learner import PolicyLearner, Sample, lr_at
-from mappa_train.metrics import METRICS_FILE, MetricsLogger, plot_curves
+from mappa_train.metrics import METRICS_FILE, MetricsLogger, append_eval_episodes, plot_curves
 
 SHARED = "shared"
 
@@ -108,10 +108,12 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     roles = sorted({t.role for t in kept})
     episodes = {e: i for i, e in enumerate(sorted({str(t.episode_id) for t in kept}))}
     role_id = torch.tensor([roles.index(t.role) for t in kept])
+    task_ids = {task: i for i, task in enumerate(sorted({t.task_id for t in kept}))}
     advantages = algo.advantages(
         old_t, ref_t, mask, reward, beta=cfg.algo.beta, kl_in_loss=cfg.algo.kl_in_loss, scope=cfg.algo.scope,
         episode=torch.tensor([episodes[str(t.episode_id)] for t in kept]), agent=role_id,
-        order=torch.tensor([t.action_index for t in kept]), per_role=role_id if cfg.algo.whiten == "per_role" else None)
+        order=torch.tensor([t.action_index for t in kept]), normalization=cfg.algo.whiten,
+        turn=torch.tensor([t.turn_index for t in kept]), task=torch.tensor([task_ids[t.task_id] for t in kept]))
     for i, s in enumerate(samples):
         n = len(s.action_ids)
         s.old_logp, s.ref_logp, s.advantages = old_t[i, :n], ref_t[i, :n], advantages[i, :n]
@@ -200,13 +202,15 @@ def local_rollouts(cfg: TrainConfig, model_path: Path | str) -> Rollouts:
         envs[name] = make_envs(cfg, cfg.rollout.num_envs, overrides, sandbox=sandbox)
     policy_of = policy_map(cfg, envs[None][0].possible_agents)
     generators = make_generators(cfg, model_path, sorted(set(policy_of.values())))
+    doomed = stop_rule(cfg.rollout.stop_below, envs[None][0].possible_agents)
 
     def run(task_ids: list[str], seed: int, eval_set: str | None, offset: int = 0):
         """Episodes offset+i get env seed seed+offset+i: a slice of a step plays as in the whole step."""
         episodes = [{"seed": seed + offset + i, "options": {"task_id": t}} for i, t in enumerate(task_ids)]
         return collect(envs[eval_set], generators, sampling_params(cfg, eval_set is not None), episodes,
                        role_policy=policy_of, seed=seed + offset, first_episode_id=offset,
-                       max_prompt_tokens=cfg.generation.max_prompt_tokens, workers=cfg.rollout.step_workers)
+                       max_prompt_tokens=cfg.generation.max_prompt_tokens, workers=cfg.rollout.step_workers,
+                       stop_episode=doomed if eval_set is None else None)
 
     def sync(weights: Mapping[str, dict]) -> None:
         for name, gen in generators.items():
@@ -219,6 +223,16 @@ def local_rollouts(cfg: TrainConfig, model_path: Path | str) -> Rollouts:
         sandbox.close()
 
     return Rollouts(run, sync, task_ids(envs[None][0]), {k: task_ids(v[0]) for k, v in envs.items() if k}, policy_of, close)
+
+
+def stop_rule(stop_below: Mapping[str, float], roles: Sequence[str]) -> Callable | None:
+    """`rollout.stop_below` as collect's stop_episode: an action of a listed role scored below its threshold."""
+    if not stop_below:
+        return None
+    unknown = sorted(set(stop_below) - set(roles))
+    if unknown:
+        raise ValueError(f"rollout.stop_below names roles {unknown} that the env does not have; its roles: {list(roles)}")
+    return lambda t: t.role in stop_below and t.coach_reward < stop_below[t.role]
 
 
 def task_ids(env) -> list[str]:
@@ -249,7 +263,7 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
     progress = _progress(cfg, start)
     for step in range(start, cfg.steps):
         if cfg.eval_every and step % cfg.eval_every == 0:
-            log.log("eval", step, evaluate(cfg, rollouts, step))
+            log.log("eval", step, evaluate(cfg, rollouts, step, out))
         t0 = time.perf_counter()
         result = rollouts.collect(tasks_for_step(rollouts.train_tasks, step, cfg), _seed(cfg, step), None)
         t1 = time.perf_counter()
@@ -258,6 +272,8 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
         rollouts.sync(_weights(learners))
         t3 = time.perf_counter()
         metrics.update(_episode_metrics(result), coach_failures=float(result.dropped), prompt_overflows=float(result.overflow),
+                       env_actions=float(sum(e.actions for e in result.episodes)),
+                       stopped_episodes=float(sum(e.stopped for e in result.episodes)),
                        time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2)
         metrics.update({f"time_{k}": v for k, v in result.timing().items()})
         log.log("train", step + 1, metrics)
@@ -267,7 +283,7 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
         progress.set_postfix(reward=f"{metrics.get('reward', float('nan')):.2f}", kl=f"{metrics.get('kl', 0):.4f}")
     progress.close()
     if cfg.eval_every and (start < cfg.steps or not _has_eval(out, cfg.steps)):
-        log.log("eval", cfg.steps, evaluate(cfg, rollouts, cfg.steps))
+        log.log("eval", cfg.steps, evaluate(cfg, rollouts, cfg.steps, out))
     log.close()
     rollouts.close()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -280,14 +296,17 @@ def train(cfg: TrainConfig, rollouts: Rollouts | None = None, learners: Mapping[
     return out
 
 
-def evaluate(cfg: TrainConfig, rollouts: Rollouts, step: int) -> dict[str, float]:
-    """Accuracy (mean outcome) and coach scores on every eval set, at eval temperature."""
+def evaluate(cfg: TrainConfig, rollouts: Rollouts, step: int, out_dir: Path | None = None) -> dict[str, float]:
+    """Accuracy (mean outcome) and coach scores on every eval set, at eval temperature. With `out_dir`,
+    each episode's outcome also goes to its eval_episodes.jsonl, for paired comparisons of steps."""
     out: dict[str, float] = {}
     for name, tasks in rollouts.eval_tasks.items():
         chosen = [t for t in tasks[:cfg.eval_episodes] for _ in range(cfg.eval_samples)]
         result = rollouts.collect(chosen, _seed(cfg, step) + 7, name)
         for k, v in _episode_metrics(result).items():
             out[f"{name}/{k}"] = v
+        if out_dir is not None:
+            append_eval_episodes(out_dir, step, name, result.episodes, cfg.eval_samples)
     return out
 
 
