@@ -25,7 +25,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from mappa_train.generation import Generation, Generator, SamplingParams, chat_prompt_ids
 
@@ -57,6 +57,7 @@ class EpisodeStats:
     actions: int
     dropped: int  # actions whose coach verdict was ok=False
     truncated: bool
+    stopped: bool = False  # ended early by `collect(stop_episode=...)`: no outcome, counted as failed
 
 
 @dataclass
@@ -94,6 +95,7 @@ class _Slot:
     pending: list[Transition] = field(default_factory=list)
     stats: EpisodeStats | None = None  # set when the episode ends
     busy_s: float = 0.0
+    stop_episode: Any = None  # collect's stop_episode rule
 
 
 def collect(
@@ -106,6 +108,7 @@ def collect(
     max_prompt_tokens: int | None = None,
     first_episode_id: int = 0,
     workers: int | None = None,
+    stop_episode: Callable[[Transition], bool] | None = None,
 ) -> Rollout:
     """Run `len(episodes)` episodes on `envs` (B = len(envs) at once) and return their transitions.
 
@@ -121,6 +124,9 @@ def collect(
             in `overflow`); set it to the engine's context length minus `max_new_tokens`.
         first_episode_id: episode ids count up from here.
         workers: threads running env.reset/step concurrently (default: one per env).
+        stop_episode: curriculum filtering: an episode ends right after an action for which this
+            returns True (a doomed episode: no later generation or coach call is spent on it). Its
+            outcome is then unknown: `EpisodeStats.stopped`, not correct, outcome reward 0.
     """
     if not envs:
         raise ValueError("collect needs at least one env")
@@ -128,7 +134,7 @@ def collect(
     route = _route(policies, role_policy, envs[0].possible_agents)
     rng = random.Random(seed)
     queue = deque((first_episode_id + i, spec) for i, spec in enumerate(episodes))
-    slots = [_Slot(env) for env in envs]
+    slots = [_Slot(env, stop_episode=stop_episode) for env in envs]
     out = Rollout([], [], 0, 0, {name: 0 for name in policies}, 0, 0.0, 0.0, 0.0, 0.0)
     started = time.perf_counter()
 
@@ -247,12 +253,14 @@ def _act(slot: _Slot, arg: tuple[str, str, Generation | None]) -> None:
     info = env.infos[agent]["action"]
     coach = info.get("coach")
     ok = coach is None or bool(coach.get("ok", True))
+    transition = None
     if gen is not None and ok:
-        slot.pending.append(Transition(
+        transition = Transition(
             role=agent, policy=policy, prompt_ids=prompt, action_ids=list(gen.token_ids),
             logprobs=list(gen.logprobs), coach_reward=float(info["reward"]), coach_ok=ok, outcome_reward=0.0,
             episode_id=slot.episode_id, action_index=slot.actions, turn_index=slot.turn_index[agent],
-            task_id=slot.task_id))
+            task_id=slot.task_id)
+        slot.pending.append(transition)
     slot.dropped += not ok
     slot.actions += 1
     slot.last_actor = agent
@@ -260,6 +268,9 @@ def _act(slot: _Slot, arg: tuple[str, str, Generation | None]) -> None:
     slot.stop_token = gen.token_ids[-1] if gen is not None and gen.finish_reason == "stop" else None
     if env.agents and all(env.terminations[a] or env.truncations[a] for a in env.agents):
         _finish(slot)
+    elif transition is not None and slot.stop_episode is not None and slot.stop_episode(transition):
+        # curriculum filtering: the env is left mid-episode; its next reset starts a fresh one
+        slot.stats = EpisodeStats(slot.episode_id, slot.task_id, None, False, slot.actions, slot.dropped, False, True)
 
 
 def _finish(slot: _Slot) -> None:
