@@ -1,8 +1,9 @@
 """A scripted MathChat team: an oracle with a tunable error rate, for smoke runs, tests and SFT data.
 
 It knows the tasks it plays (it looks each problem up by its text) and uses the generator's solution
-code where the task has one. With `skill < 1` the Problem Solver proposes a wrong answer at that rate;
-the Code Executor then computes and the Verifier follows the computation, as a good team would.
+code where the task has one. The Problem Solver restates the problem and proposes an answer; with
+`skill < 1` that answer is wrong at that rate. The Code Executor then computes, and the Verifier
+follows the computation (the executor's stated answer, else what its code printed), as a good team would.
 
 With `code_skill < 1` the team is noisy where a coach can see it: at that rate the Code Executor's
 code is broken (it stores the result under one name and prints another, so it raises `NameError`),
@@ -63,7 +64,9 @@ class ScriptedMathPolicy:
         if role == "verifier":
             upstream = conversation[-1]["content"]
             executor = upstream.split("## Output of the code_executor", 1)[-1]
-            answer = extract_answer(executor) or extract_answer(upstream) or gold
+            printed = [p.strip().splitlines()[-1] for p in _OUTPUT.findall(executor) if p.strip()]
+            # the executor's stated answer, else what its code printed, else the solver's answer
+            answer = extract_answer(executor) or (printed[-1] if printed else None) or extract_answer(upstream) or gold
             return f"The computation checks out.\n\\boxed{{{answer}}}"
         raise ValueError(f"ScriptedMathPolicy has no script for role {role!r}")
 
