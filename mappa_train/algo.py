@@ -18,7 +18,8 @@ Options a researcher will want (defaults are the paper's):
   action's rewards in the episode, whoever took it. Rows are ordered by `Transition.action_index`.
 - KL in the reward (REINFORCE++, the paper) or in the loss (`kl_in_loss`: β·k3 added to the policy
   loss, GRPO-style, since k1's gradient is zero in expectation).
-- per-role whitening (the reference code) instead of global (the paper's text).
+- the advantage normalisation of step 4 (`normalize`): "global" (the paper's text), "per_role" (the
+  reference code), "per_role_turn" (AT-GRPO-style groups) or "per_agent" (Dr.MAS-style); see below.
 
 Where this departs from the paper: σ is the population standard deviation (no Bessel correction),
 floored at `std_floor` (1e-4, as the reference code), so a batch whose returns are all nearly equal
@@ -37,6 +38,8 @@ import torch
 Scope = Literal["action", "agent", "episode"]
 SCOPES = ("action", "agent", "episode")
 MAX_LOG_RATIO = 20.0  # |log π/π_old| beyond this is clamped: exp(20) ≈ 5e8 is finite in fp32, exp(89) is not
+Normalization = Literal["global", "per_role", "per_role_turn", "per_agent"]
+NORMALIZATIONS = ("global", "per_role", "per_role_turn", "per_agent")
 
 
 def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -95,6 +98,59 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = Non
     return out
 
 
+# ---- step 4, the advantage normalisations (the returns x [B, T]; ids [B], one per row) --------------
+
+def normalize_global(x: torch.Tensor, mask: torch.Tensor, std_floor: float = 1e-4) -> torch.Tensor:
+    """The paper: one μ, σ over every action token of the batch, all agents together."""
+    return whiten(x, mask, std_floor=std_floor)
+
+
+def normalize_per_role(x: torch.Tensor, mask: torch.Tensor, role: torch.Tensor,
+                       std_floor: float = 1e-4) -> torch.Tensor:
+    """The paper's reference code: μ, σ over the tokens of each role's actions."""
+    return whiten(x, mask, group=role, std_floor=std_floor)
+
+
+def normalize_per_role_turn(x: torch.Tensor, mask: torch.Tensor, task: torch.Tensor, role: torch.Tensor,
+                            turn: torch.Tensor, std_floor: float = 1e-4) -> torch.Tensor:
+    """AT-GRPO-style: a group is the actions that share a task, a role and a position in the role's
+    turn (the k-th action of the executor on problem p), so each action is compared with the other
+    samples of the same decision. A group of one has σ = 0: its advantage is 0."""
+    group = torch.unique(torch.stack([task, role, turn], dim=1), dim=0, return_inverse=True)[1]
+    return whiten(x, mask, group=group, std_floor=std_floor)
+
+
+def normalize_per_agent(x: torch.Tensor, mask: torch.Tensor, agent: torch.Tensor,
+                        std_floor: float = 1e-4) -> torch.Tensor:
+    """Dr.MAS-style: each agent's μ_k, σ_k over its *actions* (the return at each action's first
+    token), so an action counts once whatever its length; then (x − μ_k)/σ_k on every token."""
+    first = mask * (mask.cumsum(1) == 1)  # [B, T]: 1 at each row's first action token
+    value = (x * first).sum(1)  # [B]: the action's return
+    out = torch.zeros_like(x)
+    for k in agent.unique():
+        rows = agent == k
+        mean, std = value[rows].mean(), value[rows].std(unbiased=False)
+        out[rows] = (x[rows] - mean) / std.clamp(min=std_floor) * mask[rows]
+    return out
+
+
+def normalize(x: torch.Tensor, mask: torch.Tensor, how: Normalization = "global", *, role: torch.Tensor | None = None,
+              turn: torch.Tensor | None = None, task: torch.Tensor | None = None,
+              std_floor: float = 1e-4) -> torch.Tensor:
+    """Step 4 as configured (`algo.whiten`); `role`, `turn` and `task` are [B] integer ids."""
+    if how == "global":
+        return normalize_global(x, mask, std_floor)
+    if role is None or (how == "per_role_turn" and (turn is None or task is None)):
+        raise ValueError(f"normalisation {how!r} needs role ids (and turn and task ids for 'per_role_turn')")
+    if how == "per_role":
+        return normalize_per_role(x, mask, role, std_floor)
+    if how == "per_role_turn":
+        return normalize_per_role_turn(x, mask, task, role, turn, std_floor)
+    if how == "per_agent":
+        return normalize_per_agent(x, mask, role, std_floor)
+    raise ValueError(f"normalisation must be one of {NORMALIZATIONS}, got {how!r}")
+
+
 def ppo_clip_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                   eps: float = 0.2, n_tokens: float | None = None) -> torch.Tensor:
     """PPO clipped surrogate, −min(ρÂ, clip(ρ, 1−ε, 1+ε)Â), as a masked token mean. -> scalar.
@@ -118,12 +174,13 @@ def kl_loss(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, beta
 def advantages(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, reward: torch.Tensor, *,
                beta: float = 0.01, kl_in_loss: bool = False, scope: Scope = "action",
                episode: torch.Tensor | None = None, agent: torch.Tensor | None = None,
-               order: torch.Tensor | None = None, per_role: torch.Tensor | None = None,
+               order: torch.Tensor | None = None, normalization: Normalization = "global",
+               turn: torch.Tensor | None = None, task: torch.Tensor | None = None,
                std_floor: float = 1e-4) -> torch.Tensor:
-    """Steps 1–4 for a whole batch: whitened returns [B, T] from per-action rewards [B] (already scaled).
+    """Steps 1–4 for a whole batch: normalised returns [B, T] from per-action rewards [B] (already scaled).
 
     `episode`, `agent` and `order` ([B] integer ids) are needed for scopes "agent" and "episode";
-    `per_role` ([B] role ids) switches to per-role whitening.
+    `normalization` picks step 4 (`normalize`), which reads `agent` as the role id, `turn` and `task`.
     """
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
@@ -134,4 +191,5 @@ def advantages(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tenso
         if episode is None or order is None or (scope == "agent" and agent is None):
             raise ValueError(f"scope {scope!r} needs episode and order ids (and agent ids for 'agent')")
         group = episode if scope == "episode" else episode * (int(agent.max()) + 1) + agent
-    return whiten(returns_to_go(rewards, mask, group, order), mask, per_role, std_floor=std_floor)
+    return normalize(returns_to_go(rewards, mask, group, order), mask, normalization, role=agent, turn=turn,
+                     task=task, std_floor=std_floor)

@@ -103,6 +103,9 @@ class RolloutConfig:
     prompts_per_step: int = doc(16, "tasks per training step", positive)
     samples_per_prompt: int = doc(2, "episodes per task per step", positive)
     step_workers: int = doc(4, "threads running env.step (sandbox + coach) concurrently", positive)
+    stop_below: dict = doc({}, "curriculum filtering: role -> coach score; a training episode ends right after an action "
+                               "of that role scoring below it (doomed: no later generation or coach call), e.g. "
+                               "{code_executor: 4}; it counts as failed")
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,9 @@ class AlgoConfig:
     reward_scale: float = doc(1.0, "multiplies the env's rewards (the coach's 0–10 score; the outcome bonus of "
                                    "env.kwargs.reward_mode outcome / process+outcome) before they enter the RL reward",
                               positive)
-    whiten: Literal["global", "per_role"] = doc("global", "advantage normalisation over the whole batch (paper) or per role")
+    whiten: Literal["global", "per_role", "per_role_turn", "per_agent"] = doc(
+        "global", "advantage normalisation: over the whole batch (paper), per role (reference code), per (task, role, "
+                  "turn) group (AT-GRPO-style) or per agent over its actions (Dr.MAS-style); see mappa_train.algo")
     old_logprobs: Literal["learner", "generator"] = doc(
         "learner", "PPO's old log-probs: recomputed by the learner, or the generator's own (the learner's are "
                    "computed either way, for logprob_gap)")
@@ -211,6 +216,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError("learner.offload_optimizer needs learner.zero_stage >= 1")
     if not cfg.env.eval_sets or not all(isinstance(v, dict) for v in cfg.env.eval_sets.values()):
         raise ConfigError(f"env.eval_sets must map a set name to a dict of env kwargs, got {cfg.env.eval_sets!r}")
+    stop = cfg.rollout.stop_below
+    if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in stop.items()):
+        raise ConfigError(f"rollout.stop_below must map role names to coach scores, e.g. {{code_executor: 4}}; got {stop!r}")
+    if stop and cfg.env.kwargs.get("reward_mode") == "outcome":
+        raise ConfigError("rollout.stop_below reads coach scores, which env.kwargs.reward_mode=outcome does not compute; "
+                          "drop one of them")
     if cfg.algo.old_logprobs == "generator" and g.top_p < 1:
         raise ConfigError("algo.old_logprobs=generator needs generation.top_p=1: top-p changes the sampling "
                           "distribution, so the generator's log-probs are not the policy's")
@@ -286,6 +297,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             node = node[part]
         node[parts[-1]] = _coerce(value, _field_type(cls, parts[-1]), key.strip())
     return from_dict(data)
+
+
+def load_section(cls: type, data: dict, where: str) -> Any:
+    """A config dataclass other than TrainConfig (e.g. `mappa ablate`'s preset) from a mapping, with
+    the same key and type checks."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of {cls.__name__} keys, got {type(data).__name__}")
+    full = dataclasses.asdict(cls())
+    _merge(cls, full, data, where=f"{where}: ")
+    node = _build(cls, full, "")
+    for key, value, rule in _leaves_with_rules(node):
+        problem = rule(value)
+        if problem:
+            raise ConfigError(f"{where}: {key} {problem}, got {value!r}")
+    return node
 
 
 def to_dict(cfg: TrainConfig) -> dict:
@@ -405,4 +431,6 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         return str(value)
     if hint is dict and isinstance(value, dict):
         return dict(value)
+    if hint is list and isinstance(value, list):
+        return list(value)
     raise ConfigError(f"{key} must be {_type_name(hint)}, got {value!r} ({type(value).__name__})")

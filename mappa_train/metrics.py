@@ -14,6 +14,7 @@ from pathlib import Path
 from mappa_train.config import LogConfig
 
 METRICS_FILE = "metrics.jsonl"
+EVAL_EPISODES_FILE = "eval_episodes.jsonl"
 
 
 class MetricsLogger:
@@ -76,6 +77,26 @@ def read_metrics(path: str | Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+def append_eval_episodes(out_dir: str | Path, step: int, eval_set: str, episodes, samples: int) -> None:
+    """One line per evaluation episode (step, set, task, sample, correct, score) in EVAL_EPISODES_FILE.
+    Episode i of an evaluation is sample i % samples of its task. A resumed run re-evaluates its
+    last step: readers keep the last line of each (step, set, task, sample)."""
+    with (Path(out_dir) / EVAL_EPISODES_FILE).open("a") as f:
+        for e in episodes:
+            f.write(json.dumps({"step": step, "set": eval_set, "task_id": e.task_id, "sample": e.episode_id % samples,
+                                "correct": bool(e.correct), "score": e.score}) + "\n")
+
+
+def eval_outcomes(out_dir: str | Path, step: int, eval_set: str) -> dict[str, list[float]]:
+    """task id -> the correctness (0/1) of each sample in the evaluation at `step` (see append_eval_episodes)."""
+    rows = {(r["task_id"], r["sample"]): r for r in read_metrics(Path(out_dir) / EVAL_EPISODES_FILE)
+            if r["step"] == step and r["set"] == eval_set}
+    out: dict[str, list[float]] = {}
+    for (task, _), r in sorted(rows.items()):
+        out.setdefault(task, []).append(float(r["correct"]))
+    return out
 
 
 def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str = "MAPPA training") -> Path:

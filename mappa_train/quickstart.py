@@ -1,36 +1,68 @@
-"""`mappa quickstart`: watch MAPPA train a team on a laptop CPU, offline, in under 10 minutes.
+"""`mappa quickstart`: watch MAPPA fix what imitation could not, offline, on a laptop CPU.
 
-1. Build a tiny Qwen2 model and tokenizer offline (`mappa_train.tiny_model`).
-2. Warm-start it with a few hundred supervised steps on MathChat transcripts played by the scripted
-   team (`mappa_envs.mathchat.scripted`) on synthetic problems: a random model never writes a
-   ```python block or a \\boxed{} answer, so RL would have nothing to reinforce.
-3. Train with MAPPA (configs/quickstart.yaml): one policy shared by the three roles, the rule coach,
-   the local sandbox, synthetic problems; held-out accuracy is measured before the first update and
-   after the last.
-4. Write report.md and curves.png next to the metrics.
+1. The start (`build_start`): a tiny Qwen2 model and tokenizer built offline, warm-started with
+   supervised steps on transcripts of a *noisy* scripted team (`mappa_envs.mathchat.scripted`,
+   `code_skill`): half of its Code Executor's code is broken (it stores the result under one name
+   and prints another, so the sandbox raises NameError; the rule coach scores that action 3.5
+   instead of 7.5) and the team then reports the Problem Solver's wrong guess. The problems are the
+   synthetic family `product_sum` ("What is 47 * 85 + 12?"), whose code only has to copy the
+   problem's numbers: a model this small can learn that in minutes, not real mathematics.
+   Imitation inherits the team's habits, the broken code included.
+2. The teacher is played on the held-out problems (disjoint from training by problem text).
+3. MAPPA trains the warm start (configs/quickstart.yaml: shared policy, rule coach, local
+   sandbox), evaluating on the held-out problems before the first update, every `eval_every`
+   steps and after the last, always with the same k samples per problem at the same temperature.
+4. report.json, report.md and curves.png: accuracy before and after with a 95% paired bootstrap
+   interval over problems, the teacher's accuracy on the same problems, per-role coach scores, KL.
 
-What it shows is what it measures: the report prints the numbers as they came out, including when
-held-out accuracy did not move. A model this small learns the team's formats quickly; how much it
-improves its answers in a few minutes of CPU RL depends on the seed.
+Why the numbers move: the coach scores a broken cell 4 points below a working one, on that very
+action, so RL shifts the executor towards code that runs; a working cell prints the answer, which
+the executor and verifier then copy (their own rewards check that copy). Nothing here sees a
+held-out answer: the warm start and RL use training problems only, and the rule coach checks
+answers of training episodes only.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import random
+import resource
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mappa_train.config import doc
+
 PRESET = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
+SET = "heldout"  # the preset's held-out eval set
+
+
+@dataclass
+class StartConfig:
+    """The start: a tiny model and its warm start on a noisy scripted team (shared with `mappa ablate`)."""
+
+    hidden_size: int = doc(128, "tiny model width")
+    layers: int = doc(2, "tiny model depth")
+    sft_episodes: int = doc(600, "scripted episodes for the warm start")
+    sft_short_steps: int = doc(600, "first supervised steps, on the conversations without their system prompts")
+    sft_steps: int = doc(100, "then supervised steps on the conversations exactly as the agents see them")
+    sft_batch: int = doc(32, "conversations per supervised step")
+    sft_lr: float = doc(3e-3, "peak learning rate of the warm start (20 warm-up steps, linear decay to 10%)")
+    solver_skill: float = doc(0.0, "how often the teacher's Problem Solver is right")
+    code_skill: float = doc(0.5, "how often the teacher's code runs (else it raises NameError)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    d = StartConfig()
     parser.add_argument("--out", default="runs/quickstart", help="output directory (reused: an existing run resumes)")
     parser.add_argument("--config", default=str(PRESET), help="the training preset")
-    parser.add_argument("--sft-episodes", type=int, default=160, help="scripted episodes for the warm start")
-    parser.add_argument("--sft-steps", type=int, default=100, help="supervised steps of the warm start (batch 16)")
-    parser.add_argument("--sft-skill", type=float, default=0.5,
-                        help="how often the scripted Problem Solver is right (the executor and verifier then fix it)")
+    parser.add_argument("--sft-episodes", type=int, default=d.sft_episodes, help="scripted episodes for the warm start")
+    parser.add_argument("--sft-short-steps", type=int, default=d.sft_short_steps,
+                        help="warm-start steps on conversations without their system prompts (cheaper)")
+    parser.add_argument("--sft-steps", type=int, default=d.sft_steps, help="then warm-start steps on full conversations")
+    parser.add_argument("--teacher-code-skill", type=float, default=d.code_skill,
+                        help="how often the teacher's code runs; the rest raises NameError")
+    parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for the interval")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="training config overrides (see mappa train --help)")
 
 
@@ -38,37 +70,54 @@ def run(args: argparse.Namespace) -> int:
     from mappa_train.config import ConfigError, load_config
 
     out = Path(args.out)
-    try:
-        cfg = load_config(args.config, [f"out_dir={out}", *args.overrides])
-    except ConfigError as e:
-        print(f"mappa quickstart: {e}")
-        return 2
-    started = time.perf_counter()
-    from mappa_train.tiny_model import build_tiny_model
-
-    print("1/4 building a tiny model and tokenizer offline ...", flush=True)
-    base = build_tiny_model(out / "tiny_model", seed=cfg.seed)
-    print(f"2/4 warm start: {args.sft_steps} supervised steps on {args.sft_episodes} scripted MathChat episodes ...", flush=True)
-    sft_dir = out / "sft_model"
-    t0 = time.perf_counter()
-    sft_loss = warm_start(cfg, base, sft_dir, args.sft_episodes, args.sft_steps, args.sft_skill)
-    print(f"    warm start done in {time.perf_counter() - t0:.0f} s: loss {sft_loss['first_loss']:.2f} -> {sft_loss['last_loss']:.2f}", flush=True)
-    print(f"3/4 MAPPA training: {cfg.steps} steps x {cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt} episodes ...", flush=True)
-    from mappa_train.config import load_config as _load
+    spec = StartConfig(sft_episodes=args.sft_episodes, sft_short_steps=args.sft_short_steps, sft_steps=args.sft_steps,
+                       code_skill=args.teacher_code_skill)
+    cfg = load_config(args.config, [f"out_dir={out}", *args.overrides])  # a ConfigError is one line in the CLI
+    if SET not in cfg.env.eval_sets:
+        raise ConfigError(f"the quickstart evaluates on env.eval_sets.{SET}; {args.config} has {sorted(cfg.env.eval_sets)}")
+    if not 0 <= spec.code_skill <= 1:
+        raise ConfigError(f"--teacher-code-skill must be in [0, 1], got {spec.code_skill}")
+    started, cpu0 = time.perf_counter(), _cpu_s()
+    print(f"1/4 the start: a tiny model, warm-started on {spec.sft_episodes} episodes of a noisy scripted team ...",
+          flush=True)
+    start = build_start(cfg, spec, out / "start")
+    print("2/4 the teacher on the held-out problems ...", flush=True)
+    teacher, overlap = teacher_and_overlap(cfg, spec, out / "teacher")
+    print(f"3/4 MAPPA: {cfg.steps} steps x {cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt} episodes, "
+          f"held-out evaluation every {cfg.eval_every} ...", flush=True)
     from mappa_train.train import train
 
-    cfg = _load(args.config, [f"out_dir={out}", f"model.path={sft_dir}", *args.overrides])
-    train(cfg)
+    train(load_config(args.config, [f"out_dir={out}", f"model.path={start}", *args.overrides]))
     print("4/4 writing the report ...", flush=True)
-    report = write_report(out, sft_loss, time.perf_counter() - started)
-    print(report)
+    report = build_report(cfg, spec, out, teacher, overlap, time.perf_counter() - started, _cpu_s() - cpu0,
+                          args.n_boot)
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    text = format_report(report)
+    (out / "report.md").write_text(text)
+    print(text)
     return 0
 
 
-# ---- the warm start ------------------------------------------------------------------------------
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished children (sandbox kernels)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
-def scripted_pairs(cfg, episodes: int, skill: float) -> list[tuple[list[dict], str]]:
-    """(conversation, action) pairs from the scripted MathChat team on the training tasks."""
+
+# ---- the start -----------------------------------------------------------------------------------
+
+def build_start(cfg, spec: StartConfig, out_dir: Path) -> Path:
+    """The tiny model warm-started on the noisy team's training episodes; a finished one is reused."""
+    from mappa_train.tiny_model import build_tiny_model
+
+    base = build_tiny_model(out_dir / "base", hidden_size=spec.hidden_size, layers=spec.layers,
+                            heads=max(1, spec.hidden_size // 32), kv_heads=max(1, spec.hidden_size // 64), seed=cfg.seed)
+    warm_start(cfg, spec, base, out_dir / "model")
+    return out_dir / "model"
+
+
+def scripted_pairs(cfg, spec: StartConfig) -> list[tuple[list[dict], str]]:
+    """(conversation, action) pairs of the noisy scripted team on the training problems."""
     from mappa_envs.mathchat.scripted import ScriptedMathPolicy
     from mappa_envs.sandbox import make_sandbox
     from mappa_envs.wrappers import VectorRunner
@@ -77,8 +126,9 @@ def scripted_pairs(cfg, episodes: int, skill: float) -> list[tuple[list[dict], s
     sandbox = make_sandbox(cfg.env.sandbox, **cfg.env.sandbox_kwargs)
     envs = make_envs(cfg, cfg.rollout.num_envs, sandbox=sandbox)
     try:
-        policy = ScriptedMathPolicy(envs[0].unwrapped.scenario.tasks(), skill=skill, seed=cfg.seed)
-        results = VectorRunner(envs, policy).run(episodes=episodes, seed=cfg.seed + 10_000)
+        policy = ScriptedMathPolicy(envs[0].unwrapped.tasks, skill=spec.solver_skill, seed=cfg.seed,
+                                    code_skill=spec.code_skill)
+        results = VectorRunner(envs, policy).run(episodes=spec.sft_episodes, seed=cfg.seed + 10_000)
     finally:
         for env in envs:
             env.close()
@@ -86,8 +136,14 @@ def scripted_pairs(cfg, episodes: int, skill: float) -> list[tuple[list[dict], s
     return [(turn.messages, turn.action) for r in results for turn in r.turns]
 
 
-def warm_start(cfg, base: Path, out_dir: Path, episodes: int, steps: int, skill: float) -> dict:
-    """Supervised steps on scripted transcripts (loss on action tokens only); reuses a finished one."""
+def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path) -> dict:
+    """Supervised steps on the scripted transcripts (loss on action tokens only); reuses a finished one.
+
+    The first `sft_short_steps` drop each conversation's system prompt: it is the same for every
+    problem and two thirds of the tokens, so those steps teach the copies the team makes (problem ->
+    code, printed value -> answer) at a third of the cost; the last `sft_steps` see the prompts
+    exactly as the agents will. A random model needs a few hundred steps before it copies at all.
+    """
     done = out_dir / "warm_start.json"
     if done.exists():
         return json.loads(done.read_text())
@@ -97,18 +153,20 @@ def warm_start(cfg, base: Path, out_dir: Path, episodes: int, steps: int, skill:
     from mappa_train.generation import chat_prompt_ids
 
     tok = AutoTokenizer.from_pretrained(base)
-    data = []
-    for messages, action in scripted_pairs(cfg, episodes, skill):
-        prompt = chat_prompt_ids(tok, messages)
-        data.append((prompt, tok.encode(action, add_special_tokens=False) + [tok.eos_token_id]))
+    full, short = [], []
+    for messages, action in scripted_pairs(cfg, spec):
+        action_ids = tok.encode(action, add_special_tokens=False) + [tok.eos_token_id]
+        full.append((chat_prompt_ids(tok, messages), action_ids))
+        short.append((chat_prompt_ids(tok, [m for m in messages if m["role"] != "system"]), action_ids))
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(base)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr)
     from tqdm.auto import tqdm
 
-    rng, batch_size, losses = random.Random(cfg.seed), 16, []
-    for step in tqdm(range(steps), desc="warm start", unit="step", disable=not cfg.log.progress):
-        batch = rng.sample(data, min(batch_size, len(data)))
+    rng, losses, total = random.Random(cfg.seed), [], spec.sft_short_steps + spec.sft_steps
+    for step in tqdm(range(total), desc="warm start", unit="step", disable=not cfg.log.progress):
+        data = short if step < spec.sft_short_steps else full
+        batch = rng.sample(data, min(spec.sft_batch, len(data)))
         width = max(len(p) + len(a) for p, a in batch)
         ids = torch.full((len(batch), width), tok.pad_token_id)
         labels = torch.full((len(batch), width), -100)
@@ -117,8 +175,8 @@ def warm_start(cfg, base: Path, out_dir: Path, episodes: int, steps: int, skill:
             ids[i, :len(p) + len(a)] = torch.tensor(p + a)
             labels[i, len(p):len(p) + len(a)] = torch.tensor(a)
             attention[i, :len(p) + len(a)] = 1
-        for group in opt.param_groups:  # linear decay to 10%
-            group["lr"] = 3e-3 * (1 - 0.9 * step / steps)
+        for group in opt.param_groups:
+            group["lr"] = spec.sft_lr * min(1.0, (step + 1) / 20) * (1 - 0.9 * step / total)
         loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
         opt.zero_grad()
         loss.backward()
@@ -127,38 +185,125 @@ def warm_start(cfg, base: Path, out_dir: Path, episodes: int, steps: int, skill:
         losses.append(loss.item())
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
-    summary = {"pairs": len(data), "steps": steps, "first_loss": sum(losses[:10]) / len(losses[:10]),
-               "last_loss": sum(losses[-10:]) / len(losses[-10:])}
+    summary = {"pairs": len(full), "steps": total, "first_loss": sum(losses[:10]) / len(losses[:10]),
+               "last_loss": sum(losses[-10:]) / len(losses[-10:]),
+               "parameters": sum(p.numel() for p in model.parameters())}
     done.write_text(json.dumps(summary))
     return summary
 
 
+# ---- the held-out set: the teacher, and the in-training evaluations --------------------------------
+
+def heldout_kwargs(cfg) -> dict:
+    return {**cfg.env.kwargs, **cfg.env.eval_sets[SET]}
+
+
+def teacher_and_overlap(cfg, spec: StartConfig, out_dir: Path) -> tuple[dict[str, list[float]], dict]:
+    """The noisy teacher's correctness on each of k samples of every held-out problem (task id -> list),
+    and how many held-out problems also occur (by normalised text) among the training problems."""
+    import mappa_envs
+    from mappa_envs.mathchat.scripted import ScriptedMathPolicy
+    from mappa_envs.sandbox import make_sandbox
+    from mappa_train.evaluation.hygiene import find_overlap
+    from mappa_train.evaluation.runner import EvalSet, run_eval
+
+    es = EvalSet(SET, cfg.env.id, heldout_kwargs(cfg), max_problems=cfg.eval_episodes)
+    sandbox = make_sandbox(cfg.env.sandbox, **cfg.env.sandbox_kwargs)
+    try:
+        team = lambda env: ScriptedMathPolicy(env.unwrapped.tasks, skill=spec.solver_skill,  # noqa: E731
+                                              seed=cfg.seed + 1, code_skill=spec.code_skill)
+        records, _ = run_eval(team, [es], out_dir, k=cfg.eval_samples, seed=cfg.seed,
+                              batch_size=cfg.rollout.num_envs, env_kwargs={"sandbox": sandbox})
+        problems = {}
+        for name, kwargs in (("train", cfg.env.kwargs), (SET, heldout_kwargs(cfg))):
+            env = mappa_envs.make(cfg.env.id, sandbox=sandbox, **kwargs)
+            problems[name] = [(t.id, t.prompt) for t in env.unwrapped.tasks]
+            env.close()
+    finally:
+        sandbox.close()
+    outcomes: dict[str, list[float]] = {}
+    for r in records[SET]:
+        outcomes.setdefault(r["task_id"], []).append(float(bool(r["outcome"]["correct"])))
+    overlap = find_overlap(SET, problems[SET][:cfg.eval_episodes], "training problems", [p for _, p in problems["train"]])
+    return outcomes, {"training_problems": len(problems["train"]), "overlapping": len(overlap.ids)}
+
+
 # ---- the report ----------------------------------------------------------------------------------
 
-def write_report(out: Path, sft: dict, seconds: float) -> str:
-    from mappa_train.metrics import METRICS_FILE, read_metrics
+def build_report(cfg, spec: StartConfig, out: Path, teacher: dict, overlap: dict, wall_s: float, cpu_s: float,
+                 n_boot: int) -> dict:
+    from mappa_train.evaluation.stats import paired_bootstrap
+    from mappa_train.metrics import METRICS_FILE, eval_outcomes, read_metrics
 
     rows = read_metrics(out / METRICS_FILE)
-    evals = [r for r in rows if r["kind"] == "eval"]
-    train = [r for r in rows if r["kind"] == "train"]
-    before, after = evals[0], evals[-1]
-    lines = [f"# MAPPA quickstart ({seconds / 60:.1f} min)", "",
-             f"Warm start: {sft['steps']} supervised steps on {sft['pairs']} scripted actions, "
-             f"loss {sft['first_loss']:.2f} -> {sft['last_loss']:.2f}.", "",
-             f"MAPPA: {len(train)} training steps; held-out evaluation before step 1 and after step {after['step']}.", "",
-             "| metric | before RL | after RL |", "|---|---|---|"]
-    for key in sorted(k for k in before if k not in ("kind", "step") and not k.endswith("episodes")):
-        lines.append(f"| {key} | {before[key]:.3f} | {after.get(key, float('nan')):.3f} |")
-    if train:
-        first, last = train[0], train[-1]
-        lines += ["", "Training episodes (sampled at temperature 1), first step -> last step:", ""]
-        for key in sorted(k for k in first if k.startswith("coach/") or k in ("accuracy", "reward", "kl")):
-            lines.append(f"- {key}: {first[key]:.3f} -> {last.get(key, float('nan')):.3f}")
-    acc_keys = [k for k in before if k.endswith("accuracy")]
-    moved = [k for k in acc_keys if after.get(k, 0) > before[k]]
-    lines += ["", ("Held-out accuracy went up." if moved else
-                   "Held-out accuracy did not go up in this run; the coach scores above show what the "
-                   "process rewards did move."), "", "Curves: curves.png; every number: metrics.jsonl."]
-    text = "\n".join(lines) + "\n"
-    (out / "report.md").write_text(text)
-    return text
+    evals = sorted((r for r in rows if r["kind"] == "eval"), key=lambda r: r["step"])
+    train = sorted((r for r in rows if r["kind"] == "train"), key=lambda r: r["step"])
+    first, last = evals[0], evals[-1]
+    before, after = eval_outcomes(out, first["step"], SET), eval_outcomes(out, last["step"], SET)
+    tasks = sorted(before)
+    if sorted(after) != tasks or any(len(before[t]) != len(after[t]) for t in tasks):
+        raise RuntimeError(f"the evaluations at steps {first['step']} and {last['step']} did not play the same "
+                           f"problems and samples; re-run in a fresh --out directory")
+    per_task = lambda d: [sum(d[t]) / len(d[t]) for t in tasks]  # noqa: E731
+    ci = paired_bootstrap(per_task(before), per_task(after), n_boot=n_boot, seed=cfg.seed)
+    vs_teacher = paired_bootstrap([sum(teacher[t]) / len(teacher[t]) for t in tasks], per_task(after),
+                                  n_boot=n_boot, seed=cfg.seed)
+    sft = json.loads((out / "start" / "model" / "warm_start.json").read_text())
+    roles = sorted(k.split("/")[-1] for k in first if k.startswith(f"{SET}/coach/"))
+    return {
+        "accuracy_before": ci_mean(before), "accuracy_after": ci_mean(after),
+        "accuracy_delta": ci.delta, "accuracy_delta_ci95": [ci.low, ci.high],
+        "teacher_accuracy": ci_mean(teacher), "warm_start_accuracy": ci_mean(before),
+        "after_minus_teacher": vs_teacher.delta, "after_minus_teacher_ci95": [vs_teacher.low, vs_teacher.high],
+        "interval": f"percentile paired bootstrap over held-out problems ({n_boot} resamples; each problem's "
+                    f"figure is its mean correctness over its k samples)",
+        "heldout_set": {"env": cfg.env.id, **heldout_kwargs(cfg), **overlap},
+        "heldout_problems": len(tasks), "k": cfg.eval_samples, "eval_temperature": cfg.generation.eval_temperature,
+        "max_new_tokens": cfg.generation.max_new_tokens,
+        "steps": len(train), "rollouts": len(train) * cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt,
+        "seed": cfg.seed, "wall_s": wall_s, "cpu_s": cpu_s,
+        "model": {"kind": "tiny Qwen2 (random init, offline tokenizer)", "parameters": sft["parameters"],
+                  "hidden_size": spec.hidden_size, "layers": spec.layers},
+        "warm_start": {**asdict(spec), **sft},
+        "coach_before": {r: first[f"{SET}/coach/{r}"] for r in roles},
+        "coach_after": {r: last.get(f"{SET}/coach/{r}") for r in roles},
+        "kl_last_step": train[-1].get("kl") if train else None,
+        "curve": [[r["step"], r[f"{SET}/accuracy"]] for r in evals],
+    }
+
+
+def ci_mean(outcomes: dict[str, list[float]]) -> float:
+    """Mean over problems of each problem's mean over its samples."""
+    return sum(sum(v) / len(v) for v in outcomes.values()) / len(outcomes)
+
+
+def format_report(r: dict) -> str:
+    lo, hi = r["accuracy_delta_ci95"]
+    tlo, thi = r["after_minus_teacher_ci95"]
+    hs = r["heldout_set"]
+    verdict = ("Held-out accuracy rose: the interval excludes zero." if lo > 0 else
+               "Held-out accuracy fell: the interval excludes zero." if hi < 0 else
+               "No significant change in held-out accuracy: the interval includes zero.")
+    lines = [
+        f"# MAPPA quickstart ({r['wall_s'] / 60:.1f} min wall, {r['cpu_s'] / 60:.1f} min CPU)", "",
+        f"Model: {r['model']['kind']}, {r['model']['parameters'] / 1e6:.2f} M parameters; warm start: "
+        f"{r['warm_start']['steps']} supervised steps on {r['warm_start']['pairs']} actions of a scripted team whose "
+        f"code runs {r['warm_start']['code_skill']:.0%} of the time (loss {r['warm_start']['first_loss']:.2f} -> "
+        f"{r['warm_start']['last_loss']:.2f}).", "",
+        f"Held-out set: {r['heldout_problems']} problems of `{hs['task_source']}` (split `{hs.get('split')}`), "
+        f"{hs['overlapping']} of them among the {hs['training_problems']} training problems; k = {r['k']} samples "
+        f"per problem at temperature {r['eval_temperature']}, the same before and after.", "",
+        "| | held-out accuracy |", "|---|---|",
+        f"| noisy scripted teacher | {r['teacher_accuracy']:.3f} |",
+        f"| warm start (before RL) | {r['accuracy_before']:.3f} |",
+        f"| after {r['steps']} MAPPA steps ({r['rollouts']} episodes) | {r['accuracy_after']:.3f} |", "",
+        f"After − before: {r['accuracy_delta']:+.3f}, 95% interval [{lo:+.3f}, {hi:+.3f}] "
+        f"({r['interval']}). {verdict}", "",
+        f"After − teacher: {r['after_minus_teacher']:+.3f}, 95% interval [{tlo:+.3f}, {thi:+.3f}].", "",
+        "Held-out coach score by role, before -> after: " + "; ".join(
+            f"{role} {b:.2f} -> {r['coach_after'][role]:.2f}" for role, b in r["coach_before"].items()) + ".", "",
+        f"KL to the warm start at the last step: {r['kl_last_step']:.4f} per token." if r["kl_last_step"] is not None
+        else "", "",
+        "Curves: curves.png; every number: report.json, metrics.jsonl, eval_episodes.jsonl.",
+    ]
+    return "\n".join(lines) + "\n"

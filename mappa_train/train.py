@@ -28,9 +28,9 @@ import torch
 from transformers import AutoTokenizer
 
 from mappa_train import algo
-from mappa_train.config import TrainConfig, to_dict
+from mappa_train.config import ConfigError, TrainConfig, to_dict
 from mappa_train.learner import PolicyLearner, Sample, lr_at
-from mappa_train.metrics import METRICS_FILE, MetricsLogger, plot_curves
+from mappa_train.metrics import METRICS_FILE, MetricsLogger, append_eval_episodes, plot_curves
 
 SHARED = "shared"
 
@@ -131,10 +131,12 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     roles = sorted({t.role for t in kept})
     episodes = {e: i for i, e in enumerate(sorted({str(t.episode_id) for t in kept}))}
     role_id = torch.tensor([roles.index(t.role) for t in kept])
+    task_index = {task: i for i, task in enumerate(sorted({t.task_id for t in kept}))}
     advantages = algo.advantages(
         old_t, ref_t, mask, reward, beta=cfg.algo.beta, kl_in_loss=cfg.algo.kl_in_loss, scope=cfg.algo.scope,
         episode=torch.tensor([episodes[str(t.episode_id)] for t in kept]), agent=role_id,
-        order=torch.tensor([t.action_index for t in kept]), per_role=role_id if cfg.algo.whiten == "per_role" else None,
+        order=torch.tensor([t.action_index for t in kept]), normalization=cfg.algo.whiten,
+        turn=torch.tensor([t.turn_index for t in kept]), task=torch.tensor([task_index[t.task_id] for t in kept]),
         std_floor=cfg.algo.std_floor)
     for i, s in enumerate(samples):
         n = len(s.action_ids)
@@ -237,6 +239,7 @@ def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSour
         envs[name] = make_envs(cfg, cfg.rollout.num_envs, overrides, sandbox=sandbox)
     policy_of = policy_map(cfg, envs[None][0].possible_agents)
     generators = make_generators(cfg, model_path, sorted(set(policy_of.values())))
+    doomed = stop_rule(cfg.rollout.stop_below, envs[None][0].possible_agents)
 
     def run(task_ids: list[str], seed: int, eval_set: str | None, offset: int = 0):
         """Episodes offset+i get env seed seed+offset+i: a slice of a step plays as in the whole step."""
@@ -244,7 +247,7 @@ def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSour
         return collect(envs[eval_set], generators, sampling_params(cfg, eval_set is not None), episodes,
                        role_policy=policy_of, seed=seed + offset, first_episode_id=offset,
                        max_prompt_tokens=cfg.generation.max_prompt_tokens, workers=cfg.rollout.step_workers,
-                       continuation=cfg.generation.continuation)
+                       continuation=cfg.generation.continuation, stop=doomed if eval_set is None else None)
 
     def sync(weights: Mapping[str, dict]) -> None:
         for name, gen in generators.items():
@@ -257,6 +260,22 @@ def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSour
         sandbox.close()
 
     return ExperienceSource(run, sync, task_ids(envs[None][0]), {k: task_ids(v[0]) for k, v in envs.items() if k}, policy_of, close)
+
+
+def stop_rule(stop_below: Mapping[str, float], roles: Sequence[str]) -> Callable | None:
+    """`rollout.stop_below` as the driver's stop rule: an action of a listed role scored below its threshold."""
+    if not stop_below:
+        return None
+    unknown = sorted(set(stop_below) - set(roles))
+    if unknown:
+        raise ConfigError(f"rollout.stop_below names roles {unknown} that the env does not have; its roles: {list(roles)}")
+
+    def doomed(result, turn) -> str | None:
+        limit = stop_below.get(turn.role)
+        score = turn.record.reward
+        return f"{turn.role} scored {score:g} < {limit:g}" if limit is not None and score < limit else None
+
+    return doomed
 
 
 def task_ids(env) -> list[str]:
@@ -288,7 +307,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners
     progress = _progress(cfg, start)
     for step in range(start, cfg.steps):
         if cfg.eval_every and step % cfg.eval_every == 0:
-            log.log("eval", step, heldout_metrics(cfg, experience, step))
+            log.log("eval", step, heldout_metrics(cfg, experience, step, out))
         t0 = time.perf_counter()
         result = experience.collect(tasks_for_step(experience.train_tasks, step, cfg), _seed(cfg, step), None)
         t1 = time.perf_counter()
@@ -297,8 +316,9 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners
         experience.sync(_weights(learners))
         t3 = time.perf_counter()
         metrics.update(_episode_metrics(result), coach_failures=float(result.dropped), prompt_overflows=float(result.overflow),
-                       episode_failures=float(result.failed), time_rollout_s=t1 - t0, time_update_s=t2 - t1,
-                       time_sync_s=t3 - t2)
+                       episode_failures=float(result.failed), env_actions=float(sum(e.actions for e in result.episodes)),
+                       stopped_episodes=float(sum(e.stopped is not None for e in result.episodes)),
+                       time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2)
         metrics.update({f"time_{k}": v for k, v in result.timing().items()})
         log.log("train", step + 1, metrics)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
@@ -307,7 +327,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners
         progress.set_postfix(reward=f"{metrics.get('reward', float('nan')):.2f}", kl=f"{metrics.get('kl', 0):.4f}")
     progress.close()
     if cfg.eval_every and (start < cfg.steps or not _has_eval(out, cfg.steps)):
-        log.log("eval", cfg.steps, heldout_metrics(cfg, experience, cfg.steps))
+        log.log("eval", cfg.steps, heldout_metrics(cfg, experience, cfg.steps, out))
     log.close()
     experience.close()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -320,14 +340,18 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners
     return out
 
 
-def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int) -> dict[str, float]:
-    """Accuracy (mean outcome) and coach scores on every eval set, at eval temperature."""
+def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int,
+                    out_dir: Path | None = None) -> dict[str, float]:
+    """Accuracy (mean outcome) and coach scores on every eval set, at eval temperature. With `out_dir`,
+    each episode's outcome also goes to its eval_episodes.jsonl, for paired comparisons of steps."""
     out: dict[str, float] = {}
     for name, tasks in experience.eval_tasks.items():
         chosen = [t for t in tasks[:cfg.eval_episodes] for _ in range(cfg.eval_samples)]
         result = experience.collect(chosen, _seed(cfg, step) + 7, name)
         for k, v in _episode_metrics(result).items():
             out[f"{name}/{k}"] = v
+        if out_dir is not None:
+            append_eval_episodes(out_dir, step, name, result.episodes, cfg.eval_samples)
     return out
 
 

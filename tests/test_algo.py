@@ -135,3 +135,62 @@ def test_advantages_composes_the_steps():
         algo.advantages(old, ref, mask, reward, scope="turn")
     with pytest.raises(ValueError, match="episode and order"):
         algo.advantages(old, ref, mask, reward, scope="episode")
+
+
+# ---- the advantage normalisations, on one batch worked out by hand -------------------------------
+# four actions: role 0 (two actions on task 0, one on task 1), role 1 (one action on task 0).
+# Row 0 has two action tokens, the others one; returns are 1,1 | 3 | 5 | 10.
+NX = torch.tensor([[1.0, 1.0], [3.0, 0.0], [5.0, 0.0], [10.0, 0.0]])
+NMASK = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+ROLE, TURN, TASK = torch.tensor([0, 0, 0, 1]), torch.tensor([0, 1, 0, 0]), torch.tensor([0, 0, 1, 0])
+
+
+def test_normalize_global_uses_every_action_token():
+    # tokens 1, 1, 3, 5, 10: mean 4, population variance (9+9+1+1+36)/5 = 11.2
+    s = math.sqrt(11.2)
+    expected = torch.tensor([[-3 / s, -3 / s], [-1 / s, 0.0], [1 / s, 0.0], [6 / s, 0.0]])
+    assert torch.allclose(algo.normalize_global(NX, NMASK), expected, atol=1e-6)
+    assert torch.allclose(algo.normalize(NX, NMASK, "global"), expected, atol=1e-6)
+
+
+def test_normalize_per_role_uses_each_roles_tokens():
+    # role 0 tokens 1, 1, 3, 5: mean 2.5, variance (2.25+2.25+0.25+6.25)/4 = 2.75; role 1 alone: 0
+    s = math.sqrt(2.75)
+    expected = torch.tensor([[-1.5 / s, -1.5 / s], [0.5 / s, 0.0], [2.5 / s, 0.0], [0.0, 0.0]])
+    assert torch.allclose(algo.normalize_per_role(NX, NMASK, ROLE), expected, atol=1e-6)
+    assert torch.allclose(algo.normalize(NX, NMASK, "per_role", role=ROLE), expected, atol=1e-6)
+
+
+def test_normalize_per_role_turn_compares_samples_of_the_same_decision():
+    # groups (task, role, turn): rows 0 and 1 differ in turn, rows 0 and 2 in task: every group is one row
+    # except when two samples share all three; add a second sample of row 1's decision to see it work
+    x = torch.cat([NX, torch.tensor([[7.0, 0.0]])])
+    mask = torch.cat([NMASK, torch.tensor([[1.0, 0.0]])])
+    role, turn, task = (torch.cat([v, torch.tensor([w])]) for v, w in ((ROLE, 0), (TURN, 1), (TASK, 0)))
+    out = algo.normalize_per_role_turn(x, mask, task, role, turn)
+    # rows 1 and 4 (returns 3 and 7): mean 5, std 2 -> -1 and +1; every other group has one member -> 0
+    expected = torch.tensor([[0.0, 0.0], [-1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    assert torch.allclose(out, expected, atol=1e-6)
+    with pytest.raises(ValueError, match="turn and task"):
+        algo.normalize(x, mask, "per_role_turn", role=role)
+
+
+def test_normalize_per_agent_counts_each_action_once():
+    # agent 0's actions have returns 1 (row 0's first token), 3, 5: mean 3, variance 8/3
+    # (per role, row 0's two tokens made the mean 2.5); agent 1 alone: 0
+    s = math.sqrt(8 / 3)
+    expected = torch.tensor([[-2 / s, -2 / s], [0.0, 0.0], [2 / s, 0.0], [0.0, 0.0]])
+    assert torch.allclose(algo.normalize_per_agent(NX, NMASK, ROLE), expected, atol=1e-6)
+    assert torch.allclose(algo.normalize(NX, NMASK, "per_agent", role=ROLE), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="needs role ids"):
+        algo.normalize(NX, NMASK, "per_agent")
+
+
+def test_advantages_selects_the_normalisation():
+    old = torch.zeros(4, 2)
+    reward = torch.tensor([1.0, 3.0, 5.0, 10.0])
+    rtg = algo.returns_to_go(algo.token_rewards(reward, old, NMASK, beta=0.0), NMASK)
+    got = algo.advantages(old, old, NMASK, reward, normalization="per_agent", agent=ROLE, turn=TURN, task=TASK)
+    assert torch.allclose(got, algo.normalize_per_agent(rtg, NMASK, ROLE))
+    with pytest.raises(ValueError, match="one of"):
+        algo.advantages(old, old, NMASK, reward, normalization="per_task", agent=ROLE)

@@ -1,18 +1,91 @@
-"""`mappa quickstart` end to end at a reduced size: tiny model, warm start, MAPPA, report and plot."""
+"""`mappa quickstart`: the interval it reports, the noisy teacher it imitates, and its report end to end."""
+import itertools
+import json
+
+import numpy as np
 import pytest
 
 from mappa_cli.main import main
+from mappa_train.evaluation.stats import paired_bootstrap
 
-pytestmark = pytest.mark.slow
+
+def test_paired_bootstrap_interval_matches_brute_force_enumeration():
+    """With 5 problems every one of the 5^5 resamples can be enumerated: the exact bootstrap
+    distribution of the mean delta. The percentile interval must sit on its 2.5% / 97.5% quantiles,
+    and its spread on the closed form var = population variance / n."""
+    before, after = [0.0, 0.5, 0.0, 1.0, 0.5], [1.0, 0.5, 0.5, 1.0, 1.0]
+    d = np.subtract(after, before)
+    exact = np.array([d[list(idx)].mean() for idx in itertools.product(range(5), repeat=5)])
+    assert exact.var() == pytest.approx(d.var() / 5)
+    ci = paired_bootstrap(before, after, n_boot=200_000, seed=1)
+    assert ci.delta == pytest.approx(d.mean())
+    # the exact distribution is discrete (steps of 0.1): allow one step either way
+    assert abs(ci.low - np.quantile(exact, 0.025)) <= 0.1 + 1e-9
+    assert abs(ci.high - np.quantile(exact, 0.975)) <= 0.1 + 1e-9
+    assert np.mean(exact < ci.low) <= 0.025 + 0.01 and np.mean(exact > ci.high) <= 0.025 + 0.01
 
 
-def test_quickstart_small(tmp_path):
+def test_noisy_teacher_breaks_its_code_at_the_given_rate_and_the_coach_sees_it():
+    import mappa_envs
+    from mappa_envs.mathchat.scripted import ScriptedMathPolicy
+    from mappa_envs.sandbox import make_sandbox
+
+    sandbox = make_sandbox("local", preimport=())
+    env = mappa_envs.make("MathChat-v0", task_source="synthetic:product_sum", num_tasks=40, sandbox=sandbox,
+                          executor_max_actions=2)
+    policy = ScriptedMathPolicy(env.unwrapped.tasks, skill=0.0, code_skill=0.5, seed=3)
+    correct, code_scores = [], []
+    try:
+        for i in range(40):
+            env.reset(options={"task_index": i})
+            for agent in env.agent_iter():
+                _, _, term, trunc, info = env.last()
+                env.step(None if term or trunc else policy.respond([info["messages"]], [agent])[0])
+            code = next(a for a in env.episode.actions if a.role == "code_executor")
+            code_scores.append(code.reward)
+            correct.append(bool(env.episode.outcome.correct))
+            assert env.episode.outcome.correct == code.tool_results[0].ok  # the team is right exactly when its code ran
+    finally:
+        env.close()
+        sandbox.close()
+    assert 10 <= sum(correct) <= 30  # about half
+    assert sorted(set(code_scores)) == [3.5, 7.5]  # a raising cell costs 4 points on that very action
+    with pytest.raises(ValueError, match="code_skill"):
+        ScriptedMathPolicy([], code_skill=1.5)
+
+
+def test_product_sum_family_is_disjoint_by_text_and_has_four_digit_answers():
+    from mappa_envs.mathchat.tasks import load_tasks
+
+    train = load_tasks("synthetic:product_sum", split="train", num_tasks=512)
+    heldout = load_tasks("synthetic:product_sum", split="eval", num_tasks=48)
+    assert not {t.prompt for t in train} & {t.prompt for t in heldout}
+    assert all(len(t.answer) == 4 and t.meta["family"] == "product_sum" for t in train + heldout)
+    a, b, c = (int(x) for x in heldout[0].prompt.removeprefix("What is ").rstrip("?").replace("*", "+").split("+"))
+    assert int(heldout[0].answer) == a * b + c
+    with pytest.raises(ValueError, match="unknown synthetic families"):
+        load_tasks("synthetic:nope")
+
+
+@pytest.mark.slow
+def test_quickstart_small_writes_a_complete_report(tmp_path):
     out = tmp_path / "qs"
-    rc = main(["quickstart", "--out", str(out), "--sft-episodes", "4", "--sft-steps", "3", "steps=1", "eval_every=1",
-               "eval_episodes=2", "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
+    rc = main(["quickstart", "--out", str(out), "--sft-episodes", "8", "--sft-short-steps", "2", "--sft-steps", "1",
+               "--n-boot", "500",
+               "steps=2", "eval_every=1", "eval_episodes=3", "eval_samples=2", "env.eval_sets={heldout: {split: eval, "
+               "num_tasks: 3}}", "rollout.num_envs=4", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
                "generation.max_new_tokens=16", "log.progress=false"])
     assert rc == 0
-    report = (out / "report.md").read_text()
-    assert "| heldout/accuracy |" in report and "Warm start: 3 supervised steps" in report
-    assert (out / "curves.png").exists() and (out / "sft_model" / "warm_start.json").exists()
-    assert (out / "final" / "shared" / "tokenizer.json").exists()
+    report = json.loads((out / "report.json").read_text())
+    for key in ("accuracy_before", "accuracy_after", "teacher_accuracy", "warm_start_accuracy", "wall_s", "cpu_s"):
+        assert isinstance(report[key], float), key
+    assert report["heldout_problems"] == 3 and report["k"] == 2 and report["steps"] == 2 and report["seed"] == 0
+    low, high = report["accuracy_delta_ci95"]
+    assert low <= report["accuracy_delta"] <= high
+    assert report["accuracy_delta"] == pytest.approx(report["accuracy_after"] - report["accuracy_before"])
+    assert report["heldout_set"]["overlapping"] == 0 and report["heldout_set"]["split"] == "eval"
+    assert [s for s, _ in report["curve"]] == [0, 1, 2] and report["warm_start"]["code_skill"] == 0.5
+    assert set(report["coach_before"]) == {"problem_solver", "code_executor", "verifier"}
+    text = (out / "report.md").read_text()
+    assert "noisy scripted teacher" in text and "95% interval" in text
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and (out / "final" / "shared" / "tokenizer.json").exists()

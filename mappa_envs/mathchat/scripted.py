@@ -1,8 +1,14 @@
 """A scripted MathChat team: an oracle with a tunable error rate, for smoke runs, tests and SFT data.
 
 It knows the tasks it plays (it looks each problem up by its text) and uses the generator's solution
-code where the task has one. With `skill < 1` the Problem Solver proposes a wrong answer at that rate;
-the Code Executor then computes and the Verifier follows the computation, as a good team would.
+code where the task has one. The Problem Solver restates the problem and proposes an answer; with
+`skill < 1` that answer is wrong at that rate. The Code Executor then computes, and the Verifier
+follows the computation (the executor's stated answer, else what its code printed), as a good team would.
+
+With `code_skill < 1` the team is noisy where a coach can see it: at that rate the Code Executor's
+code is broken (it stores the result under one name and prints another, so it raises `NameError`),
+and the executor, having nothing computed, reports the Problem Solver's answer instead. The quickstart
+warm-starts on such a team, so imitation alone inherits its mistakes and RL has something to fix.
 """
 from __future__ import annotations
 
@@ -19,9 +25,12 @@ _OUTPUT = re.compile(r"\[cell \d+\] ok\n(.*?)(?:\n\n\[cell|\Z)", re.DOTALL)
 class ScriptedMathPolicy:
     """A `TextPolicy` for MathChat-v0's three roles."""
 
-    def __init__(self, tasks: Sequence[Task], skill: float = 1.0, seed: int = 0):
+    def __init__(self, tasks: Sequence[Task], skill: float = 1.0, seed: int = 0, code_skill: float = 1.0):
+        for name, value in (("skill", skill), ("code_skill", code_skill)):
+            if not 0 <= value <= 1:
+                raise ValueError(f"ScriptedMathPolicy: {name} must be in [0, 1], got {value}")
         self.by_prompt = {t.prompt: t for t in tasks}
-        self.skill = skill
+        self.skill, self.code_skill = skill, code_skill
         self.rng = random.Random(seed)
 
     def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
@@ -39,20 +48,38 @@ class ScriptedMathPolicy:
             guess = gold
             if self.rng.random() >= self.skill:  # a plausible wrong answer
                 guess = str(int(float(gold)) + self.rng.randint(1, 9)) if _is_int(gold) else "0"
-            return f"Let me work through the problem carefully.\nThe computation gives the value below.\n\\boxed{{{guess}}}"
+            return f"The problem asks: {task.prompt if task else 'unknown'}\nMy answer is \\boxed{{{guess}}}"
         if role == "code_executor":
             if conversation[-1]["role"] == "user" and conversation[-1]["content"].startswith("Output of your code"):
                 printed = _OUTPUT.findall(conversation[-1]["content"])
+                if self.code_skill < 1 and not printed:  # the noisy team falls back on the solver
+                    solver = extract_answer(conversation[1]["content"]) or "0"  # the prompt with its output
+                    return f"The code failed, so I report the Problem Solver's answer.\n\\boxed{{{solver}}}"
                 value = printed[-1].strip().splitlines()[-1] if printed and printed[-1].strip() else "unknown"
                 return f"The code printed {value}.\n\\boxed{{{value}}}"
-            code = task.meta.get("solution_code") if task else None
-            return f"Let me compute it.\n```python\n{code or f'print({gold!r})'}\n```"
+            code = (task.meta.get("solution_code") if task else None) or f"print({gold!r})"
+            if self.code_skill < 1 and self.rng.random() >= self.code_skill:
+                code = _broken(code)
+            return f"Let me compute it.\n```python\n{code}\n```"
         if role == "verifier":
             upstream = conversation[-1]["content"]
             executor = upstream.split("## Output of the code_executor", 1)[-1]
-            answer = extract_answer(executor) or extract_answer(upstream) or gold
+            printed = [p.strip().splitlines()[-1] for p in _OUTPUT.findall(executor) if p.strip()]
+            # the executor's stated answer, else what its code printed, else the solver's answer
+            answer = extract_answer(executor) or (printed[-1] if printed else None) or extract_answer(upstream) or gold
             return f"The computation checks out.\n\\boxed{{{answer}}}"
         raise ValueError(f"ScriptedMathPolicy has no script for role {role!r}")
+
+
+def _broken(code: str) -> str:
+    """The code with its last print stored under `result` and a never-defined `answer` printed."""
+    lines = code.rstrip().splitlines()
+    last = lines[-1]
+    if last.startswith("print(") and last.endswith(")"):
+        lines[-1:] = [f"result = {last[len('print('):-1]}", "print(answer)"]
+    else:
+        lines.append("print(answer)")
+    return "\n".join(lines)
 
 
 def _is_int(s: str) -> bool:
@@ -62,6 +89,6 @@ def _is_int(s: str) -> bool:
         return False
 
 
-def for_env(env, skill: float = 1.0, seed: int = 0) -> ScriptedMathPolicy:
+def for_env(env, skill: float = 1.0, seed: int = 0, code_skill: float = 1.0) -> ScriptedMathPolicy:
     """The scripted team for a MathChat env (it plays that env's tasks)."""
-    return ScriptedMathPolicy(env.unwrapped.tasks, skill=skill, seed=seed)
+    return ScriptedMathPolicy(env.unwrapped.tasks, skill=skill, seed=seed, code_skill=code_skill)

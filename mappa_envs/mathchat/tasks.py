@@ -3,6 +3,7 @@
 `load_tasks(source, split, ...)` accepts
 - "synthetic" (the offline default): seeded competition-style problems whose integer answers are
   computed by the generator, with the Python that computes them in `task.meta["solution_code"]`;
+  "synthetic:FAMILY[,FAMILY...]" draws from the named families only (`FAMILIES`, `EASY_FAMILIES`);
 - a path to a JSON array or JSON-lines file with `prompt` (or `problem`/`question`) and `answer`;
 - "hf:<dataset id>[:<split>]" for users with network access (needs `pip install datasets`).
 `load_task_source` also takes the tasks themselves: a list of `Task`s or of such records (dicts).
@@ -14,7 +15,7 @@ import math
 import os
 import random
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from mappa_envs.core.datafiles import read_json_records
 from mappa_envs.core.records import Task
@@ -50,9 +51,10 @@ def load_tasks(source: str = "synthetic", split: str = "train", num_tasks: int =
                eval_fraction: float = 0.1) -> list[Task]:
     if split not in SPLITS:
         raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
-    if source == "synthetic":
+    if source == "synthetic" or source.startswith("synthetic:"):
         # the synthetic stream is open-ended: "all" means the training stream
-        return synthetic_tasks(num_tasks, seed=seed, split="train" if split == "all" else split)
+        families = source.partition(":")[2].split(",") if ":" in source else None
+        return synthetic_tasks(num_tasks, seed=seed, split="train" if split == "all" else split, families=families)
     if source.startswith("hf:"):
         tasks = _load_hf(source[3:])
     elif not Path(source).expanduser().is_file():
@@ -181,6 +183,20 @@ FAMILIES: dict[str, Callable[[random.Random], tuple[str, str]]] = {
 }
 
 
+# Families a tiny model can learn in minutes on a CPU: the code only has to copy the problem's numbers
+# (no reasoning), so what training moves is whether the team writes, runs and reports the code right.
+# Not in the default mix; select them with task_source="synthetic:product_sum".
+
+def _product_sum(rng: random.Random):
+    # the expression is written as the code writes it, and every answer has four digits (32 * 32 + 10
+    # to 99 * 99 + 99), so each copy the team makes is the same shape on every problem
+    a, b, c = rng.randint(32, 99), rng.randint(32, 99), rng.randint(10, 99)
+    return f"What is {a} * {b} + {c}?", f"print({a} * {b} + {c})"
+
+
+EASY_FAMILIES: dict[str, Callable[[random.Random], tuple[str, str]]] = {"product_sum": _product_sum}
+
+
 def _run_solution(code: str) -> str:
     import contextlib
     import io
@@ -191,22 +207,28 @@ def _run_solution(code: str) -> str:
     return out.getvalue().strip()
 
 
-def synthetic_tasks(num_tasks: int, seed: int = 0, split: str = "train") -> list[Task]:
-    """`num_tasks` distinct problems. A problem's split is a function of its text (1 in 10 is eval),
-    so train and eval never share a problem, whatever their sizes and seeds."""
+def synthetic_tasks(num_tasks: int, seed: int = 0, split: str = "train",
+                    families: Sequence[str] | None = None) -> list[Task]:
+    """`num_tasks` distinct problems, round-robin over `families` (default: every one of `FAMILIES`).
+    A problem's split is a function of its text (1 in 10 is eval), so train and eval never share a
+    problem, whatever their sizes and seeds."""
     if split not in ("train", "eval"):
         raise EnvArgumentError(f"synthetic split must be 'train' or 'eval', got {split!r}")
     if isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1:
         raise EnvArgumentError(f"num_tasks must be an integer >= 1, got {num_tasks!r}")
-    rng = random.Random(f"mathchat-synthetic-{seed}-{split}")
-    families = sorted(FAMILIES)
+    makers = {**FAMILIES, **EASY_FAMILIES}
+    unknown = sorted(set(families or ()) - set(makers))
+    if unknown or families == []:
+        raise EnvArgumentError(f"unknown synthetic families {unknown or families}; choose from {sorted(makers)}")
+    rng = random.Random(f"mathchat-synthetic-{seed}-{split}" + ("" if families is None else "-" + ",".join(families)))
+    families = sorted(families or FAMILIES)
     tasks, seen, misses = [], set(), dict.fromkeys(families, 0)
     while len(tasks) < num_tasks:
         if not families:
             raise EnvArgumentError(f"the synthetic generator has only {len(tasks)} distinct {split} problems; "
                              f"ask for fewer (num_tasks={num_tasks})")
         family = families[len(tasks) % len(families)]
-        prompt, code = FAMILIES[family](rng)
+        prompt, code = makers[family](rng)
         if prompt in seen or _in_split(prompt, "eval", 0.1) != (split == "eval"):
             misses[family] += 1
             if misses[family] > 2000:  # this family's parameter space is used up
