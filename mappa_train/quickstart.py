@@ -43,9 +43,9 @@ class StartConfig:
 
     hidden_size: int = doc(128, "tiny model width")
     layers: int = doc(2, "tiny model depth")
-    sft_episodes: int = doc(600, "scripted episodes for the warm start")
+    sft_episodes: int = doc(1200, "scripted episodes for the warm start")
     sft_short_steps: int = doc(600, "first supervised steps, on the conversations without their system prompts")
-    sft_steps: int = doc(100, "then supervised steps on the conversations exactly as the agents see them")
+    sft_steps: int = doc(150, "then supervised steps on the conversations exactly as the agents see them")
     sft_batch: int = doc(32, "conversations per supervised step")
     sft_lr: float = doc(3e-3, "peak learning rate of the warm start (20 warm-up steps, linear decay to 10%)")
     solver_skill: float = doc(0.0, "how often the teacher's Problem Solver is right")
@@ -140,9 +140,11 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path) -> dict:
     """Supervised steps on the scripted transcripts (loss on action tokens only); reuses a finished one.
 
     The first `sft_short_steps` drop each conversation's system prompt: it is the same for every
-    problem and two thirds of the tokens, so those steps teach the copies the team makes (problem ->
-    code, printed value -> answer) at a third of the cost; the last `sft_steps` see the prompts
-    exactly as the agents will. A random model needs a few hundred steps before it copies at all.
+    problem, so those steps teach the copies the team makes (problem -> code, printed value ->
+    answer) for less; the last `sft_steps` see the prompts exactly as the agents will. Each batch
+    holds one role's actions (the roles take turns): a role's conversations have about the same
+    length, so the Problem Solver's short ones are not padded to the Verifier's. A random model
+    needs a few hundred steps before it copies at all.
     """
     done = out_dir / "warm_start.json"
     if done.exists():
@@ -153,11 +155,14 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path) -> dict:
     from mappa_train.generation import chat_prompt_ids
 
     tok = AutoTokenizer.from_pretrained(base)
-    full, short = [], []
+    full, short = {}, {}  # role (its system prompt) -> (prompt ids, action ids)
     for messages, action in scripted_pairs(cfg, spec):
         action_ids = tok.encode(action, add_special_tokens=False) + [tok.eos_token_id]
-        full.append((chat_prompt_ids(tok, messages), action_ids))
-        short.append((chat_prompt_ids(tok, [m for m in messages if m["role"] != "system"]), action_ids))
+        role = messages[0]["content"]
+        full.setdefault(role, []).append((chat_prompt_ids(tok, messages), action_ids))
+        short.setdefault(role, []).append((chat_prompt_ids(tok, [m for m in messages if m["role"] != "system"]),
+                                           action_ids))
+    roles = sorted(full)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(base)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr)
@@ -165,7 +170,7 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path) -> dict:
 
     rng, losses, total = random.Random(cfg.seed), [], spec.sft_short_steps + spec.sft_steps
     for step in tqdm(range(total), desc="warm start", unit="step", disable=not cfg.log.progress):
-        data = short if step < spec.sft_short_steps else full
+        data = (short if step < spec.sft_short_steps else full)[roles[step % len(roles)]]
         batch = rng.sample(data, min(spec.sft_batch, len(data)))
         width = max(len(p) + len(a) for p, a in batch)
         ids = torch.full((len(batch), width), tok.pad_token_id)
@@ -177,7 +182,7 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path) -> dict:
             attention[i, :len(p) + len(a)] = 1
         for group in opt.param_groups:
             group["lr"] = spec.sft_lr * min(1.0, (step + 1) / 20) * (1 - 0.9 * step / total)
-        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        loss = _action_loss(model, ids, attention, labels)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -185,11 +190,22 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path) -> dict:
         losses.append(loss.item())
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
-    summary = {"pairs": len(full), "steps": total, "first_loss": sum(losses[:10]) / len(losses[:10]),
+    summary = {"pairs": sum(map(len, full.values())), "steps": total, "first_loss": sum(losses[:10]) / len(losses[:10]),
                "last_loss": sum(losses[-10:]) / len(losses[-10:]),
                "parameters": sum(p.numel() for p in model.parameters())}
     done.write_text(json.dumps(summary))
     return summary
+
+
+def _action_loss(model, ids, attention, labels):
+    """Next-token loss on the labelled (action) tokens only: the output head runs on those positions
+    alone, not on the whole prompt, which is most of a supervised step's cost for a model this small."""
+    import torch
+
+    hidden = model.model(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
+    targets = labels[:, 1:]
+    keep = targets != -100
+    return torch.nn.functional.cross_entropy(model.lm_head(hidden[keep]), targets[keep])
 
 
 # ---- the held-out set: the teacher, and the in-training evaluations --------------------------------

@@ -25,14 +25,16 @@ def test_paired_bootstrap_interval_matches_brute_force_enumeration():
     assert np.mean(exact < ci.low) <= 0.025 + 0.01 and np.mean(exact > ci.high) <= 0.025 + 0.01
 
 
-def test_noisy_teacher_breaks_its_code_at_the_given_rate_and_the_coach_sees_it():
+@pytest.mark.parametrize("family,executor_actions", [("product_sum", 2), ("digit_product_sum", 1)])
+def test_noisy_teacher_breaks_its_code_at_the_given_rate_and_the_coach_sees_it(family, executor_actions):
+    """With one executor action the Verifier reads the printed value from the quoted cell output."""
     import mappa_envs
     from mappa_envs.mathchat.scripted import ScriptedMathPolicy
     from mappa_envs.sandbox import make_sandbox
 
     sandbox = make_sandbox("local", preimport=())
-    env = mappa_envs.make("MathChat-v0", task_source="synthetic:product_sum", num_tasks=40, sandbox=sandbox,
-                          executor_max_actions=2)
+    env = mappa_envs.make("MathChat-v0", task_source=f"synthetic:{family}", num_tasks=40, sandbox=sandbox,
+                          executor_max_actions=executor_actions)
     policy = ScriptedMathPolicy(env.unwrapped.tasks, skill=0.0, code_skill=0.5, seed=3)
     correct, code_scores = [], []
     try:
@@ -54,15 +56,18 @@ def test_noisy_teacher_breaks_its_code_at_the_given_rate_and_the_coach_sees_it()
         ScriptedMathPolicy([], code_skill=1.5)
 
 
-def test_product_sum_family_is_disjoint_by_text_and_has_four_digit_answers():
+@pytest.mark.parametrize("family,digits,answer_lengths", [("product_sum", 2, {4}), ("digit_product_sum", 1, {1, 2})])
+def test_product_sum_families_are_disjoint_by_text_and_computed(family, digits, answer_lengths):
     from mappa_envs.mathchat.tasks import load_tasks
 
-    train = load_tasks("synthetic:product_sum", split="train", num_tasks=512)
-    heldout = load_tasks("synthetic:product_sum", split="eval", num_tasks=48)
+    train = load_tasks(f"synthetic:{family}", split="train", num_tasks=512)
+    heldout = load_tasks(f"synthetic:{family}", split="eval", num_tasks=48)
     assert not {t.prompt for t in train} & {t.prompt for t in heldout}
-    assert all(len(t.answer) == 4 and t.meta["family"] == "product_sum" for t in train + heldout)
-    a, b, c = (int(x) for x in heldout[0].prompt.removeprefix("What is ").rstrip("?").replace("*", "+").split("+"))
-    assert int(heldout[0].answer) == a * b + c
+    assert {len(t.answer) for t in train + heldout} <= answer_lengths
+    assert all(t.meta["family"] == family for t in train + heldout)
+    for t in heldout:
+        a, b, c = (int(x) for x in t.prompt.removeprefix("What is ").rstrip("?").replace("*", "+").split("+"))
+        assert int(t.answer) == a * b + c and all(len(str(x)) == digits for x in (a, b, c))
     with pytest.raises(ValueError, match="unknown synthetic families"):
         load_tasks("synthetic:nope")
 

@@ -19,7 +19,8 @@ from typing import Sequence
 from mappa_envs.core.pipeline import Task
 from mappa_envs.mathchat.answers import extract_answer
 
-_OUTPUT = re.compile(r"\[cell \d+\] ok\n(.*?)(?:\n\n\[cell|\Z)", re.DOTALL)
+# a cell that ran, and what it printed: the env indents printed lines by four spaces (format_tool_output)
+_OUTPUT = re.compile(r"^\[cell \d+\] ok\n((?: {4}.*(?:\n|$))+)", re.MULTILINE)
 
 
 class ScriptedMathPolicy:
@@ -65,9 +66,15 @@ class ScriptedMathPolicy:
             upstream = conversation[-1]["content"]
             executor = upstream.split("## Output of the code_executor", 1)[-1]
             printed = [p.strip().splitlines()[-1] for p in _OUTPUT.findall(executor) if p.strip()]
-            # the executor's stated answer, else what its code printed, else the solver's answer
-            answer = extract_answer(executor) or (printed[-1] if printed else None) or extract_answer(upstream) or gold
-            return f"The computation checks out.\n\\boxed{{{answer}}}"
+            # the executor's stated answer, else what its code printed, else the solver's answer; the
+            # verifier says which before it answers, so a model imitating it decides, then copies
+            stated = extract_answer(executor)
+            if stated:
+                return f"The Code Executor's answer checks out.\n\\boxed{{{stated}}}"
+            if printed:
+                return f"The code printed {printed[-1]}.\n\\boxed{{{printed[-1]}}}"
+            solver = extract_answer(upstream) or gold
+            return f"No code output, so I take the Problem Solver's answer.\n\\boxed{{{solver}}}"
         raise ValueError(f"ScriptedMathPolicy has no script for role {role!r}")
 
 

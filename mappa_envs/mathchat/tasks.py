@@ -185,7 +185,7 @@ FAMILIES: dict[str, Callable[[random.Random], tuple[str, str]]] = {
 
 # Families a tiny model can learn in minutes on a CPU: the code only has to copy the problem's numbers
 # (no reasoning), so what training moves is whether the team writes, runs and reports the code right.
-# Not in the default mix; select them with task_source="synthetic:product_sum".
+# Not in the default mix; select them with task_source="synthetic:product_sum" (or digit_product_sum).
 
 def _product_sum(rng: random.Random):
     # the expression is written as the code writes it, and every answer has four digits (32 * 32 + 10
@@ -194,7 +194,15 @@ def _product_sum(rng: random.Random):
     return f"What is {a} * {b} + {c}?", f"print({a} * {b} + {c})"
 
 
-EASY_FAMILIES: dict[str, Callable[[random.Random], tuple[str, str]]] = {"product_sum": _product_sum}
+def _digit_product_sum(rng: random.Random):
+    # the same shape with one-digit numbers: each copy is a single token, so a tiny model gets the copies
+    # right after a short warm start and what is left to learn is whether the code runs (729 problems)
+    a, b, c = rng.randint(1, 9), rng.randint(1, 9), rng.randint(1, 9)
+    return f"What is {a} * {b} + {c}?", f"print({a} * {b} + {c})"
+
+
+EASY_FAMILIES: dict[str, Callable[[random.Random], tuple[str, str]]] = {
+    "product_sum": _product_sum, "digit_product_sum": _digit_product_sum}
 
 
 def _run_solution(code: str) -> str:
