@@ -5,8 +5,8 @@
    `code_skill`): half of its Code Executor's code is broken (it stores the result under one name
    and prints another, so the sandbox raises NameError; the rule coach scores that action 3.5
    instead of 7.5) and the team then reports the Problem Solver's wrong guess. The problems are the
-   synthetic family `product_sum` ("What is 47 * 85 + 12?"), whose code only has to copy the
-   problem's numbers: a model this small can learn that in minutes, not real mathematics.
+   synthetic family `digit_product_sum` ("What is 4 * 7 + 3?"), whose code only has to copy the
+   problem's one-digit numbers: a model this small learns that in minutes, not real mathematics.
    Imitation inherits the team's habits, the broken code included.
 2. The teacher is played on the held-out problems (disjoint from training by problem text).
 3. MAPPA trains the warm start (configs/quickstart.yaml: shared policy, rule coach, local
@@ -17,9 +17,12 @@
 
 Why the numbers move: the coach scores a broken cell 4 points below a working one, on that very
 action, so RL shifts the executor towards code that runs; a working cell prints the answer, which
-the executor and verifier then copy (their own rewards check that copy). Nothing here sees a
-held-out answer: the warm start and RL use training problems only, and the rule coach checks
-answers of training episodes only.
+the Verifier then copies (its own reward checks that copy: 9 when right, 2 when wrong). Measured
+(docs/results.md): RL takes the executor's held-out coach score from about 4.5 to 7.5 (all its code
+runs), while the warm start's Verifier still copies the printed value only about one time in five,
+which caps the gain; held-out accuracy is read near-greedily (temperature 0.1), so it reports the
+policy's preferred actions. Nothing here sees a held-out answer: the warm start and RL use training
+problems only, and the rule coach checks answers of training episodes only.
 """
 from __future__ import annotations
 
