@@ -11,7 +11,7 @@ from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.dsbench.env import DSBenchEnv
 from mappa_envs.dsbench.scripted import analyst_code, engineer_code, modeler_code
 from mappa_envs.sandbox import make_sandbox
-from tests.sandbox_fixtures import require_docker
+from tests.sandbox_helpers import require_docker
 
 CAP = 1 << 20  # the env's read cap in these tests: 1 MiB
 VALID = ("import pandas as pd\n"

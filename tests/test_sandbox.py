@@ -7,17 +7,7 @@ import warnings
 import pytest
 
 from mappa_envs.sandbox import ExecResult, Limits, Sandbox, SandboxSession, make_sandbox
-from tests.sandbox_fixtures import (  # noqa: F401
-    TEST_LIMITS,
-    assert_usable,
-    docker_sandbox,
-    kill_in_sandbox,
-    local_sandbox,
-    require_docker,
-    sandbox,
-    session,
-    wait_gone,
-)
+from tests.sandbox_helpers import TEST_LIMITS, assert_usable, kill_in_sandbox, require_docker, wait_gone
 
 
 def test_backends_satisfy_the_protocols(sandbox, session):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from mappa_envs.sandbox import make_sandbox
-from tests.sandbox_fixtures import TEST_LIMITS, assert_usable, docker_sandbox, local_sandbox, sandbox  # noqa: F401
+from tests.sandbox_helpers import TEST_LIMITS, assert_usable
 
 pytestmark = pytest.mark.timeout(240)
 

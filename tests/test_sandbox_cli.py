@@ -5,7 +5,7 @@ import pytest
 
 from mappa_cli.main import main
 from mappa_envs.sandbox.image import debian_mirror
-from tests.sandbox_fixtures import require_docker
+from tests.sandbox_helpers import require_docker
 
 
 def test_check_local_reports_latency(capsys):

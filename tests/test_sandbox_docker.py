@@ -5,7 +5,7 @@ import pytest
 
 from mappa_envs.sandbox import make_sandbox
 from mappa_envs.sandbox.docker import LABEL, OWNER_LABEL, reap_orphans
-from tests.sandbox_fixtures import TEST_LIMITS, docker_sandbox, require_docker  # noqa: F401
+from tests.sandbox_helpers import TEST_LIMITS, require_docker
 
 pytestmark = pytest.mark.docker
 

@@ -7,16 +7,7 @@ import time
 import pytest
 
 from mappa_envs.sandbox import FileTooLargeError, NotRegularFileError, make_sandbox, raw_name
-from tests.sandbox_fixtures import (  # noqa: F401
-    BACKENDS,
-    TEST_LIMITS,
-    assert_usable,
-    docker_sandbox,
-    local_sandbox,
-    require_docker,
-    sandbox,
-    session,
-)
+from tests.sandbox_helpers import BACKENDS, TEST_LIMITS, assert_usable, require_docker
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sandbox_fixtures import assert_usable, docker_sandbox, local_sandbox, sandbox, session  # noqa: F401
+from tests.sandbox_helpers import assert_usable
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from mappa_envs.sandbox import make_sandbox
-from tests.sandbox_fixtures import BACKENDS, TEST_LIMITS, assert_usable, require_docker
+from tests.sandbox_helpers import BACKENDS, TEST_LIMITS, assert_usable, require_docker
 
 pytestmark = pytest.mark.timeout(240)
 SMALL = dict(TEST_LIMITS, workspace_mb=64, max_file_mb=256, memory_mb=400)

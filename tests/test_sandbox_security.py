@@ -7,15 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_fixtures import (  # noqa: F401
-    assert_usable,
-    docker_sandbox,
-    kill_in_sandbox,
-    local_sandbox,
-    loopback_server,
-    sandbox,
-    session,
-)
+from tests.sandbox_helpers import assert_usable, kill_in_sandbox
 
 PROJECT_FILE = str(Path(__file__).resolve())
 
