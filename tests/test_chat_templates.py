@@ -11,14 +11,14 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import mappa_envs  # noqa: E402
-from mappa_envs.core.pipeline import Task  # noqa: E402
-from mappa_envs.mathchat import prompts as duties  # noqa: E402
-from mappa_envs.sandbox import make_sandbox  # noqa: E402
-from mappa_train.chat_tokens import ChatFormat, TemplateError, env_cut_chars, fold_system, judged_prefix  # noqa: E402
-from mappa_train.generation import Generation, chat_prompt_ids, stop_ids, SamplingParams  # noqa: E402
-from mappa_train.rollout import collect  # noqa: E402
-from tests.chat_fixtures import FAMILIES, family_tokenizer  # noqa: E402
+import mappa_envs
+from mappa_envs.core.pipeline import Task
+from mappa_envs.mathchat import prompts as duties
+from mappa_envs.sandbox import make_sandbox
+from mappa_train.chat_tokens import ChatFormat, TemplateError, env_cut_chars, fold_system, judged_prefix
+from mappa_train.generation import Generation, chat_prompt_ids, stop_ids, SamplingParams
+from mappa_train.rollout import collect
+from tests.chat_fixtures import FAMILIES, family_tokenizer
 
 END_OF_TURN = {"llama-3.1": "<|eot_id|>", "llama-3.2": "<|eot_id|>", "gemma-2": "<end_of_turn>"}
 SYSTEM = {"role": "system", "content": "You are the Code Executor. Write Python."}

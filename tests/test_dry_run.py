@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from mappa_train.config import load_config  # noqa: E402
-from mappa_train.plan import Shape, activation_bytes, dry_run  # noqa: E402
-from tests.chat_fixtures import TEMPLATES, family_tokenizer  # noqa: E402
+from mappa_train.config import load_config
+from mappa_train.plan import Shape, activation_bytes, dry_run
+from tests.chat_fixtures import TEMPLATES, family_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = next((p for p in (ROOT.parent / "shared" / "data" / "bench", Path("/work/shared/data/bench")) if p.is_dir()),

@@ -4,13 +4,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from mappa_envs.policy import Team  # noqa: E402
-from mappa_train.generation import SamplingParams, chat_prompt_ids, make_generator  # noqa: E402
-from mappa_train.generation.hf import HFGenerator, warped_logprobs  # noqa: E402
-from mappa_train.generation.openai_chat import OpenAIChat  # noqa: E402
-from mappa_train.text_policies import EndpointPolicy, GeneratorPolicy  # noqa: E402
-from mappa_train.tiny_model import build_tiny_model  # noqa: E402
-from tests.openai_stub import StubServer  # noqa: E402
+from mappa_envs.policy import Team
+from mappa_train.generation import SamplingParams, chat_prompt_ids, make_generator
+from mappa_train.generation.hf import HFGenerator, warped_logprobs
+from mappa_train.generation.openai_chat import OpenAIChat
+from mappa_train.text_policies import EndpointPolicy, GeneratorPolicy
+from mappa_train.tiny_model import build_tiny_model
+from tests.openai_stub import StubServer
 
 
 @pytest.fixture(scope="module")

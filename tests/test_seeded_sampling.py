@@ -5,8 +5,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from mappa_train.generation import SamplingParams, chat_prompt_ids  # noqa: E402
-from mappa_train.generation.hf import HFGenerator, warped_logprobs  # noqa: E402
+from mappa_train.generation import SamplingParams, chat_prompt_ids
+from mappa_train.generation.hf import HFGenerator, warped_logprobs
 
 
 @pytest.fixture(scope="module")

