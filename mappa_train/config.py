@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import yaml
 
@@ -232,7 +233,6 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 def _check_env_kwargs(env: EnvConfig) -> None:
     """The free-form dicts must name arguments their consumers take: caught here, not at step 1."""
     import mappa_envs
-
     from mappa_envs.registration import accepted_kwargs, load_callable
 
     try:

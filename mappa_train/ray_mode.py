@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from mappa_train.config import TrainConfig
 from mappa_train.learner import Sample

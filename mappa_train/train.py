@@ -20,9 +20,10 @@ import random
 import shutil
 import time
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from transformers import AutoTokenizer
@@ -211,9 +212,9 @@ def sampling_params(cfg: TrainConfig, evaluation: bool):
 
 
 def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Any]:
-    from mappa_train.generation import make_generator
-
     from transformers import AutoConfig
+
+    from mappa_train.generation import make_generator
 
     g = cfg.generation
     limit = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)

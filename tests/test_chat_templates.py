@@ -16,7 +16,7 @@ from mappa_envs.core.pipeline import Task
 from mappa_envs.mathchat import prompts as duties
 from mappa_envs.sandbox import make_sandbox
 from mappa_train.chat_tokens import ChatFormat, TemplateError, env_cut_chars, fold_system, judged_prefix
-from mappa_train.generation import Generation, chat_prompt_ids, stop_ids, SamplingParams
+from mappa_train.generation import Generation, SamplingParams, chat_prompt_ids, stop_ids
 from mappa_train.rollout import collect
 from tests.chat_fixtures import FAMILIES, family_tokenizer
 

@@ -18,9 +18,9 @@ from mappa_envs.core.pipeline import Task
 from mappa_envs.core.tools import format_tool_output
 from mappa_envs.mathchat import prompts as duties
 from mappa_envs.sandbox import make_sandbox
+from mappa_train.chat_tokens import ChatFormat, TemplateError
 from mappa_train.generation import Generation, SamplingParams
 from mappa_train.generation.hf import HFGenerator
-from mappa_train.chat_tokens import ChatFormat, TemplateError
 from mappa_train.rollout import collect
 
 TASKS = [Task(id=f"t{i}", prompt=f"What is {i} times 7?", answer=str(7 * i)) for i in range(1, 5)]

@@ -16,8 +16,8 @@ with the reason (the scorer turns it into a failed-submission record, never a fa
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy import stats

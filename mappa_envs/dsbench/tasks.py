@@ -68,7 +68,7 @@ class DSTask:
             return "classification"
         return "regression" if predicts == NUMBER else "extraction"
 
-    def with_scores(self, baseline: float | None, reference: float | None) -> "DSTask":
+    def with_scores(self, baseline: float | None, reference: float | None) -> DSTask:
         return replace(self, baseline_score=baseline, reference_score=reference)
 
 

@@ -24,9 +24,10 @@ import argparse
 import json
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from mappa_envs.coach.batch import score_many
 from mappa_envs.coach.rule import RuleCoach
@@ -203,8 +204,6 @@ def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 
             concurrency: int = 8, env_kwargs: dict[str, dict] | None = None, sandbox: Any = None,
             say=print) -> list[FaultRow]:
     """Record every (env, fault) once, score the requests with every coach, return the table's rows."""
-    import mappa_envs
-
     rows = []
     for env_id in env_ids:
         kwargs = {**DEFAULT_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
