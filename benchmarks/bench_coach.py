@@ -44,10 +44,11 @@ def stub_server(delay_s: float):
 
 def request(i: int) -> CoachRequest:
     return CoachRequest(env_id="MathChat-v0", role="code_executor", role_duties="Check the Solver's work with Python.",
-                        task=f"Find the remainder when 7^{i} is divided by 1000.", action="```python\nprint(pow(7, %d, 1000))\n```" % i,
+                        task=f"Find the remainder when 7^{i} is divided by 1000.",
+                        action=f"```python\nprint(pow(7, {i}, 1000))\n```",
                         tool_results=[{"stdout": f"{pow(7, i, 1000)}\n", "stderr": "", "ok": True, "timed_out": False}],
-                        upstream={"problem_solver": "By Euler's theorem ... \\boxed{1}"}, ground_truth=str(pow(7, i, 1000)),
-                        checks={"code_present": True})
+                        upstream={"problem_solver": "By Euler's theorem ... \\boxed{1}"},
+                        ground_truth=str(pow(7, i, 1000)), checks={"code_present": True})
 
 
 def make_coach(url: str, concurrency: int) -> LLMCoach:

@@ -162,7 +162,7 @@ def logprob_gap(generator: Sequence[torch.Tensor], learner: Sequence[torch.Tenso
                 warn_above: float) -> dict[str, float]:
     """Mean and max |generator − learner| log-prob over action tokens; warns when the mean is above
     `warn_above` (a broken weight sync, a template or dtype mismatch)."""
-    gap = torch.cat([(g - l.float()).abs() for g, l in zip(generator, learner)])
+    gap = torch.cat([(gen - learn.float()).abs() for gen, learn in zip(generator, learner)])
     mean, biggest = float(gap.mean()), float(gap.max())
     if mean > warn_above:
         warnings.warn(f"generator and learner log-probs differ by {mean:.4f} on average (max {biggest:.3f}) > "

@@ -55,8 +55,8 @@ def test_returns_to_go_episode_and_agent_scopes():
     group = episode * 2 + agent
     assert torch.allclose(algo.returns_to_go(r, mask, group, order), within + torch.tensor([[300.0], [0.0], [0.0]]))
     # rows of another episode never leak in
-    r2 = torch.cat([r, r]); m2 = torch.ones(6, 2)
-    ep2 = torch.tensor([0, 0, 0, 1, 1, 1]); ord2 = torch.cat([order, order])
+    r2, m2 = torch.cat([r, r]), torch.ones(6, 2)
+    ep2, ord2 = torch.tensor([0, 0, 0, 1, 1, 1]), torch.cat([order, order])
     out = algo.returns_to_go(r2, m2, ep2, ord2)
     assert torch.allclose(out[:3], out[3:])
 

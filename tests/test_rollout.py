@@ -191,8 +191,8 @@ def test_the_envs_end_of_episode_reward_lands_on_each_roles_last_action(hf, make
     rollout = collect([env], ScriptedGenerator(hf.model, hf.tokenizer, script), PARAMS,
                       [{"seed": 0, "options": {"task_id": "t4"}}])
     by_role = {role: [t for t in rollout.transitions if t.role == role] for role in ROLES}
-    for role, mine in by_role.items():
-        assert [t.end_reward for t in mine] == [0.0] * (len(mine) - 1) + [10.0]  # 10 x the outcome score of 1
+    for role, mine in by_role.items():  # 10 x the outcome score of 1
+        assert [t.end_reward for t in mine] == [0.0] * (len(mine) - 1) + [10.0], role
     coach = [t.coach_reward for t in rollout.transitions]
     assert all(c == 0.0 for c in coach) if mode == "outcome" else all(c > 0 for c in coach)
 

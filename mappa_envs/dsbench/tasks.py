@@ -80,7 +80,7 @@ def read_records(path: str | Path) -> list[dict]:
     except TaskDataError as e:
         raise DSBenchFormatError(str(e)) from None
     rows = []
-    for n, where, row in records:
+    for _, where, row in records:
         if not isinstance(row, dict):
             raise DSBenchFormatError(f"{path}: {where} is a {type(row).__name__}, expected an object")
         if isinstance(row.get("metadata"), str):

@@ -195,7 +195,10 @@ def blame_row(env_id: str, fault: str, coach_name: str, episodes: dict[str, dict
         lowest, spared, both = lowest + is_lowest, spared + is_spared, both + (is_lowest and is_spared)
     n = len(complete)
     mean = {r: sum(s[r] for s in complete.values()) / n for r in roles} if n else {}
-    frac = (lambda k: k / n if n and faulty is not None else None)
+
+    def frac(k: int) -> float | None:
+        return k / n if n and faulty is not None else None
+
     return FaultRow(env_id, fault, faulty, coach_name, n, frac(lowest), frac(spared) if n else None, frac(both),
                     mean, failed)
 
@@ -223,7 +226,9 @@ def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 
 
 
 def markdown(rows: Sequence[FaultRow]) -> str:
-    pct = (lambda x: "–" if x is None else f"{100 * x:.0f}%")
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.0f}%"
+
     lines = ["| env | fault | faulty role | coach | episodes | faulty lowest | others spared | precision | mean score by role |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
