@@ -5,8 +5,9 @@
 Throughput: N scores through `LLMCoach.score` (threads) and `ascore` (asyncio) with the server
 answering each request after `--latency` seconds; the ideal is concurrency / latency requests per
 second, and "vs raw" compares with the bare openai client sending the same messages at the same
-concurrency (what the coach itself costs; on a loaded 2-core machine the client's CPU is the limit). Overhead: per-call time with zero server latency for the raw `openai` client, `LLMCoach`
-(prompt rendering, parsing, accounting on top), and a `CachedCoach` hit (no HTTP at all).
+concurrency (what the coach itself costs; on a loaded 2-core machine the client's CPU is the limit).
+Overhead: per-call time with zero server latency for the raw `openai` client, `LLMCoach` (prompt
+rendering, parsing, accounting on top), and a `CachedCoach` hit (no HTTP at all).
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def request(i: int) -> CoachRequest:
 
 
 def make_coach(url: str, concurrency: int) -> LLMCoach:
-    return LLMCoach(LLMCoachConfig(model="stub", base_url=url, api_key_env=None, concurrency=concurrency, max_retries=0))
+    return LLMCoach(LLMCoachConfig(model="stub", base_url=url, api_key_env=None, concurrency=concurrency,
+                                   max_retries=0))
 
 
 def throughput(url: str, concurrency: int, n: int) -> dict[str, float]:
@@ -71,7 +73,8 @@ def throughput(url: str, concurrency: int, n: int) -> dict[str, float]:
         rates[name] = n / (time.perf_counter() - started)
 
     with ThreadPoolExecutor(concurrency) as pool:
-        timed("raw_sync", lambda: list(pool.map(lambda m: raw.chat.completions.create(model="stub", messages=m), payloads)))
+        timed("raw_sync", lambda: list(pool.map(lambda m: raw.chat.completions.create(model="stub", messages=m),
+                                                payloads)))
         timed("coach_sync", lambda: [s.ok or sys.exit("a score failed") for s in pool.map(coach.score, reqs)])
 
     async def raw_async():
@@ -158,7 +161,8 @@ def main() -> None:
             r = throughput(url, c, n)
             ideal = c / args.latency
             base = base or r
-            report["throughput"][str(c)] = {"requests": n, "ideal_per_s": ideal, **{f"{k}_per_s": v for k, v in r.items()},
+            report["throughput"][str(c)] = {"requests": n, "ideal_per_s": ideal,
+                                            **{f"{k}_per_s": v for k, v in r.items()},
                                             "sync_speedup": r["coach_sync"] / base["coach_sync"],
                                             "async_speedup": r["coach_async"] / base["coach_async"],
                                             "sync_vs_raw": r["coach_sync"] / r["raw_sync"],
@@ -172,7 +176,8 @@ def main() -> None:
     print(f"\nper-call time (median of {n_calls}), zero server latency:")
     for name, ms in figures.items():
         print(f"  {name:<20} {ms:7.3f} ms  ({ms / figures['raw openai call']:.2f}x raw)")
-    print(f"  LLMCoach on top of the raw client: {figures['LLMCoach.score'] - figures['raw openai call']:.3f} ms per call")
+    extra_ms = figures["LLMCoach.score"] - figures["raw openai call"]
+    print(f"  LLMCoach on top of the raw client: {extra_ms:.3f} ms per call")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

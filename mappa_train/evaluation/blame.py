@@ -98,7 +98,8 @@ class DSTeam:
             extra = "X_test.drop(columns=X_test.columns[-1]).to_csv('X_test.csv', index=False)"
             return text[: text.rindex("```")] + extra + "\n```"
         if self.fault == "modeler_no_model" and role == "modeler":
-            return re.sub(r"pickle\.dump\(bundle, open\('model\.pkl', 'wb'\)\)", "pass  # (the model is not saved)", text)
+            saving = r"pickle\.dump\(bundle, open\('model\.pkl', 'wb'\)\)"
+            return re.sub(saving, "pass  # (the model is not saved)", text)
         return text
 
 
@@ -229,7 +230,8 @@ def markdown(rows: Sequence[FaultRow]) -> str:
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.0f}%"
 
-    lines = ["| env | fault | faulty role | coach | episodes | faulty lowest | others spared | precision | mean score by role |",
+    lines = ["| env | fault | faulty role | coach | episodes | faulty lowest | others spared | precision "
+             "| mean score by role |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         means = ", ".join(f"{role} {v:.1f}" for role, v in r.mean_by_role.items())
@@ -244,8 +246,10 @@ def markdown(rows: Sequence[FaultRow]) -> str:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", action="append", choices=sorted(FAULTS), help="env(s) to measure (default: both)")
     parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
-    parser.add_argument("--tolerance", type=float, default=1.0, help="how far below its fault-free score another role may fall")
-    parser.add_argument("--num-tasks", type=int, default=20, help="MathChat: synthetic eval problems (episodes per fault)")
+    parser.add_argument("--tolerance", type=float, default=1.0,
+                        help="how far below its fault-free score another role may fall")
+    parser.add_argument("--num-tasks", type=int, default=20,
+                        help="MathChat: synthetic eval problems (episodes per fault)")
     parser.add_argument("--batch", type=int, default=4, help="envs played at once")
     parser.add_argument("--concurrency", type=int, default=8, help="coach calls in flight")
     parser.add_argument("--out", type=Path, default=Path("runs/blame"), help="writes results.json and blame.md here")
