@@ -91,17 +91,20 @@ def test_ppo_clip_loss_unclipped_and_clipped_on_both_sides():
     logp = lp(1.5).requires_grad_()
     loss = algo.ppo_clip_loss(logp, old, pos, mask)
     loss.backward()
-    assert loss.item() == pytest.approx(-1.2) and logp.grad.item() == 0.0
+    assert loss.item() == pytest.approx(-1.2)
+    assert logp.grad.item() == 0.0
     # A > 0, ratio below 1-eps: min picks the unclipped ratio, gradient flows
     logp = lp(0.5).requires_grad_()
     loss = algo.ppo_clip_loss(logp, old, pos, mask)
     loss.backward()
-    assert loss.item() == pytest.approx(-0.5) and logp.grad.item() == pytest.approx(-0.5)
+    assert loss.item() == pytest.approx(-0.5)
+    assert logp.grad.item() == pytest.approx(-0.5)
     # A < 0, ratio below 1-eps: clipped at 0.8 (no gradient)
     logp = lp(0.5).requires_grad_()
     loss = algo.ppo_clip_loss(logp, old, neg, mask)
     loss.backward()
-    assert loss.item() == pytest.approx(0.8) and logp.grad.item() == 0.0
+    assert loss.item() == pytest.approx(0.8)
+    assert logp.grad.item() == 0.0
     # A < 0, ratio above 1+eps: unclipped (pessimistic), gradient flows
     assert algo.ppo_clip_loss(lp(1.5), old, neg, mask).item() == pytest.approx(1.5)
 

@@ -83,27 +83,38 @@ REQUEST = CoachRequest(env_id="MathChat-v0", role="verifier", role_duties="Check
 def test_garbage_from_a_random_model_is_an_honest_failure(vllm_url):
     c = coach(vllm_url, on_failure="skip")
     s = c.score(REQUEST)
-    assert s.ok is False and s.score is None
-    assert "no usable score after a format retry" in s.error and "reply began" in s.error
-    assert s.attempts == 2 and s.prompt_tokens > 0 and s.completion_tokens > 0  # both calls reached the model
-    assert c.usage.failures == 1 and c.usage.http_calls == 2
+    assert s.ok is False
+    assert s.score is None
+    assert "no usable score after a format retry" in s.error
+    assert "reply began" in s.error
+    assert s.attempts == 2
+    assert s.prompt_tokens > 0
+    assert s.completion_tokens > 0  # both calls reached the model
+    assert c.usage.failures == 1
+    assert c.usage.http_calls == 2
 
 
 def test_forced_format_round_trip_sync_async_and_cache(vllm_url, tmp_path):
     c = coach(vllm_url, extra_body={"structured_outputs": {"regex": FORCED}})
     s = c.score(REQUEST)
-    assert s.ok and 0.0 <= s.score <= 10.0 and s.attempts == 1
-    assert s.rationale and s.prompt_tokens > 0 and s.completion_tokens > 0
+    assert s.ok
+    assert 0.0 <= s.score <= 10.0
+    assert s.attempts == 1
+    assert s.rationale
+    assert s.prompt_tokens > 0
+    assert s.completion_tokens > 0
 
     async def two():
         return await asyncio.gather(c.ascore(REQUEST), c.ascore(REQUEST))
 
     assert all(a.ok and 0.0 <= a.score <= 10.0 for a in asyncio.run(two()))
-    assert c.usage.scores == 3 and c.usage.failures == 0
+    assert c.usage.scores == 3
+    assert c.usage.failures == 0
 
     cached = CachedCoach(c, tmp_path / "coach.sqlite")
     first = cached.score(REQUEST)
     calls_before = c.usage.http_calls
     replay = cached.score(REQUEST)
-    assert replay.cached and (replay.score, replay.rationale) == (first.score, first.rationale)
+    assert replay.cached
+    assert (replay.score, replay.rationale) == (first.score, first.rationale)
     assert c.usage.http_calls == calls_before  # the replay sent nothing

@@ -23,13 +23,18 @@ def test_paper_presets_carry_the_papers_settings():
     for name in ("mathchat", "dsbench"):
         cfg = load_config(PRESETS[[p.stem for p in PRESETS].index(name)])
         assert (cfg.algo.beta, cfg.algo.clip_eps, cfg.algo.whiten, cfg.model.policies) == (0.01, 0.2, "global", "per_role")
-        assert cfg.rollout.samples_per_prompt == 2 and cfg.learner.lr == 1e-6 and cfg.learner.zero_stage == 3
+        assert cfg.rollout.samples_per_prompt == 2
+        assert cfg.learner.lr == 1e-6
+        assert cfg.learner.zero_stage == 3
 
 
 def test_overrides_apply_with_types():
     cfg = load_config(None, ["learner.lr=1e-5", "algo.scope=episode", "learner.packed=false", "steps=3",
                              "env.kwargs={task_source: synthetic, num_tasks: 8}"])
-    assert cfg.learner.lr == 1e-5 and cfg.algo.scope == "episode" and cfg.learner.packed is False and cfg.steps == 3
+    assert cfg.learner.lr == 1e-5
+    assert cfg.algo.scope == "episode"
+    assert cfg.learner.packed is False
+    assert cfg.steps == 3
     assert cfg.env.kwargs == {"task_source": "synthetic", "num_tasks": 8}
 
 

@@ -151,5 +151,7 @@ def test_unknown_metric_lists_the_known_ones():
 
 
 def test_better_respects_direction():
-    assert better("rmse", 1.0, 2.0) and not better("rmse", 2.0, 1.0)
-    assert better("roc_auc", 0.8, 0.7) and not better("roc_auc", 0.7, 0.7)
+    assert better("rmse", 1.0, 2.0)
+    assert not better("rmse", 2.0, 1.0)
+    assert better("roc_auc", 0.8, 0.7)
+    assert not better("roc_auc", 0.7, 0.7)

@@ -33,11 +33,13 @@ def test_openai_endpoint_team(tmp_path):
     assert rc == 0
     assert len(requests) == 2 * 2 * 3  # problems x samples x roles, no tool calls
     assert {r["model"] for r in requests} == {"stub-model"}
-    assert {r["temperature"] for r in requests} == {0.3} and {r["max_tokens"] for r in requests} == {64}
+    assert {r["temperature"] for r in requests} == {0.3}
+    assert {r["max_tokens"] for r in requests} == {64}
     # three batched calls (one per role) of four conversations: seed + call, plus the conversation index
     assert sorted(r["seed"] for r in requests) == sorted(5 + call + i for call in range(3) for i in range(4))
     s = results_of(tmp_path / "endpoint")["sets"]["synthetic:2"]
-    assert s["episodes"] == 4 and s["maj@k"]["n"] == 2
+    assert s["episodes"] == 4
+    assert s["maj@k"]["n"] == 2
     # the stub counts words as tokens: the completion tokens are the words of every reply
     replies = [stub_reply(r) for r in requests]
     assert s["cost"]["policy_completion_tokens"] == sum(len(t.split()) for t in replies)
@@ -57,7 +59,8 @@ def test_per_role_team_shares_one_model_per_spec(tmp_path):
     assert s["cost"]["actions"] >= 8  # the scripted executor also ran its code
     models: dict = {}
     make_team(f"problem_solver={model};verifier={model}", _models=models)
-    assert len(models) == 1 and isinstance(next(iter(models.values())), PerCallSeed)
+    assert len(models) == 1
+    assert isinstance(next(iter(models.values())), PerCallSeed)
 
 
 def test_bad_model_specs_say_what_to_write():
@@ -78,8 +81,10 @@ def test_hf_team_and_a_trained_run_folder(tmp_path, capsys):
                "--max-problems", "1", "--out", str(tmp_path / "eval"), *FAST])
     assert rc == 0
     s = results_of(tmp_path / "eval" / "tiny")["sets"]["synthetic:2"]
-    assert s["episodes"] == 1 and s["avg@k"]["mean"] == 0.0  # an untrained model answers nothing right
-    assert s["cost"]["policy_chars"] > 0 and 0 < s["cost"]["policy_completion_tokens"] <= 8 * s["cost"]["actions"]
+    assert s["episodes"] == 1
+    assert s["avg@k"]["mean"] == 0.0  # an untrained model answers nothing right
+    assert s["cost"]["policy_chars"] > 0
+    assert 0 < s["cost"]["policy_completion_tokens"] <= 8 * s["cost"]["actions"]
 
     # a `mappa train` output folder: final/<policy>/ and config.json; this one "trained" on the eval stream
     run = tmp_path / "train"
@@ -92,7 +97,8 @@ def test_hf_team_and_a_trained_run_folder(tmp_path, capsys):
     assert rc == 0
     assert "warning: 1/1 problems of synthetic:2 also appear in the training source" in capsys.readouterr().err
     overlap = results_of(tmp_path / "eval" / "trained")["sets"]["synthetic:2"]["overlap"]
-    assert overlap["train_source"] == str(run / "config.json") and overlap["n_overlap"] == 1
+    assert overlap["train_source"] == str(run / "config.json")
+    assert overlap["n_overlap"] == 1
 
 
 def test_run_folder_without_a_final_model_is_refused(tmp_path):
@@ -109,9 +115,12 @@ def test_llm_coach_verdicts_are_cached_across_runs(tmp_path):
         assert main([*common, "--name", "again"]) == 0  # the same actions: every verdict comes from the cache
         assert stub.calls == calls
     first, again = (results_of(tmp_path / n)["sets"]["synthetic:2"] for n in ("first", "again"))
-    assert first["cost"]["coach_calls"] == calls and first["cost"]["coach_prompt_tokens"] > 0
-    assert again["cost"]["coach_calls"] == 0 and again["cost"]["coach_cached"] == calls
-    assert again["coach_by_role"] == first["coach_by_role"] and first["coach_by_role"]["verifier"]["mean"] == 7.0
+    assert first["cost"]["coach_calls"] == calls
+    assert first["cost"]["coach_prompt_tokens"] > 0
+    assert again["cost"]["coach_calls"] == 0
+    assert again["cost"]["coach_cached"] == calls
+    assert again["coach_by_role"] == first["coach_by_role"]
+    assert first["coach_by_role"]["verifier"]["mean"] == 7.0
     assert (tmp_path / "coach_cache.sqlite").is_file()
 
 
@@ -126,4 +135,5 @@ def test_vllm_team_on_a_tiny_model(tmp_path):
                "--max-problems", "1", "--out", str(tmp_path / "eval"), *FAST])
     assert rc == 0
     s = results_of(tmp_path / "eval" / "tiny-vllm")["sets"]["synthetic:2"]
-    assert s["episodes"] == 2 and s["cost"]["policy_chars"] > 0
+    assert s["episodes"] == 2
+    assert s["cost"]["policy_chars"] > 0

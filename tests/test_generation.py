@@ -105,7 +105,8 @@ def test_stop_tokens_end_the_action_and_are_kept(gen, prompts):
 def test_batches_larger_than_max_batch_size_are_split(model_dir, prompts):
     small = HFGenerator(model_dir, max_batch_size=1)
     out = small.generate(prompts * 2, SamplingParams(max_new_tokens=4, temperature=0))
-    assert len(out) == 4 and out[0].token_ids == out[2].token_ids
+    assert len(out) == 4
+    assert out[0].token_ids == out[2].token_ids
 
 
 def test_load_weights_syncs_the_sampler(model_dir, prompts):
@@ -147,7 +148,9 @@ def test_generator_policy_answers_a_team_in_one_call(gen):
         texts = Team(policy).respond(convs, ["problem_solver", "verifier", "verifier"])
     finally:
         del gen.generate
-    assert calls == [3] and len(texts) == 3 and all(isinstance(t, str) for t in texts)
+    assert calls == [3]
+    assert len(texts) == 3
+    assert all(isinstance(t, str) for t in texts)
     assert len(policy.last_usage) == 3
     assert all(1 <= u["completion_tokens"] <= 4 and u["prompt_tokens"] > 5 for u in policy.last_usage)
 
@@ -161,7 +164,9 @@ def test_endpoint_policy_over_a_loopback_openai_server(gen):
         texts = policy.respond(convs, ["verifier"] * 3)
         assert texts == local.respond(convs, ["verifier"] * 3)
         body = server.requests[0]
-        assert body["max_tokens"] == 6 and body["temperature"] == 0 and body["model"] == "tiny"
+        assert body["max_tokens"] == 6
+        assert body["temperature"] == 0
+        assert body["model"] == "tiny"
         assert sorted(r["seed"] for r in server.requests) == [3, 4, 5]
         # the server's own counts come back per conversation (the stub counts words)
         assert policy.last_usage == [{"prompt_tokens": 5, "completion_tokens": len(t.split())} for t in texts]

@@ -63,7 +63,8 @@ def test_logprobs_packed_padded_and_plain_forward_agree(learner, model_dir):
             logp = plain(ids).logits[0, :-1].log_softmax(-1).gather(1, ids[0, 1:, None])[:, 0]
         expected = logp[len(s.prompt_ids) - 1:]
         assert a.shape == (len(s.action_ids),)
-        assert torch.allclose(a, expected, atol=1e-5) and torch.allclose(b, expected, atol=1e-5)
+        assert torch.allclose(a, expected, atol=1e-5)
+        assert torch.allclose(b, expected, atol=1e-5)
     assert all(torch.equal(a, r) for a, r in zip(packed, learner.logprobs(samples, reference=True)))
 
 
@@ -72,8 +73,10 @@ def test_one_training_step_moves_the_policy_and_not_the_reference(learner):
     prepare(learner, samples)
     ref_before = learner.logprobs(samples, reference=True)
     metrics = learner.train(samples, lr=LR)
-    assert metrics["optimizer_steps"] == 1 and metrics["tokens"] == sum(len(s.action_ids) for s in samples)
-    assert metrics["grad_norm"] > 0 and metrics["clip_frac"] == 0.0  # first pass: ratio == 1
+    assert metrics["optimizer_steps"] == 1
+    assert metrics["tokens"] == sum(len(s.action_ids) for s in samples)
+    assert metrics["grad_norm"] > 0
+    assert metrics["clip_frac"] == 0.0  # first pass: ratio == 1
     after = learner.logprobs(samples)
     assert any(not torch.allclose(a, s.old_logp) for a, s in zip(after, samples))
     assert all(torch.equal(a, b) for a, b in zip(ref_before, learner.logprobs(samples, reference=True)))
@@ -93,8 +96,10 @@ def test_state_dict_has_every_weight(learner, model_dir):
 def test_lr_schedule_and_chunks():
     cfg = LearnerConfig(lr=1.0, warmup_steps=2, schedule="cosine")
     assert [lr_at(s, cfg, 10) for s in (0, 1)] == [0.5, 1.0]
-    assert lr_at(10, cfg, 10) == pytest.approx(0.1) and lr_at(2, cfg, 10) == pytest.approx(1.0)
-    assert _chunks(list(range(5)), 2) == [[0, 1, 2], [3, 4]] and _chunks([1], 3) == [[1], [], []]
+    assert lr_at(10, cfg, 10) == pytest.approx(0.1)
+    assert lr_at(2, cfg, 10) == pytest.approx(1.0)
+    assert _chunks(list(range(5)), 2) == [[0, 1, 2], [3, 4]]
+    assert _chunks([1], 3) == [[1], [], []]
 
 
 def _worker(model_dir: str, out: str) -> None:
@@ -149,7 +154,8 @@ def test_chunked_logprobs_match_the_full_log_softmax_values_and_gradients(chunk,
     full = torch.log_softmax(head(hidden) / temperature, -1).gather(1, targets[:, None])[:, 0]
     want = torch.autograd.grad((full * upstream).sum(), [hidden, head.weight])
     got = action_logprobs(hidden, head, targets, temperature, chunk, n_chunks)
-    assert got.shape == (13,) and torch.allclose(got, full, atol=1e-5)
+    assert got.shape == (13,)
+    assert torch.allclose(got, full, atol=1e-5)
     for a, b in zip(torch.autograd.grad((got * upstream).sum(), [hidden, head.weight]), want):
         assert torch.allclose(a, b, atol=1e-5)
     with torch.no_grad():

@@ -160,7 +160,8 @@ def test_multi_action_turn_appends_sampled_tokens(model_dir, hf, make_envs):
     (env,) = make_envs(1)
     rollout = collect([env], gen, PARAMS, [{"seed": 0, "options": {"task_id": "t4"}}])
     ex = [t for t in rollout.transitions if t.role == "code_executor"]
-    assert [t.turn_index for t in ex] == [0, 1, 2] and [t.action_index for t in ex] == [1, 2, 3]
+    assert [t.turn_index for t in ex] == [0, 1, 2]
+    assert [t.action_index for t in ex] == [1, 2, 3]
     records = [a for a in env.episode.actions if a.role == "code_executor"]
     tok = hf.tokenizer
     for prev, t, record in zip(ex, ex[1:], records):
@@ -175,7 +176,9 @@ def test_multi_action_turn_appends_sampled_tokens(model_dir, hf, make_envs):
         assert any(t.prompt_ids in prompts and t.action_ids in [g.token_ids for g in outs] for prompts, outs in gen.calls)
         assert torch.allclose(forward_logprobs(hf.model, t.prompt_ids, t.action_ids), torch.tensor(t.logprobs), atol=1e-4)
     (stats,) = rollout.episodes
-    assert stats.correct is True and stats.score == 1.0 and stats.actions == 5
+    assert stats.correct is True
+    assert stats.score == 1.0
+    assert stats.actions == 5
     assert all(t.outcome_reward == 1.0 for t in rollout.transitions)
     assert all(t.coach_reward > 5 for t in rollout.transitions if t.role == "verifier")
 
@@ -200,9 +203,12 @@ def test_the_envs_end_of_episode_reward_lands_on_each_roles_last_action(hf, make
 def test_one_batched_generate_call_per_policy_per_round(hf, make_envs):
     gen = Recording(hf)
     rollout = collect(make_envs(3), gen, PARAMS, episodes(4), seed=2)
-    assert rollout.generate_calls == {"shared": len(gen.calls)} and len(gen.calls) == rollout.rounds
+    assert rollout.generate_calls == {"shared": len(gen.calls)}
+    assert len(gen.calls) == rollout.rounds
     sizes = [len(prompts) for prompts, _ in gen.calls]
-    assert sizes[0] == 3 and max(sizes) == 3 and sum(sizes) == len(rollout.transitions)
+    assert sizes[0] == 3
+    assert max(sizes) == 3
+    assert sum(sizes) == len(rollout.transitions)
 
     per_role = {role: Recording(hf) for role in ROLES}
     rollout = collect(make_envs(3), per_role, PARAMS, episodes(4), seed=3)
@@ -217,7 +223,8 @@ def test_one_batched_generate_call_per_policy_per_round(hf, make_envs):
 def test_coach_failures_are_dropped_and_counted(hf, make_envs):
     envs = make_envs(2, coach=FailingVerifierCoach())
     rollout = collect(envs, hf, PARAMS, episodes(3), seed=4)
-    assert rollout.dropped == 3 and [e.dropped for e in rollout.episodes] == [1, 1, 1]
+    assert rollout.dropped == 3
+    assert [e.dropped for e in rollout.episodes] == [1, 1, 1]
     assert not [t for t in rollout.transitions if t.role == "verifier"]
     assert all(t.coach_ok for t in rollout.transitions)
     assert len(rollout.transitions) == sum(e.actions for e in rollout.episodes) - 3
@@ -226,8 +233,10 @@ def test_coach_failures_are_dropped_and_counted(hf, make_envs):
 def test_prompts_over_the_limit_are_not_generated_for(hf, make_envs):
     gen = Recording(hf)
     rollout = collect(make_envs(2), gen, PARAMS, episodes(2), max_prompt_tokens=10)
-    assert gen.calls == [] and rollout.transitions == []
-    assert rollout.overflow == 6 and len(rollout.episodes) == 2
+    assert gen.calls == []
+    assert rollout.transitions == []
+    assert rollout.overflow == 6
+    assert len(rollout.episodes) == 2
 
 
 def test_role_policy_must_cover_every_role(hf, make_envs):
