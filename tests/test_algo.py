@@ -24,7 +24,8 @@ def test_kl_k3_is_nonnegative_and_zero_at_equality():
 
 
 def test_last_token_mask():
-    assert torch.equal(algo.last_token_mask(MASK), torch.tensor([[0, 0, 0, 0, 1], [0, 0, 1, 0, 0]], dtype=torch.float32))
+    expected = torch.tensor([[0, 0, 0, 0, 1], [0, 0, 1, 0, 0]], dtype=torch.float32)
+    assert torch.equal(algo.last_token_mask(MASK), expected)
 
 
 def test_token_rewards_coach_on_last_token_kl_on_action_tokens_only():
@@ -118,7 +119,8 @@ def test_ppo_clip_loss_is_masked_token_mean_and_splits_into_microbatches():
     expected = -(r[0] * 1 + min(r[1], 1.2) * 2 + r[2] * 3) / 3
     full = algo.ppo_clip_loss(logp, old, adv, mask)
     assert full.item() == pytest.approx(expected)
-    parts = sum(algo.ppo_clip_loss(logp[i:i + 1], old[i:i + 1], adv[i:i + 1], mask[i:i + 1], n_tokens=3) for i in range(2))
+    parts = sum(algo.ppo_clip_loss(logp[i:i + 1], old[i:i + 1], adv[i:i + 1], mask[i:i + 1], n_tokens=3)
+                for i in range(2))
     assert parts.item() == pytest.approx(expected)
 
 

@@ -48,7 +48,8 @@ def test_the_three_fractions_from_hand_made_scores():
 
 
 def request(i: int, role: str = "verifier") -> CoachRequest:
-    return CoachRequest(env_id="MathChat-v0", role=role, role_duties="check", task=f"task {i}", action=f"\\boxed{{{i}}}")
+    return CoachRequest(env_id="MathChat-v0", role=role, role_duties="check", task=f"task {i}",
+                        action=f"\\boxed{{{i}}}")
 
 
 def test_score_many_keeps_order_and_bounds_concurrency_through_ascore():

@@ -51,7 +51,8 @@ def vllm_url(tmp_path_factory):
         deadline = time.monotonic() + 900
         while True:
             if server.poll() is not None:
-                pytest.fail(f"vLLM server exited with {server.returncode}:\n{(root / 'server.log').read_text()[-3000:]}")
+                log_tail = (root / "server.log").read_text()[-3000:]
+                pytest.fail(f"vLLM server exited with {server.returncode}:\n{log_tail}")
             try:
                 urllib.request.urlopen(f"{url}/models", timeout=2)
                 break

@@ -112,7 +112,8 @@ def test_normalized_gini_is_2auc_minus_1_for_binary_and_kaggle_formula_otherwise
     assert compute_metric("normalized_gini", B, B) == pytest.approx(1.0)
     # continuous target, worked by hand: actual [1, 3, 2], order by pred gives [3, 1, 2]
     # cum shares 3/6, 4/6, 1 -> sum 13/6 / 3 - 4/6 = 0.0556; perfect order [3, 2, 1]: 3/6, 5/6, 1 -> 0.1111
-    assert compute_metric("normalized_gini", [1, 3, 2], [0.2, 0.9, 0.1]) == pytest.approx((13 / 18 - 4 / 6) / (14 / 18 - 4 / 6))
+    expected = (13 / 18 - 4 / 6) / (14 / 18 - 4 / 6)
+    assert compute_metric("normalized_gini", [1, 3, 2], [0.2, 0.9, 0.1]) == pytest.approx(expected)
 
 
 def test_map_at_3():

@@ -22,7 +22,8 @@ def load(name: str):
 
 def make_env(**kwargs):
     """MathChat-v0 on the real local sandbox; its code needs no numpy/pandas preimport (seconds per session)."""
-    return mappa_envs.make("MathChat-v0", task_source="synthetic", sandbox=make_sandbox("local", preimport=()), **kwargs)
+    return mappa_envs.make("MathChat-v0", task_source="synthetic", sandbox=make_sandbox("local", preimport=()),
+                           **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +75,9 @@ def test_trl_env_reward_scores_through_the_env(tmp_path):
         assert data[0]["task_id"]
         task = next(t for t in env.unwrapped.scenario.tasks() if t.id == data[0]["task_id"])
         per_action = trl_grpo.EnvReward(env, "action")
-        right, wrong = per_action(data["prompt"][:1] * 2, [[{"role": "assistant", "content": f"\\boxed{{{task.answer}}}"}],
-                                                           [{"role": "assistant", "content": "no idea"}]],
-                                  task_id=[task.id] * 2)
+        completions = [[{"role": "assistant", "content": f"\\boxed{{{task.answer}}}"}],
+                       [{"role": "assistant", "content": "no idea"}]]
+        right, wrong = per_action(data["prompt"][:1] * 2, completions, task_id=[task.id] * 2)
         assert right > wrong  # the rule coach rewards a present, correct answer
         episode = trl_grpo.EnvReward(env, "episode")
         total = episode.score(task.id, f"\\boxed{{{task.answer}}}")

@@ -69,7 +69,8 @@ def test_the_checkpoints_sampling_defaults_do_not_leak_in(model_dir, prompts):
     sampler = HFGenerator(model, AutoTokenizer.from_pretrained(model_dir))
     params = SamplingParams(max_new_tokens=10, seed=6)
     out = sampler.generate(prompts[:1], params)[0]
-    assert torch.allclose(torch.tensor(out.logprobs), forward_logprobs(model, prompts[0], out.token_ids, params), atol=1e-4)
+    expected = forward_logprobs(model, prompts[0], out.token_ids, params)
+    assert torch.allclose(torch.tensor(out.logprobs), expected, atol=1e-4)
 
 
 def test_seeded_calls_repeat_and_leave_the_global_rng_alone(gen, prompts):

@@ -27,7 +27,8 @@ def make_samples(n: int = 6, seed: int = 0) -> list[Sample]:
     out = []
     for _ in range(n):
         p, a = int(torch.randint(3, 12, (1,), generator=g)), int(torch.randint(1, 6, (1,), generator=g))
-        out.append(Sample(torch.randint(5, 500, (p,), generator=g).tolist(), torch.randint(5, 500, (a,), generator=g).tolist()))
+        out.append(Sample(torch.randint(5, 500, (p,), generator=g).tolist(),
+                          torch.randint(5, 500, (a,), generator=g).tolist()))
     return out
 
 
@@ -40,12 +41,14 @@ def prepare(learner: PolicyLearner, samples: list[Sample], seed: int = 1) -> Non
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), vocab_size=512, hidden_size=64, layers=2, heads=2, kv_heads=1)
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), vocab_size=512, hidden_size=64, layers=2, heads=2,
+                            kv_heads=1)
 
 
 @pytest.fixture(scope="module")
 def learner(model_dir):
-    return PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64), AlgoConfig())
+    return PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64),
+                         AlgoConfig())
 
 
 def test_logprobs_packed_padded_and_plain_forward_agree(learner, model_dir):
@@ -105,7 +108,8 @@ def test_lr_schedule_and_chunks():
 def _worker(model_dir: str, out: str) -> None:
     """One rank of the 2-rank ZeRO-3 run: train on every other sample, report from rank 0."""
     # 3-token LM-head chunks: the ranks hold different token counts, so they must agree on the chunk count
-    cfg = LearnerConfig(lr=LR, packed=True, zero_stage=3, micro_batch_tokens=24, train_batch_size=64, logprob_chunk_tokens=3)
+    cfg = LearnerConfig(lr=LR, packed=True, zero_stage=3, micro_batch_tokens=24, train_batch_size=64,
+                        logprob_chunk_tokens=3)
     learner = PolicyLearner(model_dir, cfg, AlgoConfig())
     samples = make_samples()
     prepare(learner, samples)  # every rank scores all samples: same old_logp/advantages everywhere
@@ -126,7 +130,8 @@ def test_two_zero3_ranks_match_one_process(model_dir, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     # the same update in one process, ZeRO-0, on the same samples (rank 0 trained 1, rank 1 trained 3 of them)
-    single = PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64), AlgoConfig())
+    single = PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64),
+                           AlgoConfig())
     samples = make_samples()
     prepare(single, samples)
     trained = samples[0::2][:1] + samples[1::2][:3]

@@ -141,7 +141,8 @@ def test_sampled_tokens_are_the_trained_tokens(hf, make_envs):
         g = sampled[(tuple(t.prompt_ids), tuple(t.action_ids))]  # this exact prompt produced these exact ids
         assert t.logprobs == g.logprobs
         # the learner's forward pass over the stored tokens reproduces the sampler's logprobs
-        assert torch.allclose(forward_logprobs(hf.model, t.prompt_ids, t.action_ids), torch.tensor(t.logprobs), atol=1e-4)
+        relearned = forward_logprobs(hf.model, t.prompt_ids, t.action_ids)
+        assert torch.allclose(relearned, torch.tensor(t.logprobs), atol=1e-4)
         first_turn_prompt = hf.tokenizer.decode(t.prompt_ids)
         assert first_turn_prompt.startswith(f"<|im_start|>system\n{getattr(duties, t.role.upper())}")
         assert first_turn_prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")
@@ -173,8 +174,10 @@ def test_multi_action_turn_appends_sampled_tokens(model_dir, hf, make_envs):
     assert "28" in records[1].tool_results[0].stdout
     assert ex[-1].action_ids == tok.encode(script["code_executor"][2], add_special_tokens=False) + [tok.eos_token_id]
     for t in rollout.transitions:  # every stored sample is one the generator produced
-        assert any(t.prompt_ids in prompts and t.action_ids in [g.token_ids for g in outs] for prompts, outs in gen.calls)
-        assert torch.allclose(forward_logprobs(hf.model, t.prompt_ids, t.action_ids), torch.tensor(t.logprobs), atol=1e-4)
+        assert any(t.prompt_ids in prompts and t.action_ids in [g.token_ids for g in outs]
+                   for prompts, outs in gen.calls)
+        relearned = forward_logprobs(hf.model, t.prompt_ids, t.action_ids)
+        assert torch.allclose(relearned, torch.tensor(t.logprobs), atol=1e-4)
     (stats,) = rollout.episodes
     assert stats.correct is True
     assert stats.score == 1.0
@@ -254,9 +257,11 @@ def test_continuation_tokenizes_only_the_new_messages(hf):
     chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
             {"role": "user", "content": "Output of your code:\n[cell 1] ok\n42"}]
     tail = "<|im_start|>user\nOutput of your code:\n[cell 1] ok\n42<|im_end|>\n<|im_start|>assistant\n"
-    assert fmt.next_prompt_ids([7], chat, 1, stop_token=tok.eos_token_id) == [7] + tok.encode("\n" + tail, add_special_tokens=False)
+    after_stop = tok.encode("\n" + tail, add_special_tokens=False)
+    assert fmt.next_prompt_ids([7], chat, 1, stop_token=tok.eos_token_id) == [7] + after_stop
     # an action cut at max_new_tokens has no stop token yet: the template's end of turn is added
-    assert fmt.next_prompt_ids([7], chat, 1, stop_token=None) == [7] + tok.encode("<|im_end|>\n" + tail, add_special_tokens=False)
+    after_cut = tok.encode("<|im_end|>\n" + tail, add_special_tokens=False)
+    assert fmt.next_prompt_ids([7], chat, 1, stop_token=None) == [7] + after_cut
 
 
 def test_a_template_that_drops_history_is_refused(model_dir):

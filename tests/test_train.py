@@ -12,8 +12,9 @@ from mappa_train.metrics import read_metrics
 from mappa_train.train import latest_checkpoint, tasks_for_step
 
 TINY = ["model.path=tiny", "env.kwargs={task_source: synthetic, num_tasks: 16, executor_max_actions: 2}",
-        "env.eval_sets={heldout: {split: eval, num_tasks: 4}}", "env.sandbox=local", "env.sandbox_kwargs={preimport: []}",
-        "generation.max_new_tokens=12", "generation.max_prompt_tokens=1024", "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
+        "env.eval_sets={heldout: {split: eval, num_tasks: 4}}", "env.sandbox=local",
+        "env.sandbox_kwargs={preimport: []}", "generation.max_new_tokens=12", "generation.max_prompt_tokens=1024",
+        "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
         "eval_episodes=2", "learner.lr=1e-3", "log.progress=false",
         "algo.mask_length_cut=false"]  # a random tiny model rarely stops within 12 tokens: train on cut actions too
 
