@@ -2,7 +2,6 @@
 through `Coach.ascore`, and the three fractions computed from hand-made scores."""
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -90,11 +89,32 @@ def test_an_llm_coach_is_measured_like_the_rule_coach(tmp_path):
 
 @pytest.mark.slow
 def test_the_command_writes_results_and_a_table_for_both_envs(tmp_path):
-    parser = argparse.ArgumentParser()
-    blame.configure(parser)
-    assert blame.run(parser.parse_args(["--out", str(tmp_path), "--num-tasks", "3"])) == 0
+    from mappa_cli.main import main
+
+    assert main(["blame", "--out", str(tmp_path), "--num-tasks", "3"]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())
     assert {(r["env_id"], r["fault"]) for r in rows} == {(e, f) for e, fs in blame.FAULTS.items() for f in fs}
     table = (tmp_path / "blame.md").read_text()
     assert table.count("\n") == 2 + len(rows)
     assert "engineer_missing_file" in table
+
+
+def test_the_command_passes_coach_settings_to_llm_coaches_and_rejects_bad_ones(tmp_path, capsys):
+    from mappa_cli.blame import ENVS
+    from mappa_cli.main import main
+
+    assert sorted(blame.FAULTS) == ENVS
+    seen = []
+
+    def respond(body):
+        seen.append(body.get("max_tokens"))
+        return "SCORE: 5"
+
+    with StubServer(respond=respond) as stub:
+        rc = main(["blame", "--env", "MathChat-v0", "--num-tasks", "1", "--out", str(tmp_path), "--coach", "rule",
+                   "--coach", f"judge@{stub.url}", "--coach-set", "max_tokens=77", "--coach-set", "max_retries=0"])
+    assert rc == 0
+    assert seen
+    assert set(seen) == {77}
+    assert main(["blame", "--coach-set", "max_tokens"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err

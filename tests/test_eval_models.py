@@ -6,7 +6,7 @@ import re
 import pytest
 
 from mappa_cli.main import main
-from mappa_train.evaluation.teams import PerCallSeed, make_team
+from mappa_train.evaluation.teams import make_team
 from tests.openai_stub import StubServer
 
 FAST = ["--sets", "synthetic:2", "--no-plots", "--preimport", ""]
@@ -35,8 +35,10 @@ def test_openai_endpoint_team(tmp_path):
     assert {r["model"] for r in requests} == {"stub-model"}
     assert {r["temperature"] for r in requests} == {0.3}
     assert {r["max_tokens"] for r in requests} == {64}
-    # three batched calls (one per role) of four conversations: seed + call, plus the conversation index
-    assert sorted(r["seed"] for r in requests) == sorted(5 + call + i for call in range(3) for i in range(4))
+    # every action its own seed: --seed plus the driver's per-action seed (batch-independent; see below)
+    seeds = [r["seed"] for r in requests]
+    assert len(set(seeds)) == len(seeds)
+    assert all(5 <= x < 5 + 2**31 for x in seeds)
     s = results_of(tmp_path / "endpoint")["sets"]["synthetic:2"]
     assert s["episodes"] == 4
     assert s["maj@k"]["n"] == 2
@@ -60,7 +62,32 @@ def test_per_role_team_shares_one_model_per_spec(tmp_path):
     models: dict = {}
     make_team(f"problem_solver={model};verifier={model}", _models=models)
     assert len(models) == 1
-    assert isinstance(next(iter(models.values())), PerCallSeed)
+
+
+def test_model_team_samples_each_action_with_its_own_seed_whatever_the_batch():
+    """The seed an action is sampled with is fixed by its episode and position, not by which other
+    actions share its batched call: B = 1 and B = 3 send the same seed for every prompt."""
+    import mappa_envs
+    from mappa_envs.driver import Driver
+    from mappa_envs.sandbox import make_sandbox
+
+    def seeds_by_prompt(batch: int) -> dict:
+        with StubServer(respond=stub_reply) as stub:
+            team = make_team(f"openai:stub@{stub.url}", seed=11)
+            sandbox = make_sandbox("local", preimport=())
+            envs = [mappa_envs.make("MathChat-v0", num_tasks=3, sandbox=sandbox) for _ in range(batch)]
+            try:
+                results = list(Driver(envs, team).play([(100 + i, {"task_index": i}) for i in range(3)]))
+            finally:
+                for env in envs:
+                    env.close()
+                sandbox.close()
+            assert not [r.error for r in results if r.error]
+            return {json.dumps(r["messages"]): r["seed"] for r in stub.requests}
+
+    one, three = seeds_by_prompt(1), seeds_by_prompt(3)
+    assert one == three
+    assert len(set(one.values())) == len(one)  # every action its own seed
 
 
 def test_bad_model_specs_say_what_to_write():

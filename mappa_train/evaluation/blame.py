@@ -20,13 +20,10 @@ command is the measurement, which is as good for a strong coach as for a weak on
 """
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from mappa_envs.coach.batch import score_many
@@ -242,31 +239,3 @@ def markdown(rows: Sequence[FaultRow]) -> str:
 
 
 # ---- `mappa blame` ----------------------------------------------------------------------------
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", action="append", choices=sorted(FAULTS), help="env(s) to measure (default: both)")
-    parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
-    parser.add_argument("--tolerance", type=float, default=1.0,
-                        help="how far below its fault-free score another role may fall")
-    parser.add_argument("--num-tasks", type=int, default=20,
-                        help="MathChat: synthetic eval problems (episodes per fault)")
-    parser.add_argument("--batch", type=int, default=4, help="envs played at once")
-    parser.add_argument("--concurrency", type=int, default=8, help="coach calls in flight")
-    parser.add_argument("--out", type=Path, default=Path("runs/blame"), help="writes results.json and blame.md here")
-
-
-def run(args: argparse.Namespace) -> int:
-    from mappa_envs.coach import make_coach
-
-    if args.num_tasks < 1 or args.batch < 1 or args.concurrency < 1 or args.tolerance < 0:
-        raise ValueError("--num-tasks, --batch and --concurrency must be >= 1 and --tolerance >= 0")
-    coaches = {spec: make_coach(spec) for spec in (args.coach or ["rule"])}
-    env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}}
-    rows = measure(args.env or sorted(FAULTS), coaches, args.tolerance, args.batch, args.concurrency, env_kwargs,
-                   say=lambda m: print(m, flush=True))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps([r.__dict__ for r in rows], indent=2))
-    table = markdown(rows)
-    (args.out / "blame.md").write_text(table)
-    print(table)
-    return 0
