@@ -79,7 +79,8 @@ def markdown(r: dict) -> str:
         f"Accuracy {r['accuracy_before']:.3f} -> {r['accuracy_after']:.3f}: {r['accuracy_delta']:+.3f}, 95% interval "
         f"[{lo:+.3f}, {hi:+.3f}] ({r['interval']}). Held-out accuracy {verdict}.", "",
         "Held-out coach score by role, before -> after: " + "; ".join(
-            f"{role} {b:.2f} -> {r['coach_after'].get(role, float('nan')):.2f}" for role, b in r["coach_before"].items()),
+            f"{role} {b:.2f} -> {r['coach_after'].get(role, float('nan')):.2f}"
+            for role, b in r["coach_before"].items()),
         "",
     ])
 

@@ -11,8 +11,8 @@ actions share its batch (evaluation results do not depend on scheduling or batch
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from mappa_train.generation import Generator, SamplingParams, chat_prompt_ids
 from mappa_train.generation.openai_chat import OpenAIChat
