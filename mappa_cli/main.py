@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("mappa_cli.train", "train a team with MAPPA (REINFORCE++ on coach rewards)"),
     "eval": ("mappa_cli.eval", "evaluate agent teams on eval sets; leaderboard and comparisons"),
     "quickstart": ("mappa_train.quickstart", "build a tiny model offline and watch it learn (<= 10 min on CPU)"),
-    "blame": ("mappa_train.evaluation.blame", "blame precision: does the coach credit the right (faulty) agent?"),
+    "blame": ("mappa_cli.blame", "blame precision: does the coach credit the right (faulty) agent?"),
     "ablate": ("mappa_train.ablate", "train one start several ways (reward, normalisation, curriculum) x seeds"),
 }
 DEBUG_ENV = "MAPPA_DEBUG"

@@ -62,6 +62,7 @@ def init_distributed() -> tuple[int, int]:
     import torch.distributed as dist
     from deepspeed.accelerator import get_accelerator
 
+    _forget_stale_world_group()
     if not dist.is_initialized():
         if "RANK" not in os.environ:  # a plain single process: make it a world of one
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
@@ -73,6 +74,18 @@ def init_distributed() -> tuple[int, int]:
         os.environ.setdefault("WORLD_SIZE", str(dist.get_world_size()))
         os.environ.setdefault("LOCAL_RANK", "0")
     return dist.get_rank(), dist.get_world_size()
+
+
+def _forget_stale_world_group() -> None:
+    """DeepSpeed caches a clone of the world group for its whole process. When that world is
+    destroyed (an in-process vLLM engine shutting down takes its group with it) and a new one is
+    made, the clone is stale and deepspeed.initialize fails with "Group ... is not registered"."""
+    import torch.distributed as dist
+    from deepspeed.utils import groups
+
+    cached = groups._WORLD_GROUP
+    if cached is not None and (not dist.is_initialized() or cached not in dist.distributed_c10d._world.pg_group_ranks):
+        groups._WORLD_GROUP = None
 
 
 def _free_port() -> int:
@@ -180,8 +193,8 @@ class PolicyLearner:
         tokens = max(self._global_sum(stats.pop("tokens")), 1.0)
         weight = max(self._global_sum(stats.pop("weight")), 1e-12)
         result = {k: self._global_sum(v) / (weight if k == "loss" else tokens) for k, v in stats.items()}
-        result.update(lr=lr, grad_norm=sum(grad_norms) / max(1, len(grad_norms)), optimizer_steps=float(n_minibatches * self.algo.epochs),
-                      tokens=tokens / self.algo.epochs)
+        result.update(lr=lr, grad_norm=sum(grad_norms) / max(1, len(grad_norms)),
+                      optimizer_steps=float(n_minibatches * self.algo.epochs), tokens=tokens / self.algo.epochs)
         return result
 
     def _loss(self, micro: list[Sample], total: float) -> tuple[torch.Tensor, dict[str, float]]:

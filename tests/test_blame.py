@@ -2,7 +2,6 @@
 through `Coach.ascore`, and the three fractions computed from hand-made scores."""
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -22,7 +21,8 @@ def test_the_rule_coach_blames_each_faulty_math_role_and_spares_the_others(tmp_p
                          say=lambda m: None)
     by = {r.fault: r for r in rows}
     assert set(by) == set(blame.FAULTS["MathChat-v0"])
-    assert by["none"].episodes == 4 and by["none"].precision is None
+    assert by["none"].episodes == 4
+    assert by["none"].precision is None
     for fault in ("solver_wrong", "executor_miscopy", "verifier_overrules"):
         row = by[fault]
         assert row.faulty_role == blame.FAULTS["MathChat-v0"][fault]
@@ -47,7 +47,8 @@ def test_the_three_fractions_from_hand_made_scores():
 
 
 def request(i: int, role: str = "verifier") -> CoachRequest:
-    return CoachRequest(env_id="MathChat-v0", role=role, role_duties="check", task=f"task {i}", action=f"\\boxed{{{i}}}")
+    return CoachRequest(env_id="MathChat-v0", role=role, role_duties="check", task=f"task {i}",
+                        action=f"\\boxed{{{i}}}")
 
 
 def test_score_many_keeps_order_and_bounds_concurrency_through_ascore():
@@ -62,8 +63,10 @@ def test_score_many_keeps_order_and_bounds_concurrency_through_ascore():
         scores = score_many(coach, [request(i) for i in range(24)], concurrency=4,
                             on_score=lambda i, s: landed.append(i))
         assert [s.score for s in scores] == [float(i % 11) for i in range(24)]
-        assert all(s.ok for s in scores) and sorted(landed) == list(range(24))
-        assert stub.max_in_flight <= 4 and stub.calls == 24
+        assert all(s.ok for s in scores)
+        assert sorted(landed) == list(range(24))
+        assert stub.max_in_flight <= 4
+        assert stub.calls == 24
     with pytest.raises(ValueError, match="concurrency"):
         score_many(RuleCoach(), [request(0)], concurrency=0)
 
@@ -80,15 +83,38 @@ def test_an_llm_coach_is_measured_like_the_rule_coach(tmp_path):
                              say=lambda m: None)
     by = {r.fault: r for r in rows}
     assert by["verifier_overrules"].lowest == 1.0
-    assert by["solver_wrong"].lowest == 0.0 and by["executor_miscopy"].lowest == 0.0
+    assert by["solver_wrong"].lowest == 0.0
+    assert by["executor_miscopy"].lowest == 0.0
 
 
 @pytest.mark.slow
 def test_the_command_writes_results_and_a_table_for_both_envs(tmp_path):
-    parser = argparse.ArgumentParser()
-    blame.configure(parser)
-    assert blame.run(parser.parse_args(["--out", str(tmp_path), "--num-tasks", "3"])) == 0
+    from mappa_cli.main import main
+
+    assert main(["blame", "--out", str(tmp_path), "--num-tasks", "3"]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())
     assert {(r["env_id"], r["fault"]) for r in rows} == {(e, f) for e, fs in blame.FAULTS.items() for f in fs}
     table = (tmp_path / "blame.md").read_text()
-    assert table.count("\n") == 2 + len(rows) and "engineer_missing_file" in table
+    assert table.count("\n") == 2 + len(rows)
+    assert "engineer_missing_file" in table
+
+
+def test_the_command_passes_coach_settings_to_llm_coaches_and_rejects_bad_ones(tmp_path, capsys):
+    from mappa_cli.blame import ENVS
+    from mappa_cli.main import main
+
+    assert sorted(blame.FAULTS) == ENVS
+    seen = []
+
+    def respond(body):
+        seen.append(body.get("max_tokens"))
+        return "SCORE: 5"
+
+    with StubServer(respond=respond) as stub:
+        rc = main(["blame", "--env", "MathChat-v0", "--num-tasks", "1", "--out", str(tmp_path), "--coach", "rule",
+                   "--coach", f"judge@{stub.url}", "--coach-set", "max_tokens=77", "--coach-set", "max_retries=0"])
+    assert rc == 0
+    assert seen
+    assert set(seen) == {77}
+    assert main(["blame", "--coach-set", "max_tokens"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err

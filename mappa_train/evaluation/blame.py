@@ -20,13 +20,11 @@ command is the measurement, which is as good for a strong coach as for a weak on
 """
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from mappa_envs.coach.batch import score_many
 from mappa_envs.coach.rule import RuleCoach
@@ -97,7 +95,8 @@ class DSTeam:
             extra = "X_test.drop(columns=X_test.columns[-1]).to_csv('X_test.csv', index=False)"
             return text[: text.rindex("```")] + extra + "\n```"
         if self.fault == "modeler_no_model" and role == "modeler":
-            return re.sub(r"pickle\.dump\(bundle, open\('model\.pkl', 'wb'\)\)", "pass  # (the model is not saved)", text)
+            saving = r"pickle\.dump\(bundle, open\('model\.pkl', 'wb'\)\)"
+            return re.sub(saving, "pass  # (the model is not saved)", text)
         return text
 
 
@@ -194,7 +193,10 @@ def blame_row(env_id: str, fault: str, coach_name: str, episodes: dict[str, dict
         lowest, spared, both = lowest + is_lowest, spared + is_spared, both + (is_lowest and is_spared)
     n = len(complete)
     mean = {r: sum(s[r] for s in complete.values()) / n for r in roles} if n else {}
-    frac = (lambda k: k / n if n and faulty is not None else None)
+
+    def frac(k: int) -> float | None:
+        return k / n if n and faulty is not None else None
+
     return FaultRow(env_id, fault, faulty, coach_name, n, frac(lowest), frac(spared) if n else None, frac(both),
                     mean, failed)
 
@@ -203,8 +205,6 @@ def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 
             concurrency: int = 8, env_kwargs: dict[str, dict] | None = None, sandbox: Any = None,
             say=print) -> list[FaultRow]:
     """Record every (env, fault) once, score the requests with every coach, return the table's rows."""
-    import mappa_envs
-
     rows = []
     for env_id in env_ids:
         kwargs = {**DEFAULT_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
@@ -224,8 +224,11 @@ def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 
 
 
 def markdown(rows: Sequence[FaultRow]) -> str:
-    pct = (lambda x: "–" if x is None else f"{100 * x:.0f}%")
-    lines = ["| env | fault | faulty role | coach | episodes | faulty lowest | others spared | precision | mean score by role |",
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.0f}%"
+
+    lines = ["| env | fault | faulty role | coach | episodes | faulty lowest | others spared | precision "
+             "| mean score by role |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         means = ", ".join(f"{role} {v:.1f}" for role, v in r.mean_by_role.items())
@@ -236,29 +239,3 @@ def markdown(rows: Sequence[FaultRow]) -> str:
 
 
 # ---- `mappa blame` ----------------------------------------------------------------------------
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", action="append", choices=sorted(FAULTS), help="env(s) to measure (default: both)")
-    parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
-    parser.add_argument("--tolerance", type=float, default=1.0, help="how far below its fault-free score another role may fall")
-    parser.add_argument("--num-tasks", type=int, default=20, help="MathChat: synthetic eval problems (episodes per fault)")
-    parser.add_argument("--batch", type=int, default=4, help="envs played at once")
-    parser.add_argument("--concurrency", type=int, default=8, help="coach calls in flight")
-    parser.add_argument("--out", type=Path, default=Path("runs/blame"), help="writes results.json and blame.md here")
-
-
-def run(args: argparse.Namespace) -> int:
-    from mappa_envs.coach import make_coach
-
-    if args.num_tasks < 1 or args.batch < 1 or args.concurrency < 1 or args.tolerance < 0:
-        raise ValueError("--num-tasks, --batch and --concurrency must be >= 1 and --tolerance >= 0")
-    coaches = {spec: make_coach(spec) for spec in (args.coach or ["rule"])}
-    env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}}
-    rows = measure(args.env or sorted(FAULTS), coaches, args.tolerance, args.batch, args.concurrency, env_kwargs,
-                   say=lambda m: print(m, flush=True))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps([r.__dict__ for r in rows], indent=2))
-    table = markdown(rows)
-    (args.out / "blame.md").write_text(table)
-    print(table)
-    return 0

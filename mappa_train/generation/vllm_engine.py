@@ -14,8 +14,9 @@ refuses a set that misses a checkpoint tensor, or `lm_head.weight` when embeddin
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from mappa_train.generation import Generation, SamplingParams, require, stop_ids
 

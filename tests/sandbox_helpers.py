@@ -1,18 +1,14 @@
-"""Fixtures for the sandbox tests: one real sandbox per backend, fresh sessions, a loopback server.
-
-Import the fixtures you use into a test module (`from tests.sandbox_fixtures import session, ...`).
-The Docker ones skip, saying why, where no engine answers or the image is missing.
+"""Helpers for the sandbox tests (the fixtures `local_sandbox`, `docker_sandbox`, `sandbox`, `session`
+and `loopback_server` live in conftest.py): limits, backend params, killing a sandbox process from
+outside, waiting for it, and the usability check every containment test ends with.
 """
 from __future__ import annotations
 
 import os
 import signal
-import socket
-import threading
 
 import pytest
 
-from mappa_envs.sandbox import make_sandbox
 from mappa_envs.sandbox.docker import docker_status
 from mappa_envs.sandbox.inside import procs
 
@@ -26,32 +22,6 @@ def require_docker() -> None:
     ok, why = docker_status()
     if not ok:
         pytest.skip(f"docker backend unavailable: {why}")
-
-
-@pytest.fixture(scope="session")
-def local_sandbox():
-    sb = make_sandbox("local", pool_size=2, preimport=(), **TEST_LIMITS)
-    yield sb
-    sb.close()
-
-
-@pytest.fixture(scope="session")
-def docker_sandbox():
-    require_docker()
-    sb = make_sandbox("docker", pool_size=2, preimport=(), **TEST_LIMITS)
-    yield sb
-    sb.close()
-
-
-@pytest.fixture(params=BACKENDS)
-def sandbox(request):
-    return request.getfixturevalue(f"{request.param}_sandbox")
-
-
-@pytest.fixture
-def session(sandbox):
-    with sandbox.session() as s:
-        yield s
 
 
 def kill_in_sandbox(session, pid: int) -> None:
@@ -85,31 +55,5 @@ def wait_gone(session, pid: int, timeout: float = 10.0) -> None:
 def assert_usable(session) -> None:
     """The property every containment test ends with: the same session still runs cells."""
     r = session.run("print(6 * 7)", timeout=20)
-    assert r.ok and r.stdout == "42\n", r
-
-
-@pytest.fixture
-def loopback_server():
-    """A TCP server on the host's 127.0.0.1; yields (port, list of accepted peer addresses)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.2)
-    accepted: list = []
-    stop = threading.Event()
-
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, peer = server.accept()
-            except OSError:
-                continue
-            accepted.append(peer)
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], accepted
-    stop.set()
-    thread.join()
-    server.close()
+    assert r.ok, r
+    assert r.stdout == "42\n", r

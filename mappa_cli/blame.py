@@ -1,0 +1,44 @@
+"""`mappa blame`: blame precision of coaches on scripted teams with one faulty role (mappa_train.evaluation.blame)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from mappa_cli.args import key_values
+from mappa_cli.errors import UsageError
+
+ENVS = ["DSBench-v0", "MathChat-v0"]  # the envs mappa_train.evaluation.blame.FAULTS covers (checked in tests)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", action="append", choices=ENVS, help="env(s) to measure (default: both)")
+    parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
+    parser.add_argument("--coach-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an LLMCoachConfig setting for every LLM coach (repeatable), e.g. structured_output=true")
+    parser.add_argument("--tolerance", type=float, default=1.0,
+                        help="how far below its fault-free score another role may fall")
+    parser.add_argument("--num-tasks", type=int, default=20,
+                        help="MathChat: synthetic eval problems (episodes per fault)")
+    parser.add_argument("--batch", type=int, default=4, help="envs played at once")
+    parser.add_argument("--concurrency", type=int, default=8, help="coach calls in flight")
+    parser.add_argument("--out", type=Path, default=Path("runs/blame"), help="writes results.json and blame.md here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mappa_envs.coach import make_coach
+    from mappa_train.evaluation.blame import FAULTS, markdown, measure
+
+    if args.num_tasks < 1 or args.batch < 1 or args.concurrency < 1 or args.tolerance < 0:
+        raise UsageError("--num-tasks, --batch and --concurrency must be >= 1 and --tolerance >= 0")
+    settings = key_values(args.coach_set, "--coach-set", "structured_output=true")
+    coaches = {spec: make_coach(spec, None if spec == "rule" else settings) for spec in (args.coach or ["rule"])}
+    env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}}
+    rows = measure(args.env or sorted(FAULTS), coaches, args.tolerance, args.batch, args.concurrency, env_kwargs,
+                   say=lambda m: print(m, flush=True))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps([r.__dict__ for r in rows], indent=2))
+    table = markdown(rows)
+    (args.out / "blame.md").write_text(table)
+    print(table)
+    return 0
