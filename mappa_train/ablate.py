@@ -41,7 +41,8 @@ class Arm:
 
 @dataclass
 class AblateConfig:
-    train_config: str = doc("quickstart.yaml", "training preset every arm starts from (a path relative to the preset file)")
+    train_config: str = doc("quickstart.yaml",
+                            "training preset every arm starts from (a path relative to the preset file)")
     overrides: list = doc([], "training overrides for every arm, key=value")
     seeds: list = doc([0, 1, 2], "training seeds; every arm runs each")
     target_accuracy: float = doc(0.5, "held-out accuracy whose first crossing is reported per arm")
@@ -82,7 +83,8 @@ def arm_overrides(arm: Arm, env_kwargs: dict) -> list[str]:
 # ---- running ---------------------------------------------------------------------------------------
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=str(Path(__file__).resolve().parent.parent / "configs" / "ablate" / "cpu.yaml"),
+    preset = Path(__file__).resolve().parent.parent / "configs" / "ablate" / "cpu.yaml"
+    parser.add_argument("--config", default=str(preset),
                         help="ablation preset (configs/ablate/cpu.yaml, configs/ablate/gpu.yaml)")
     parser.add_argument("--out", default="runs/ablate", help="output directory (reused: finished runs are kept)")
     parser.add_argument("--arms", default="", help="comma-separated subset of the preset's arms")

@@ -62,11 +62,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sft-episodes", type=int, default=d.sft_episodes, help="scripted episodes for the warm start")
     parser.add_argument("--sft-short-steps", type=int, default=d.sft_short_steps,
                         help="warm-start steps on conversations without their system prompts (cheaper)")
-    parser.add_argument("--sft-steps", type=int, default=d.sft_steps, help="then warm-start steps on full conversations")
+    parser.add_argument("--sft-steps", type=int, default=d.sft_steps,
+                        help="then warm-start steps on full conversations")
     parser.add_argument("--teacher-code-skill", type=float, default=d.code_skill,
                         help="how often the teacher's code runs; the rest raises NameError")
     parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for the interval")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="training config overrides (see mappa train --help)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="training config overrides (see mappa train --help)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
                        code_skill=args.teacher_code_skill)
     cfg = load_config(args.config, [f"out_dir={out}", *args.overrides])  # a ConfigError is one line in the CLI
     if SET not in cfg.env.eval_sets:
-        raise ConfigError(f"the quickstart evaluates on env.eval_sets.{SET}; {args.config} has {sorted(cfg.env.eval_sets)}")
+        raise ConfigError(f"the quickstart evaluates on env.eval_sets.{SET}; {args.config} has "
+                          f"{sorted(cfg.env.eval_sets)}")
     if not 0 <= spec.code_skill <= 1:
         raise ConfigError(f"--teacher-code-skill must be in [0, 1], got {spec.code_skill}")
     started, cpu0 = time.perf_counter(), _cpu_s()
@@ -114,7 +117,8 @@ def build_start(cfg, spec: StartConfig, out_dir: Path) -> Path:
     from mappa_train.tiny_model import build_tiny_model
 
     base = build_tiny_model(out_dir / "base", hidden_size=spec.hidden_size, layers=spec.layers,
-                            heads=max(1, spec.hidden_size // 32), kv_heads=max(1, spec.hidden_size // 64), seed=cfg.seed)
+                            heads=max(1, spec.hidden_size // 32), kv_heads=max(1, spec.hidden_size // 64),
+                            seed=cfg.seed)
     warm_start(cfg, spec, base, out_dir / "model")
     return out_dir / "model"
 
@@ -243,7 +247,8 @@ def teacher_and_overlap(cfg, spec: StartConfig, out_dir: Path) -> tuple[dict[str
     outcomes: dict[str, list[float]] = {}
     for r in records[SET]:
         outcomes.setdefault(r["task_id"], []).append(float(bool(r["outcome"]["correct"])))
-    overlap = find_overlap(SET, problems[SET][:cfg.eval_episodes], "training problems", [p for _, p in problems["train"]])
+    overlap = find_overlap(SET, problems[SET][:cfg.eval_episodes], "training problems",
+                           [p for _, p in problems["train"]])
     return outcomes, {"training_problems": len(problems["train"]), "overlapping": len(overlap.ids)}
 
 

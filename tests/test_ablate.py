@@ -50,9 +50,11 @@ def test_arms_map_to_the_reward_machinery():
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
 def test_presets_load_and_every_arm_is_a_valid_training_config(preset):
     cfg, arms = load_ablation(preset)
-    assert len(cfg.seeds) >= 3 and {"process", "outcome", "process+outcome"} <= set(arms)
+    assert len(cfg.seeds) >= 3
+    assert {"process", "outcome", "process+outcome"} <= set(arms)
     base = load_config(cfg.train_config, cfg.overrides)
-    assert cfg.eval_set in base.env.eval_sets and base.eval_every > 0
+    assert cfg.eval_set in base.env.eval_sets
+    assert base.eval_every > 0
     for arm in arms.values():
         load_config(cfg.train_config, [*cfg.overrides, *arm_overrides(arm, base.env.kwargs)])
 
@@ -80,7 +82,8 @@ def test_ablate_cli_bad_arm_is_one_line(capsys):
 def _fake_run(run_dir: Path, accuracies: list[float], per_step: int = 4, step_s: float = 2.0, actions: int = 10):
     """A finished run as `mappa train` leaves it: config.json and metrics.jsonl (eval every step)."""
     run_dir.mkdir(parents=True)
-    (run_dir / "config.json").write_text(json.dumps({"rollout": {"prompts_per_step": per_step, "samples_per_prompt": 1}}))
+    config = {"rollout": {"prompts_per_step": per_step, "samples_per_prompt": 1}}
+    (run_dir / "config.json").write_text(json.dumps(config))
     rows = [{"kind": "eval", "step": s, "heldout/accuracy": a} for s, a in enumerate(accuracies)]
     rows += [{"kind": "train", "step": s, "time_rollout_s": step_s / 2, "time_update_s": step_s / 2,
               "env_actions": float(actions)} for s in range(1, len(accuracies))]
@@ -102,26 +105,32 @@ def test_summary_curves_targets_and_ratio_on_handwritten_runs(tmp_path):
     assert p["curve"][1][1:] == pytest.approx(list(t_interval([0.3, 0.5, 0.2])))
     # first reaching 0.5: process at steps 2, 1, 3 -> rollouts 8, 4, 12; outcome at steps 3, 3, never
     assert [r["reached"]["rollouts"] if r["reached"] else None for r in p["seeds"].values()] == [8, 4, 12]
-    assert p["to_target"]["rollouts"] == pytest.approx(8) and p["reached_by"] == 3
-    assert o["to_target"]["rollouts"] == pytest.approx(12) and o["reached_by"] == 2
-    assert p["to_target"]["wall_s"] == pytest.approx(4.0) and p["to_target"]["coach_calls"] == pytest.approx(20)
+    assert p["to_target"]["rollouts"] == pytest.approx(8)
+    assert p["reached_by"] == 3
+    assert o["to_target"]["rollouts"] == pytest.approx(12)
+    assert o["reached_by"] == 2
+    assert p["to_target"]["wall_s"] == pytest.approx(4.0)
+    assert p["to_target"]["coach_calls"] == pytest.approx(20)
     assert o["to_target"]["coach_calls"] == 0  # the outcome arm never asks the coach
     assert results["process_over_outcome"] == pytest.approx(8 / 12)
     table = format_table(results)
-    assert "| process | process | global |" in table and "2/3" in table and "0.67" in table
+    assert "| process | process | global |" in table
+    assert "2/3" in table
+    assert "0.67" in table
     png = plot(results, tmp_path / "a.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_curriculum_filtering_stops_doomed_episodes_before_more_generation(tmp_path):
     """An executor cell that raises scores 3.5 < 5: the episode ends there, the verifier never runs."""
+    from transformers import AutoTokenizer
+
     import mappa_envs
     from mappa_envs.sandbox import make_sandbox
     from mappa_train.generation import Generation, SamplingParams
     from mappa_train.rollout import collect
     from mappa_train.tiny_model import build_tiny_model
     from mappa_train.train import stop_rule
-    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tiny"))
     texts = {"Problem Solver": "\\boxed{1}", "Code Executor": "```python\nprint(answer)\n```", "Verifier": "\\boxed{1}"}
@@ -183,12 +192,16 @@ def test_every_arm_runs_and_the_results_are_complete(tmp_path):
                                     "curriculum"}
     for name, arm in results["arms"].items():
         seed = arm["seeds"]["0"]
-        assert [x for x, _ in seed["curve"]] == [0, 2] and seed["reached"]["rollouts"] == 0  # target 0: reached at once
-        assert len(arm["final"]) == 3 and arm["reached_by"] == 1
-        assert (seed["coach_calls"] == 0) == (name == "outcome") and seed["wall_s"] > 0
+        assert [x for x, _ in seed["curve"]] == [0, 2]
+        assert seed["reached"]["rollouts"] == 0
+        assert len(arm["final"]) == 3
+        assert arm["reached_by"] == 1
+        assert (seed["coach_calls"] == 0) == (name == "outcome")
+        assert seed["wall_s"] > 0
     assert results["process_over_outcome"] is None  # both reached the target at 0 rollouts: no ratio to take
     table = (out / "results.md").read_text()
     assert all(f"| {name} |" in table for name in results["arms"])
     assert (out / "accuracy_vs_rollouts.png").read_bytes()[:4] == b"\x89PNG"
     cfg = json.loads((out / "runs" / "curriculum" / "seed0" / "config.json").read_text())
-    assert cfg["rollout"]["stop_below"] == {"code_executor": 5} and cfg["model"]["path"] == str(out / "start" / "model")
+    assert cfg["rollout"]["stop_below"] == {"code_executor": 5}
+    assert cfg["model"]["path"] == str(out / "start" / "model")

@@ -22,7 +22,8 @@ def test_paired_bootstrap_interval_matches_brute_force_enumeration():
     # the exact distribution is discrete (steps of 0.1): allow one step either way
     assert abs(ci.low - np.quantile(exact, 0.025)) <= 0.1 + 1e-9
     assert abs(ci.high - np.quantile(exact, 0.975)) <= 0.1 + 1e-9
-    assert np.mean(exact < ci.low) <= 0.025 + 0.01 and np.mean(exact > ci.high) <= 0.025 + 0.01
+    assert np.mean(exact < ci.low) <= 0.025 + 0.01
+    assert np.mean(exact > ci.high) <= 0.025 + 0.01
 
 
 @pytest.mark.parametrize("family,executor_actions", [("product_sum", 2), ("digit_product_sum", 1)])
@@ -67,7 +68,8 @@ def test_product_sum_families_are_disjoint_by_text_and_computed(family, digits, 
     assert all(t.meta["family"] == family for t in train + heldout)
     for t in heldout:
         a, b, c = (int(x) for x in t.prompt.removeprefix("What is ").rstrip("?").replace("*", "+").split("+"))
-        assert int(t.answer) == a * b + c and all(len(str(x)) == digits for x in (a, b, c))
+        assert int(t.answer) == a * b + c
+        assert all(len(str(x)) == digits for x in (a, b, c))
     with pytest.raises(ValueError, match="unknown synthetic families"):
         load_tasks("synthetic:nope")
 
@@ -84,13 +86,20 @@ def test_quickstart_small_writes_a_complete_report(tmp_path):
     report = json.loads((out / "report.json").read_text())
     for key in ("accuracy_before", "accuracy_after", "teacher_accuracy", "warm_start_accuracy", "wall_s", "cpu_s"):
         assert isinstance(report[key], float), key
-    assert report["heldout_problems"] == 3 and report["k"] == 2 and report["steps"] == 2 and report["seed"] == 0
+    assert report["heldout_problems"] == 3
+    assert report["k"] == 2
+    assert report["steps"] == 2
+    assert report["seed"] == 0
     low, high = report["accuracy_delta_ci95"]
     assert low <= report["accuracy_delta"] <= high
     assert report["accuracy_delta"] == pytest.approx(report["accuracy_after"] - report["accuracy_before"])
-    assert report["heldout_set"]["overlapping"] == 0 and report["heldout_set"]["split"] == "eval"
-    assert [s for s, _ in report["curve"]] == [0, 1, 2] and report["warm_start"]["code_skill"] == 0.5
+    assert report["heldout_set"]["overlapping"] == 0
+    assert report["heldout_set"]["split"] == "eval"
+    assert [s for s, _ in report["curve"]] == [0, 1, 2]
+    assert report["warm_start"]["code_skill"] == 0.5
     assert set(report["coach_before"]) == {"problem_solver", "code_executor", "verifier"}
     text = (out / "report.md").read_text()
-    assert "noisy scripted teacher" in text and "95% interval" in text
-    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and (out / "final" / "shared" / "tokenizer.json").exists()
+    assert "noisy scripted teacher" in text
+    assert "95% interval" in text
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "final" / "shared" / "tokenizer.json").exists()

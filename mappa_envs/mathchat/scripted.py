@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from mappa_envs.core.pipeline import Task
 from mappa_envs.mathchat.answers import extract_answer

@@ -14,8 +14,9 @@ import hashlib
 import math
 import os
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from mappa_envs.core.datafiles import read_json_records
 from mappa_envs.core.records import Task
