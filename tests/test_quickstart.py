@@ -103,3 +103,29 @@ def test_quickstart_small_writes_a_complete_report(tmp_path):
     assert "95% interval" in text
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "final" / "shared" / "tokenizer.json").exists()
+
+
+def test_the_noisy_teacher_plays_the_same_episodes_whatever_the_batch_and_timing():
+    """The warm start imitates the teacher's episodes, so they must not depend on how many envs play
+    at once or in which order concurrent episodes ask: each action's coin flips follow its seed."""
+    import mappa_envs
+    from mappa_envs.driver import Driver
+    from mappa_envs.mathchat.scripted import ScriptedMathPolicy
+    from mappa_envs.sandbox import make_sandbox
+
+    def play(batch: int) -> list:
+        sandbox = make_sandbox("local", preimport=())
+        envs = [mappa_envs.make("MathChat-v0", task_source="synthetic:digit_product_sum", num_tasks=12,
+                                executor_max_actions=1, sandbox=sandbox) for _ in range(batch)]
+        policy = ScriptedMathPolicy(envs[0].unwrapped.tasks, skill=0.0, code_skill=0.5, seed=3)
+        try:
+            results = list(Driver(envs, policy).play([(50 + i, {"task_index": i}) for i in range(12)]))
+        finally:
+            for env in envs:
+                env.close()
+            sandbox.close()
+        return sorted((r.task_id, tuple(t.output for t in r.turns)) for r in results)
+
+    one, four = play(1), play(4)
+    assert one == four
+    assert len({texts for _, texts in one}) > 1  # the coin flips differ between episodes

@@ -117,10 +117,15 @@ class ScriptedDSPolicy:
         self.tasks = list(tasks)
         self.forget = tuple(forget)
         self.skill = skill
-        self.rng = random.Random(seed)
+        self.seed, self.rng = seed, random.Random(seed)
 
-    def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
-        return [self._act(conv, role) for conv, role in zip(conversations, roles)]
+    def respond(self, conversations: list[list[dict]], roles: list[str],
+                seeds: Sequence[int | None] | None = None) -> list[str]:
+        """With the driver's per-action `seeds`, each action's coin flips depend on its seed alone, not
+        on the order in which concurrent episodes happen to ask (reproducible under async play)."""
+        seeds = list(seeds) if seeds is not None else [None] * len(conversations)
+        return [self._act(conv, role, self.rng if s is None else random.Random(f"{self.seed}/{s}"))
+                for conv, role, s in zip(conversations, roles, seeds)]
 
     def _task(self, conversation: list[dict]) -> DSTask:
         user = next((m["content"] for m in conversation if m["role"] == "user"), "")
@@ -129,12 +134,12 @@ class ScriptedDSPolicy:
                 return t
         raise KeyError("ScriptedDSPolicy does not know the task in this conversation")
 
-    def _act(self, conversation: list[dict], role: str) -> str:
+    def _act(self, conversation: list[dict], role: str, rng: random.Random) -> str:
         if conversation[-1]["role"] == "user" and conversation[-1]["content"].startswith("Output of your code"):
             return _DONE[role]
         task = self._task(conversation)
         if role == "data_engineer":
-            slip = (self.rng.choice(ENGINEER_FILES),) if self.rng.random() >= self.skill else ()
+            slip = (rng.choice(ENGINEER_FILES),) if rng.random() >= self.skill else ()
             code = engineer_code(task, self.forget + slip)
         elif role == "modeler":
             code = modeler_code(task)

@@ -32,23 +32,28 @@ class ScriptedMathPolicy:
                 raise ValueError(f"ScriptedMathPolicy: {name} must be in [0, 1], got {value}")
         self.by_prompt = {t.prompt: t for t in tasks}
         self.skill, self.code_skill = skill, code_skill
-        self.rng = random.Random(seed)
+        self.seed, self.rng = seed, random.Random(seed)
 
-    def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
-        return [self._act(conv, role) for conv, role in zip(conversations, roles)]
+    def respond(self, conversations: list[list[dict]], roles: list[str],
+                seeds: Sequence[int | None] | None = None) -> list[str]:
+        """With the driver's per-action `seeds`, each action's coin flips depend on its seed alone, not
+        on the order in which concurrent episodes happen to ask (reproducible under async play)."""
+        seeds = list(seeds) if seeds is not None else [None] * len(conversations)
+        return [self._act(conv, role, self.rng if s is None else random.Random(f"{self.seed}/{s}"))
+                for conv, role, s in zip(conversations, roles, seeds)]
 
     def _task(self, conversation: list[dict]) -> Task | None:
         user = next((m["content"] for m in conversation if m["role"] == "user"), "")
         problem = user.removeprefix("Problem:\n").split("\n\n## Output of the", 1)[0]
         return self.by_prompt.get(problem)
 
-    def _act(self, conversation: list[dict], role: str) -> str:
+    def _act(self, conversation: list[dict], role: str, rng: random.Random) -> str:
         task = self._task(conversation)
         gold = task.answer if task else "0"
         if role == "problem_solver":
             guess = gold
-            if self.rng.random() >= self.skill:  # a plausible wrong answer
-                guess = str(int(float(gold)) + self.rng.randint(1, 9)) if _is_int(gold) else "0"
+            if rng.random() >= self.skill:  # a plausible wrong answer
+                guess = str(int(float(gold)) + rng.randint(1, 9)) if _is_int(gold) else "0"
             return f"The problem asks: {task.prompt if task else 'unknown'}\nMy answer is \\boxed{{{guess}}}"
         if role == "code_executor":
             if conversation[-1]["role"] == "user" and conversation[-1]["content"].startswith("Output of your code"):
@@ -59,7 +64,7 @@ class ScriptedMathPolicy:
                 value = printed[-1].strip().splitlines()[-1] if printed and printed[-1].strip() else "unknown"
                 return f"The code printed {value}.\n\\boxed{{{value}}}"
             code = (task.meta.get("solution_code") if task else None) or f"print({gold!r})"
-            if self.code_skill < 1 and self.rng.random() >= self.code_skill:
+            if self.code_skill < 1 and rng.random() >= self.code_skill:
                 code = _broken(code)
             return f"Let me compute it.\n```python\n{code}\n```"
         if role == "verifier":
