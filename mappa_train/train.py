@@ -75,7 +75,11 @@ def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = No
 
 
 def policy_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
-    """role -> policy name: one shared policy, or one per role (the paper)."""
+    """role -> policy name: one shared policy, one per role (the paper), or one LoRA adapter per role or group."""
+    if cfg.model.policies == "lora":
+        from mappa_train.adapters import adapter_map
+
+        return adapter_map(cfg, roles)
     return {r: (SHARED if cfg.model.policies == "shared" else r) for r in roles}
 
 
@@ -225,7 +229,26 @@ def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[st
     else:  # one GPU holds this process's engines: they share vllm_gpu_memory_utilization (vLLM checks the sum)
         kwargs = {"dtype": cfg.model.dtype, "max_model_len": g.max_prompt_tokens + g.max_new_tokens,
                   "gpu_memory_utilization": g.vllm_gpu_memory_utilization / len(names), "seed": cfg.seed}
+    if cfg.model.policies == "lora":  # one engine, every adapter: the memory of one policy, not len(names)
+        from mappa_train.adapters import lora_generators
+
+        if g.backend == "vllm":
+            kwargs["gpu_memory_utilization"] = g.vllm_gpu_memory_utilization
+        return lora_generators(cfg, model_path, names, **kwargs)
     return {name: make_generator(g.backend, str(model_path), **kwargs) for name in names}
+
+
+def make_learners(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Any]:
+    """policy name -> its learner; in LoRA mode one base model's adapters, each behind the same interface."""
+    pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
+    if cfg.model.policies == "lora":
+        from mappa_train.adapters import lora_learners
+
+        return lora_learners(cfg, model_path, names, pad_id)
+    return {name: PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
+                                attn_implementation=cfg.model.attn_implementation,
+                                temperature=cfg.generation.temperature, pad_id=pad_id)
+            for name in names}
 
 
 def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSource:
@@ -293,15 +316,12 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners
     experience = experience or local_experience(cfg, model_path)
     policy_of = experience.policy_of
     if learners is None:
-        pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
-        learners = {name: PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
-                                        attn_implementation=cfg.model.attn_implementation,
-                                        temperature=cfg.generation.temperature, pad_id=pad_id)
-                    for name in sorted(set(policy_of.values()))}
+        learners = make_learners(cfg, model_path, sorted(set(policy_of.values())))
     start, ckpt = latest_checkpoint(out)
     if ckpt is not None:
         for name, learner in learners.items():
             learner.load_checkpoint(ckpt / name)
+    if ckpt is not None or cfg.model.policies == "lora":  # fresh adapters are random too (A; B = 0)
         experience.sync(_weights(learners))
     log = MetricsLogger(out, cfg.log, resume_step=start, run_config=to_dict(cfg))
     progress = _progress(cfg, start)
@@ -313,8 +333,10 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners
         t1 = time.perf_counter()
         metrics = update(cfg, learners, policy_of, result.transitions, lr_at(step, cfg.learner, cfg.steps))
         t2 = time.perf_counter()
-        experience.sync(_weights(learners))
+        weights = _weights({n: learner for n, learner in learners.items() if not getattr(learner, "frozen", False)})
+        experience.sync(weights)
         t3 = time.perf_counter()
+        metrics["sync_bytes"] = float(sum(t.numel() * t.element_size() for w in weights.values() for t in w.values()))
         metrics.update(_episode_metrics(result), coach_failures=float(result.dropped), prompt_overflows=float(result.overflow),
                        episode_failures=float(result.failed), env_actions=float(sum(e.actions for e in result.episodes)),
                        stopped_episodes=float(sum(e.stopped is not None for e in result.episodes)),
@@ -335,6 +357,12 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners
         learner.save_pretrained(out / "final" / name)
         if learner.rank == 0:
             tokenizer.save_pretrained(out / "final" / name)
+    if cfg.model.policies == "lora":
+        from mappa_train.adapters import export_merged, write_manifest
+
+        write_manifest(out / "final", Path(model_path).resolve(), policy_of)
+        if cfg.lora.export_merged:
+            export_merged(out / "final", out / "final" / "merged")
     if cfg.log.plot:
         plot_curves(out / METRICS_FILE, out / "curves.png", title=f"MAPPA on {cfg.env.id}")
     return out
