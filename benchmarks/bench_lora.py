@@ -29,7 +29,12 @@ def measure(variant: str, model: str, steps: int, n_samples: int, rank: int, out
 
     from mappa_train.config import load_config
     from mappa_train.learner import Sample
-    from mappa_train.train import make_generators, make_learners, policy_map, resolve_model
+    from mappa_train.train import (
+        make_generators,
+        make_learners,
+        policy_map,
+        resolve_model,
+    )
 
     cfg = load_config(None, [f"model.path={model}", f"model.policies={variant}", f"out_dir={out_dir}",
                              "learner.lr=1e-4", f"lora.rank={rank}", "generation.max_prompt_tokens=1024",
@@ -40,9 +45,10 @@ def measure(variant: str, model: str, steps: int, n_samples: int, rank: int, out
     learners = make_learners(cfg, path, names)
     generators = make_generators(cfg, path, names)
     g = torch.Generator().manual_seed(0)
-    batches = {n: [Sample(torch.randint(5, 2000, (int(torch.randint(64, 256, (1,), generator=g)),), generator=g).tolist(),
-                          torch.randint(5, 2000, (int(torch.randint(16, 64, (1,), generator=g)),), generator=g).tolist())
-                   for _ in range(n_samples)] for n in names}
+    def ids(lo: int, hi: int) -> list[int]:
+        return torch.randint(5, 2000, (int(torch.randint(lo, hi, (1,), generator=g)),), generator=g).tolist()
+
+    batches = {n: [Sample(ids(64, 256), ids(16, 64)) for _ in range(n_samples)] for n in names}  # prompt, action
     step_s, sync_s, sync_bytes = [], [], 0
     for step in range(steps + 1):  # step 0 warms up
         t0 = time.perf_counter()
@@ -114,7 +120,8 @@ def main() -> None:
     print(f"{'':26}{'per_role':>14}{'lora':>14}{'lora/per_role':>16}")
     for key, label, unit, suffix in ROWS:
         a, b = results["per_role"][key], results["lora"][key]
-        print(f"{label:26}{a / unit:>11.3f} {suffix:<3}{b / unit:>10.3f} {suffix:<3}{b / a if a else float('nan'):>15.4f}")
+        ratio = b / a if a else float("nan")
+        print(f"{label:26}{a / unit:>11.3f} {suffix:<3}{b / unit:>10.3f} {suffix:<3}{ratio:>15.4f}")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from mappa_train.config import ConfigError
 
@@ -32,7 +33,8 @@ def adapter_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
     lora = cfg.lora
     unknown = sorted({r for members in lora.groups.values() for r in members} - set(roles))
     if unknown:
-        raise ConfigError(f"lora.groups names roles {unknown} that {cfg.env.id} does not have; its roles: {list(roles)}")
+        raise ConfigError(f"lora.groups names roles {unknown} that {cfg.env.id} does not have; "
+                          f"its roles: {list(roles)}")
     of = {r: next((g for g, members in lora.groups.items() if r in members), r) for r in roles}
     names = set(of.values())
     for key, given in (("lora.lr", lora.lr), ("lora.frozen", lora.frozen)):
@@ -44,10 +46,14 @@ def adapter_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
     return of
 
 
-def peft_config(lora: LoraConfig):
-    from peft import LoraConfig as PeftLoraConfig
+def _peft():
+    from mappa_train.generation import require
 
-    return PeftLoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+    return require("peft", "'mappa[train]'")
+
+
+def peft_config(lora: LoraConfig):
+    return _peft().LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                           target_modules=list(lora.target_modules), bias="none")
 
 
@@ -64,12 +70,10 @@ def check_targets(model, target_modules: Sequence[str]) -> None:
 
 def add_adapters(model, lora: LoraConfig, names: Sequence[str]):
     """`model` wrapped by peft with one fresh adapter per name (B = 0: each starts as the base)."""
-    from peft import get_peft_model
-
     check_targets(model, lora.target_modules)
     names = list(names)
     config = peft_config(lora)
-    model = get_peft_model(model, config, adapter_name=names[0])
+    model = _peft().get_peft_model(model, config, adapter_name=names[0])
     for name in names[1:]:
         model.add_adapter(name, config)
     return model
@@ -234,7 +238,6 @@ def read_manifest(final_dir: str | Path) -> dict | None:
 
 def load_run_generators(final_dir: str | Path, backend: str = "hf", **kwargs) -> dict[str, Any]:
     """role -> a generator over the run's base with that role's trained adapter (one engine for all)."""
-    from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     manifest = read_manifest(final_dir)
@@ -249,8 +252,8 @@ def load_run_generators(final_dir: str | Path, backend: str = "hf", **kwargs) ->
         raise ValueError(f"a LoRA run is served by the hf or vllm backend, not {backend!r}")
     from mappa_train.generation.hf import HFGenerator
 
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(manifest["base"]), str(final / adapters[0]),
-                                      adapter_name=adapters[0])
+    model = _peft().PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(manifest["base"]),
+                                              str(final / adapters[0]), adapter_name=adapters[0])
     for a in adapters[1:]:
         model.load_adapter(str(final / a), adapter_name=a)
     generator = HFGenerator(model.eval(), tokenizer=_tokenizer(manifest["base"]))
@@ -261,7 +264,6 @@ def load_run_generators(final_dir: str | Path, backend: str = "hf", **kwargs) ->
 def export_merged(final_dir: str | Path, out_dir: str | Path) -> list[Path]:
     """Write out_dir/<role>/: the base with the role's adapter merged in, a plain transformers model
     (any tool that reads a HF folder serves it). Returns the folders written."""
-    from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     manifest = read_manifest(final_dir)
@@ -271,7 +273,7 @@ def export_merged(final_dir: str | Path, out_dir: str | Path) -> list[Path]:
     tokenizer = _tokenizer(manifest["base"])
     for role, adapter in sorted(manifest["roles"].items()):
         base = AutoModelForCausalLM.from_pretrained(manifest["base"])
-        merged = PeftModel.from_pretrained(base, str(Path(final_dir) / adapter)).merge_and_unload()
+        merged = _peft().PeftModel.from_pretrained(base, str(Path(final_dir) / adapter)).merge_and_unload()
         folder = Path(out_dir) / role
         merged.save_pretrained(folder)
         tokenizer.save_pretrained(folder)

@@ -269,7 +269,8 @@ def _check_lora(cfg: TrainConfig) -> None:
         raise ConfigError(f"lora.groups puts roles {twice} in more than one group; give each role one adapter")
     bad_lr = {k: v for k, v in lora.lr.items() if not (_number(v) or 0) > 0}
     if bad_lr:
-        raise ConfigError(f"lora.lr must map adapter names to learning rates > 0, e.g. {{verifier: 1e-4}}; got {bad_lr}")
+        raise ConfigError(f"lora.lr must map adapter names to learning rates > 0, e.g. {{verifier: 1e-4}}; "
+                          f"got {bad_lr}")
     if not all(isinstance(f, str) for f in lora.frozen):
         raise ConfigError(f"lora.frozen must be a list of adapter (role or group) names; got {lora.frozen!r}")
     if cfg.learner.zero_stage != 0:

@@ -133,7 +133,7 @@ class PolicyLearner:
         model = AutoModelForCausalLM.from_pretrained(model_path, **load)
         model.config.use_cache = False
         if lora is not None:
-            from mappa_train.adapters import add_adapters, adapter_parameters
+            from mappa_train.adapters import adapter_parameters, add_adapters
 
             model = add_adapters(model, lora, adapters)
             for name in adapters:  # the optimizer holds every trained adapter; `AdapterLearner` picks one per update

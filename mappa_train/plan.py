@@ -154,8 +154,8 @@ def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
             each = weights + kv
             if lora:
                 each += len(names) * adapter_params(shape, cfg) * 4
-                return f"transformers generator, LoRA adapters {', '.join(names)}: {_gib(each)} (one base + " \
-                       "adapters + KV of num_envs × max_model_len)", each
+                return (f"transformers generator, LoRA adapters {', '.join(names)}: {_gib(each)} (one base + "
+                        "adapters + KV of num_envs × max_model_len)"), each
             return f"transformers generators {', '.join(names)}: {_gib(each)} each (weights + KV of num_envs × " \
                    f"max_model_len)", each * len(names)
         label = f"vLLM engines {', '.join(names)}"

@@ -14,8 +14,9 @@ refuses a set that misses a checkpoint tensor, or `lm_head.weight` when embeddin
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from mappa_train.generation import Generation, SamplingParams, require, stop_ids
 
@@ -115,7 +116,7 @@ class LoraVLLMGenerator:
         self.ids = 0
 
     @classmethod
-    def from_folders(cls, model: str | Path, folders: dict[str, Path], **kwargs) -> "LoraVLLMGenerator":
+    def from_folders(cls, model: str | Path, folders: dict[str, Path], **kwargs) -> LoraVLLMGenerator:
         """An engine for saved peft adapters (name -> folder), e.g. a finished run's final/<adapter>/."""
         import json
 
@@ -125,7 +126,7 @@ class LoraVLLMGenerator:
             engine._register(name, Path(folder))
         return engine
 
-    def view(self, name: str) -> "_AdapterView":
+    def view(self, name: str) -> _AdapterView:
         return _AdapterView(self, name)
 
     def generate(self, name: str, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
