@@ -252,8 +252,11 @@ def load_run_generators(final_dir: str | Path, backend: str = "hf", **kwargs) ->
         raise ValueError(f"a LoRA run is served by the hf or vllm backend, not {backend!r}")
     from mappa_train.generation.hf import HFGenerator
 
-    model = _peft().PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(manifest["base"]),
-                                              str(final / adapters[0]), adapter_name=adapters[0])
+    import torch
+
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32  # as HFGenerator loads a path
+    base = AutoModelForCausalLM.from_pretrained(manifest["base"], dtype=dtype)
+    model = _peft().PeftModel.from_pretrained(base, str(final / adapters[0]), adapter_name=adapters[0])
     for a in adapters[1:]:
         model.load_adapter(str(final / a), adapter_name=a)
     generator = HFGenerator(model.eval(), tokenizer=_tokenizer(manifest["base"]))

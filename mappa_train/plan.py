@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mappa_train.config import TrainConfig
+from mappa_train.config import ConfigError, TrainConfig
 
 GiB = 1 << 30
 ENGINE_OVERHEAD = 2 * GiB  # CUDA context, graphs, sampler and activation workspace of one vLLM engine
@@ -309,6 +309,13 @@ def _policies(cfg: TrainConfig, problems: list[str]) -> list[str]:
                         "is its data in place?")
         return []
     try:
+        if cfg.model.policies == "lora":  # one adapter per role or group
+            from mappa_train.adapters import adapter_map
+
+            return sorted(set(adapter_map(cfg, env.possible_agents).values()))
         return list(env.possible_agents)
+    except ConfigError as e:
+        problems.append(str(e))
+        return []
     finally:
         env.close()

@@ -36,7 +36,8 @@ def stand_ins(tmp_path_factory):
 
 
 def preset(name: str, model_dir: Path, *overrides: str):
-    data = [f"env.kwargs={{task_source: {BENCH / 'AIME_1983_2024.json'}, split: all}}"] if name == "mathchat" else \
+    data = [f"env.kwargs={{task_source: {BENCH / 'AIME_1983_2024.json'}, split: all}}"] if name.startswith("mathchat") \
+        else \
         ["env.kwargs={}"]  # DSBench's built-in tasks: the preset's CSV folder is not here
     return load_config(ROOT / "configs" / f"{name}.yaml", [f"model.path={model_dir}", *data, *overrides])
 
@@ -60,6 +61,24 @@ def test_the_presets_plan_fits_eight_gpus(name, stand_ins):
         assert f"rollout worker {worker}: vLLM engines {roles}: gpu_memory_utilization {share:.3f} each" in out
     assert out.count("learner ") == 6 and "GPU 7 (node 0)" in out and "GPU 8" not in out
     assert out.splitlines()[-1] == "the plan fits: ready to train"
+
+
+@pytest.mark.skipif(BENCH is None, reason="the reference AIME problems (../shared/data/bench) are not here")
+def test_the_lora_preset_fits_one_gpu(stand_ins):
+    """configs/mathchat_lora.yaml: one multi-LoRA engine and one learner (base + adapters, no reference)
+    on one 80 GB GPU, where the same model per role needs eight (docs/lora.md)."""
+    d = stand_ins["mathchat"]
+    rc, out = run(preset("mathchat_lora", d))
+    assert rc == 0, out
+    assert "vLLM engine, multi-LoRA code_executor, problem_solver, verifier: gpu_memory_utilization 0.700" in out
+    assert out.count("learner ") == 1 and "base + 3 LoRA adapters (45 MiB fp32 each)" in out
+    assert "reference 0.0 GiB" in out and "GPU 0 (node 0): 76.3 GiB of 80.0 GiB" in out
+    rc, out = run(preset("mathchat_lora", d, "lora.groups={checkers: [code_executor, verifier]}"))
+    assert rc == 0 and "base + 2 LoRA adapters" in out
+    rc, out = run(preset("mathchat_lora", d, "lora.groups={checkers: [coder]}"))
+    assert rc == 1 and "problem: lora.groups names roles ['coder'] that MathChat-v0 does not have" in out
+    rc, out = run(preset("mathchat", d, "ray.enabled=false", "hardware.gpus=1", "model.policies=per_role"))
+    assert rc == 1 and "the learners need 126.7 GiB" in out
 
 
 @pytest.mark.skipif(BENCH is None, reason="the reference AIME problems (../shared/data/bench) are not here")

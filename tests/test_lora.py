@@ -344,21 +344,3 @@ def test_lora_train_with_vllm_multi_lora_stays_token_exact(tmp_path, monkeypatch
     replies = team.policies["verifier"].respond([[{"role": "user", "content": "2+2?"}]], ["verifier"])
     assert len(replies) == 1 and isinstance(replies[0], str)
 
-
-def test_lora_dry_run_plan_one_engine_and_one_learner():
-    """`mappa train --dry-run` for configs/mathchat.yaml's model (Qwen3-4B) on one 80 GB GPU: 3 full
-    learners do not fit, one base with 3 adapters (configs/mathchat_lora.yaml) does (docs/lora.md)."""
-    from mappa_train.plan import Shape, adapter_params, place
-
-    qwen3_4b = Shape.of({"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
-                         "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
-                         "tie_word_embeddings": True, "max_position_embeddings": 262144})
-    one_gpu = ["ray.enabled=false", "hardware.gpus=1", "hardware.gpu_memory_gb=80"]
-    per_role = place(load_config("configs/mathchat.yaml", [*one_gpu, "model.policies=per_role"]), qwen3_4b, list(ROLES))
-    cfg = load_config("configs/mathchat_lora.yaml")
-    lora = place(cfg, qwen3_4b, list(ROLES))
-    assert per_role.problems and not lora.problems
-    assert adapter_params(qwen3_4b, cfg) == 36 * 16 * (2 * (2560 + 4096) + 2 * (2560 + 1024))  # q, o, k, v
-    engines = [line for line in lora.lines if "vLLM engine" in line]
-    assert len(engines) == 1 and "multi-LoRA problem_solver, code_executor, verifier" in engines[0]
-    assert sum("learner" in line for line in lora.lines) == 1 and "reference 0.0 GiB" in lora.lines[-1]
