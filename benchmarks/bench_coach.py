@@ -5,8 +5,9 @@
 Throughput: N scores through `LLMCoach.score` (threads) and `ascore` (asyncio) with the server
 answering each request after `--latency` seconds; the ideal is concurrency / latency requests per
 second, and "vs raw" compares with the bare openai client sending the same messages at the same
-concurrency (what the coach itself costs; on a loaded 2-core machine the client's CPU is the limit). Overhead: per-call time with zero server latency for the raw `openai` client, `LLMCoach`
-(prompt rendering, parsing, accounting on top), and a `CachedCoach` hit (no HTTP at all).
+concurrency (what the coach itself costs; on a loaded 2-core machine the client's CPU is the limit).
+Overhead: per-call time with zero server latency for the raw `openai` client, `LLMCoach` (prompt
+rendering, parsing, accounting on top), and a `CachedCoach` hit (no HTTP at all).
 """
 from __future__ import annotations
 
@@ -44,14 +45,16 @@ def stub_server(delay_s: float):
 
 def request(i: int) -> CoachRequest:
     return CoachRequest(env_id="MathChat-v0", role="code_executor", role_duties="Check the Solver's work with Python.",
-                        task=f"Find the remainder when 7^{i} is divided by 1000.", action="```python\nprint(pow(7, %d, 1000))\n```" % i,
+                        task=f"Find the remainder when 7^{i} is divided by 1000.",
+                        action=f"```python\nprint(pow(7, {i}, 1000))\n```",
                         tool_results=[{"stdout": f"{pow(7, i, 1000)}\n", "stderr": "", "ok": True, "timed_out": False}],
-                        upstream={"problem_solver": "By Euler's theorem ... \\boxed{1}"}, ground_truth=str(pow(7, i, 1000)),
-                        checks={"code_present": True})
+                        upstream={"problem_solver": "By Euler's theorem ... \\boxed{1}"},
+                        ground_truth=str(pow(7, i, 1000)), checks={"code_present": True})
 
 
 def make_coach(url: str, concurrency: int) -> LLMCoach:
-    return LLMCoach(LLMCoachConfig(model="stub", base_url=url, api_key_env=None, concurrency=concurrency, max_retries=0))
+    return LLMCoach(LLMCoachConfig(model="stub", base_url=url, api_key_env=None, concurrency=concurrency,
+                                   max_retries=0))
 
 
 def throughput(url: str, concurrency: int, n: int) -> dict[str, float]:
@@ -70,7 +73,8 @@ def throughput(url: str, concurrency: int, n: int) -> dict[str, float]:
         rates[name] = n / (time.perf_counter() - started)
 
     with ThreadPoolExecutor(concurrency) as pool:
-        timed("raw_sync", lambda: list(pool.map(lambda m: raw.chat.completions.create(model="stub", messages=m), payloads)))
+        timed("raw_sync", lambda: list(pool.map(lambda m: raw.chat.completions.create(model="stub", messages=m),
+                                                payloads)))
         timed("coach_sync", lambda: [s.ok or sys.exit("a score failed") for s in pool.map(coach.score, reqs)])
 
     async def raw_async():
@@ -157,7 +161,8 @@ def main() -> None:
             r = throughput(url, c, n)
             ideal = c / args.latency
             base = base or r
-            report["throughput"][str(c)] = {"requests": n, "ideal_per_s": ideal, **{f"{k}_per_s": v for k, v in r.items()},
+            report["throughput"][str(c)] = {"requests": n, "ideal_per_s": ideal,
+                                            **{f"{k}_per_s": v for k, v in r.items()},
                                             "sync_speedup": r["coach_sync"] / base["coach_sync"],
                                             "async_speedup": r["coach_async"] / base["coach_async"],
                                             "sync_vs_raw": r["coach_sync"] / r["raw_sync"],
@@ -171,7 +176,8 @@ def main() -> None:
     print(f"\nper-call time (median of {n_calls}), zero server latency:")
     for name, ms in figures.items():
         print(f"  {name:<20} {ms:7.3f} ms  ({ms / figures['raw openai call']:.2f}x raw)")
-    print(f"  LLMCoach on top of the raw client: {figures['LLMCoach.score'] - figures['raw openai call']:.3f} ms per call")
+    extra_ms = figures["LLMCoach.score"] - figures["raw openai call"]
+    print(f"  LLMCoach on top of the raw client: {extra_ms:.3f} ms per call")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

@@ -37,7 +37,7 @@ def bench_text() -> dict:
     line = "step 17: loss=0.4182 acc=0.913 | ## Output of the problem_solver \\boxed{3} ünïcode ✓\n"
     out = (line * (64_000 // len(line)))[:64_000]
     results = [ExecResult(stdout=out, stderr="warning: x\n" * 20)]
-    render = getattr(prompts, "coach_messages", None) or getattr(prompts, "render_messages")
+    render = getattr(prompts, "coach_messages", None) or prompts.render_messages
     template = prompts.load_template("MathChat-v0")
     request = CoachRequest(env_id="MathChat-v0", role="code_executor", role_duties="Run code.", task="2+2?",
                            action="```python\nprint(4)\n```", context="### user\n" + out[:8000],

@@ -24,7 +24,8 @@ def samples(n: int, seed: int = 0) -> list[Sample]:
     for _ in range(n):
         p = int(torch.randint(64, 768, (1,), generator=g))
         a = int(torch.randint(8, 192, (1,), generator=g))
-        s = Sample(torch.randint(5, 2000, (p,), generator=g).tolist(), torch.randint(5, 2000, (a,), generator=g).tolist())
+        s = Sample(torch.randint(5, 2000, (p,), generator=g).tolist(),
+                   torch.randint(5, 2000, (a,), generator=g).tolist())
         s.advantages = torch.randn(a, generator=g)
         out.append(s)
     return out
@@ -66,7 +67,8 @@ def main() -> None:
             print(f"{layout:>7}: {tokens / best:9.0f} tokens/s  (best update {best:.2f} s of {args.repeats}, "
                   f"{tokens} real tokens, {computed} computed)", flush=True)
         print(f"packed / padded = {results['packed'] / results['padded']:.2f}x  "
-              f"({args.samples} samples, hidden {args.hidden}, {args.layers} layers, {torch.get_num_threads()} threads)")
+              f"({args.samples} samples, hidden {args.hidden}, {args.layers} layers, "
+              f"{torch.get_num_threads()} threads)")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,8 @@ def main() -> None:
         }
     finally:
         sandbox.close()
-    show(f"model: tiny Qwen2 via {args.backend}, {args.max_new_tokens} new tokens per action, rule coach", figures["model"])
+    show(f"model: tiny Qwen2 via {args.backend}, {args.max_new_tokens} new tokens per action, rule coach",
+         figures["model"])
     show(f"scripted actions, coach latency {args.coach_latency} s per action", figures["scripted"])
     if args.json:
         with open(args.json, "w") as f:

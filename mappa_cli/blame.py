@@ -16,8 +16,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
     parser.add_argument("--coach-set", action="append", default=[], metavar="KEY=VALUE",
                         help="an LLMCoachConfig setting for every LLM coach (repeatable), e.g. structured_output=true")
-    parser.add_argument("--tolerance", type=float, default=1.0, help="how far below its fault-free score another role may fall")
-    parser.add_argument("--num-tasks", type=int, default=20, help="MathChat: synthetic eval problems (episodes per fault)")
+    parser.add_argument("--tolerance", type=float, default=1.0,
+                        help="how far below its fault-free score another role may fall")
+    parser.add_argument("--num-tasks", type=int, default=20,
+                        help="MathChat: synthetic eval problems (episodes per fault)")
     parser.add_argument("--batch", type=int, default=4, help="envs played at once")
     parser.add_argument("--concurrency", type=int, default=8, help="coach calls in flight")
     parser.add_argument("--out", type=Path, default=Path("runs/blame"), help="writes results.json and blame.md here")

@@ -6,7 +6,8 @@ Trainers that need token ids and logprobs use `mappa_train.generation` instead.
 """
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 
 @runtime_checkable

@@ -5,8 +5,9 @@ import functools
 import importlib
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from mappa_envs.errors import EnvArgumentError, UnknownEnvError
 

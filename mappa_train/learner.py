@@ -210,8 +210,8 @@ class PolicyLearner:
         tokens = max(self._global_sum(stats.pop("tokens")), 1.0)
         weight = max(self._global_sum(stats.pop("weight")), 1e-12)
         result = {k: self._global_sum(v) / (weight if k == "loss" else tokens) for k, v in stats.items()}
-        result.update(lr=lr, grad_norm=sum(grad_norms) / max(1, len(grad_norms)), optimizer_steps=float(n_minibatches * self.algo.epochs),
-                      tokens=tokens / self.algo.epochs)
+        result.update(lr=lr, grad_norm=sum(grad_norms) / max(1, len(grad_norms)),
+                      optimizer_steps=float(n_minibatches * self.algo.epochs), tokens=tokens / self.algo.epochs)
         return result
 
     def _loss(self, micro: list[Sample], total: float) -> tuple[torch.Tensor, dict[str, float]]:

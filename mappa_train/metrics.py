@@ -113,7 +113,8 @@ def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str = "MAP
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     panels = [
         (axes[0, 0], evals, [k for k in (evals[0] if evals else {}) if k.endswith("accuracy")], "held-out accuracy"),
-        (axes[0, 1], train, sorted({k for r in train for k in r if k.startswith("coach/")}), "coach score (0-10) by role"),
+        (axes[0, 1], train, sorted({k for r in train for k in r if k.startswith("coach/")}),
+         "coach score (0-10) by role"),
         (axes[1, 0], train, ["kl"], "KL to reference (k1, per token)"),
         (axes[1, 1], evals, sorted({k for r in evals for k in r if "/coach/" in k}), "held-out coach score by role"),
     ]

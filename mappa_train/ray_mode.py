@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from mappa_train.config import TrainConfig
 from mappa_train.learner import Sample
@@ -192,7 +192,8 @@ def train_with_ray(cfg: TrainConfig) -> Path:
     if not ray.is_initialized():
         ray.init(address=cfg.ray.address or None, include_dashboard=False, log_to_driver=True)
     env_vars = {k: os.environ[k] for k in ("DS_ACCELERATOR", "OMP_NUM_THREADS") if k in os.environ}
-    options = dict(num_cpus=cfg.ray.cpus_per_worker, num_gpus=cfg.ray.gpus_per_worker, runtime_env={"env_vars": env_vars})
+    options = dict(num_cpus=cfg.ray.cpus_per_worker, num_gpus=cfg.ray.gpus_per_worker,
+                   runtime_env={"env_vars": env_vars})
     Worker = ray.remote(RolloutWorkerImpl).options(**options)
     Rank = ray.remote(LearnerRankImpl).options(**options)
     workers = [Worker.remote(cfg, model_path) for _ in range(cfg.ray.rollout_workers)]

@@ -22,8 +22,9 @@ of its ids fall within the text the sandbox and the coach saw.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from mappa_envs.driver import Driver, EpisodeResult, Request, Turn
 from mappa_train.chat_tokens import ChatFormat, env_cut_chars, judged_prefix

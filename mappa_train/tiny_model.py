@@ -22,8 +22,10 @@ CHAT_TEMPLATE = (
 ROLES = ["Problem Solver", "Code Executor", "Verifier", "Data Engineer", "Modeler", "Analyst"]
 PYTHON = [
     "import math\nimport numpy as np\nimport pandas as pd\nfrom fractions import Fraction\n",
-    "def solve(n):\n    total = 0\n    for i in range(1, n + 1):\n        if i % 3 == 0 or i % 5 == 0:\n            total += i\n    return total\n\nprint(solve(100))\n",
-    "from itertools import combinations, permutations, product\ncount = sum(1 for c in combinations(range(10), 3) if sum(c) == 12)\nprint(count)\n",
+    "def solve(n):\n    total = 0\n    for i in range(1, n + 1):\n        if i % 3 == 0 or i % 5 == 0:\n"
+    "            total += i\n    return total\n\nprint(solve(100))\n",
+    "from itertools import combinations, permutations, product\n"
+    "count = sum(1 for c in combinations(range(10), 3) if sum(c) == 12)\nprint(count)\n",
     "x = sympy.symbols('x')\nprint(sympy.solve(x**2 - 5*x + 6, x))\n",
     "df = pd.read_csv('train.csv')\nprint(df.shape)\nprint(df.head())\nmodel.fit(X_train, y_train)\n",
     "try:\n    result = eval(expr)\nexcept ZeroDivisionError as e:\n    print('error:', e)\nelse:\n    print(result)\n",

@@ -20,9 +20,10 @@ import random
 import shutil
 import time
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from transformers import AutoTokenizer
@@ -154,10 +155,11 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
             for k, v in m.items():
                 metrics[k if len(learners) == 1 else f"{k}/{name}"] = v
     kl = algo.kl_k1(old_t, ref_t)
-    metrics.update(kl=float((kl * mask).sum() / mask.sum()), reward=float(reward.mean()), action_tokens=float(mask.sum()),
-                   lr=lr)
+    metrics.update(kl=float((kl * mask).sum() / mask.sum()), reward=float(reward.mean()),
+                   action_tokens=float(mask.sum()), lr=lr)
     if len(learners) > 1:  # a token-weighted loss over policies, for the plot
-        metrics["loss"] = sum(metrics[f"loss/{n}"] * metrics[f"tokens/{n}"] for n in learners if f"loss/{n}" in metrics) / tokens
+        weighted = (metrics[f"loss/{n}"] * metrics[f"tokens/{n}"] for n in learners if f"loss/{n}" in metrics)
+        metrics["loss"] = sum(weighted) / tokens
     return metrics
 
 
@@ -165,7 +167,7 @@ def logprob_gap(generator: Sequence[torch.Tensor], learner: Sequence[torch.Tenso
                 warn_above: float) -> dict[str, float]:
     """Mean and max |generator − learner| log-prob over action tokens; warns when the mean is above
     `warn_above` (a broken weight sync, a template or dtype mismatch)."""
-    gap = torch.cat([(g - l.float()).abs() for g, l in zip(generator, learner)])
+    gap = torch.cat([(gen - learn.float()).abs() for gen, learn in zip(generator, learner)])
     mean, biggest = float(gap.mean()), float(gap.max())
     if mean > warn_above:
         warnings.warn(f"generator and learner log-probs differ by {mean:.4f} on average (max {biggest:.3f}) > "
@@ -210,14 +212,15 @@ def sampling_params(cfg: TrainConfig, evaluation: bool):
     from mappa_train.generation import SamplingParams
 
     g = cfg.generation
-    return SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.eval_temperature if evaluation else g.temperature,
+    return SamplingParams(max_new_tokens=g.max_new_tokens,
+                          temperature=g.eval_temperature if evaluation else g.temperature,
                           top_p=1.0 if evaluation else g.top_p)
 
 
 def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Any]:
-    from mappa_train.generation import make_generator
-
     from transformers import AutoConfig
+
+    from mappa_train.generation import make_generator
 
     g = cfg.generation
     limit = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
@@ -282,7 +285,8 @@ def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSour
                 env.close()
         sandbox.close()
 
-    return ExperienceSource(run, sync, task_ids(envs[None][0]), {k: task_ids(v[0]) for k, v in envs.items() if k}, policy_of, close)
+    eval_tasks = {k: task_ids(v[0]) for k, v in envs.items() if k}
+    return ExperienceSource(run, sync, task_ids(envs[None][0]), eval_tasks, policy_of, close)
 
 
 def stop_rule(stop_below: Mapping[str, float], roles: Sequence[str]) -> Callable | None:
@@ -291,7 +295,8 @@ def stop_rule(stop_below: Mapping[str, float], roles: Sequence[str]) -> Callable
         return None
     unknown = sorted(set(stop_below) - set(roles))
     if unknown:
-        raise ConfigError(f"rollout.stop_below names roles {unknown} that the env does not have; its roles: {list(roles)}")
+        raise ConfigError(f"rollout.stop_below names roles {unknown} that the env does not have; "
+                          f"its roles: {list(roles)}")
 
     def doomed(result, turn) -> str | None:
         limit = stop_below.get(turn.role)
@@ -305,7 +310,8 @@ def task_ids(env) -> list[str]:
     return [t.id for t in env.unwrapped.tasks]
 
 
-def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners: Mapping[str, Any] | None = None) -> Path:
+def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
+          learners: Mapping[str, Any] | None = None) -> Path:
     """Run (or resume) training as configured; returns the output directory."""
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -337,8 +343,9 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None, learners
         experience.sync(weights)
         t3 = time.perf_counter()
         metrics["sync_bytes"] = float(sum(t.numel() * t.element_size() for w in weights.values() for t in w.values()))
-        metrics.update(_episode_metrics(result), coach_failures=float(result.dropped), prompt_overflows=float(result.overflow),
-                       episode_failures=float(result.failed), env_actions=float(sum(e.actions for e in result.episodes)),
+        metrics.update(_episode_metrics(result), coach_failures=float(result.dropped),
+                       prompt_overflows=float(result.overflow), episode_failures=float(result.failed),
+                       env_actions=float(sum(e.actions for e in result.episodes)),
                        stopped_episodes=float(sum(e.stopped is not None for e in result.episodes)),
                        time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2)
         metrics.update({f"time_{k}": v for k, v in result.timing().items()})

@@ -3,6 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_venv.sh
+# lint first (config in pyproject.toml): a lint error fails the run in seconds, before any test starts
+if ! .venv/bin/ruff check .; then
+  echo "lint failed (errors above): .venv/bin/ruff check . --fix fixes the safe ones, the rest by hand" >&2
+  exit 1
+fi
 # Docker tests need an engine and the sandbox image; as root (or in CI) we install/start/build them.
 if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
   bash .ci/setup_docker.sh || echo "docker setup failed: docker-marked tests will skip and say why"

@@ -19,9 +19,9 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 
 @dataclass
@@ -186,7 +186,8 @@ def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
 
 
 def _error_body(status: int) -> bytes:
-    kind = {429: "rate_limit_exceeded", 404: "not_found"}.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    default = "server_error" if status >= 500 else "invalid_request_error"
+    kind = {429: "rate_limit_exceeded", 404: "not_found"}.get(status, default)
     return json.dumps({"error": {"message": f"stub error {status}", "type": kind, "code": status}}).encode()
 
 

@@ -55,4 +55,5 @@ def wait_gone(session, pid: int, timeout: float = 10.0) -> None:
 def assert_usable(session) -> None:
     """The property every containment test ends with: the same session still runs cells."""
     r = session.run("print(6 * 7)", timeout=20)
-    assert r.ok and r.stdout == "42\n", r
+    assert r.ok, r
+    assert r.stdout == "42\n", r

@@ -24,7 +24,8 @@ def test_kl_k3_is_nonnegative_and_zero_at_equality():
 
 
 def test_last_token_mask():
-    assert torch.equal(algo.last_token_mask(MASK), torch.tensor([[0, 0, 0, 0, 1], [0, 0, 1, 0, 0]], dtype=torch.float32))
+    expected = torch.tensor([[0, 0, 0, 0, 1], [0, 0, 1, 0, 0]], dtype=torch.float32)
+    assert torch.equal(algo.last_token_mask(MASK), expected)
 
 
 def test_token_rewards_coach_on_last_token_kl_on_action_tokens_only():
@@ -55,8 +56,8 @@ def test_returns_to_go_episode_and_agent_scopes():
     group = episode * 2 + agent
     assert torch.allclose(algo.returns_to_go(r, mask, group, order), within + torch.tensor([[300.0], [0.0], [0.0]]))
     # rows of another episode never leak in
-    r2 = torch.cat([r, r]); m2 = torch.ones(6, 2)
-    ep2 = torch.tensor([0, 0, 0, 1, 1, 1]); ord2 = torch.cat([order, order])
+    r2, m2 = torch.cat([r, r]), torch.ones(6, 2)
+    ep2, ord2 = torch.tensor([0, 0, 0, 1, 1, 1]), torch.cat([order, order])
     out = algo.returns_to_go(r2, m2, ep2, ord2)
     assert torch.allclose(out[:3], out[3:])
 
@@ -91,17 +92,20 @@ def test_ppo_clip_loss_unclipped_and_clipped_on_both_sides():
     logp = lp(1.5).requires_grad_()
     loss = algo.ppo_clip_loss(logp, old, pos, mask)
     loss.backward()
-    assert loss.item() == pytest.approx(-1.2) and logp.grad.item() == 0.0
+    assert loss.item() == pytest.approx(-1.2)
+    assert logp.grad.item() == 0.0
     # A > 0, ratio below 1-eps: min picks the unclipped ratio, gradient flows
     logp = lp(0.5).requires_grad_()
     loss = algo.ppo_clip_loss(logp, old, pos, mask)
     loss.backward()
-    assert loss.item() == pytest.approx(-0.5) and logp.grad.item() == pytest.approx(-0.5)
+    assert loss.item() == pytest.approx(-0.5)
+    assert logp.grad.item() == pytest.approx(-0.5)
     # A < 0, ratio below 1-eps: clipped at 0.8 (no gradient)
     logp = lp(0.5).requires_grad_()
     loss = algo.ppo_clip_loss(logp, old, neg, mask)
     loss.backward()
-    assert loss.item() == pytest.approx(0.8) and logp.grad.item() == 0.0
+    assert loss.item() == pytest.approx(0.8)
+    assert logp.grad.item() == 0.0
     # A < 0, ratio above 1+eps: unclipped (pessimistic), gradient flows
     assert algo.ppo_clip_loss(lp(1.5), old, neg, mask).item() == pytest.approx(1.5)
 
@@ -115,7 +119,8 @@ def test_ppo_clip_loss_is_masked_token_mean_and_splits_into_microbatches():
     expected = -(r[0] * 1 + min(r[1], 1.2) * 2 + r[2] * 3) / 3
     full = algo.ppo_clip_loss(logp, old, adv, mask)
     assert full.item() == pytest.approx(expected)
-    parts = sum(algo.ppo_clip_loss(logp[i:i + 1], old[i:i + 1], adv[i:i + 1], mask[i:i + 1], n_tokens=3) for i in range(2))
+    parts = sum(algo.ppo_clip_loss(logp[i:i + 1], old[i:i + 1], adv[i:i + 1], mask[i:i + 1], n_tokens=3)
+                for i in range(2))
     assert parts.item() == pytest.approx(expected)
 
 

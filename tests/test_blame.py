@@ -21,7 +21,8 @@ def test_the_rule_coach_blames_each_faulty_math_role_and_spares_the_others(tmp_p
                          say=lambda m: None)
     by = {r.fault: r for r in rows}
     assert set(by) == set(blame.FAULTS["MathChat-v0"])
-    assert by["none"].episodes == 4 and by["none"].precision is None
+    assert by["none"].episodes == 4
+    assert by["none"].precision is None
     for fault in ("solver_wrong", "executor_miscopy", "verifier_overrules"):
         row = by[fault]
         assert row.faulty_role == blame.FAULTS["MathChat-v0"][fault]
@@ -46,7 +47,8 @@ def test_the_three_fractions_from_hand_made_scores():
 
 
 def request(i: int, role: str = "verifier") -> CoachRequest:
-    return CoachRequest(env_id="MathChat-v0", role=role, role_duties="check", task=f"task {i}", action=f"\\boxed{{{i}}}")
+    return CoachRequest(env_id="MathChat-v0", role=role, role_duties="check", task=f"task {i}",
+                        action=f"\\boxed{{{i}}}")
 
 
 def test_score_many_keeps_order_and_bounds_concurrency_through_ascore():
@@ -61,8 +63,10 @@ def test_score_many_keeps_order_and_bounds_concurrency_through_ascore():
         scores = score_many(coach, [request(i) for i in range(24)], concurrency=4,
                             on_score=lambda i, s: landed.append(i))
         assert [s.score for s in scores] == [float(i % 11) for i in range(24)]
-        assert all(s.ok for s in scores) and sorted(landed) == list(range(24))
-        assert stub.max_in_flight <= 4 and stub.calls == 24
+        assert all(s.ok for s in scores)
+        assert sorted(landed) == list(range(24))
+        assert stub.max_in_flight <= 4
+        assert stub.calls == 24
     with pytest.raises(ValueError, match="concurrency"):
         score_many(RuleCoach(), [request(0)], concurrency=0)
 
@@ -79,7 +83,8 @@ def test_an_llm_coach_is_measured_like_the_rule_coach(tmp_path):
                              say=lambda m: None)
     by = {r.fault: r for r in rows}
     assert by["verifier_overrules"].lowest == 1.0
-    assert by["solver_wrong"].lowest == 0.0 and by["executor_miscopy"].lowest == 0.0
+    assert by["solver_wrong"].lowest == 0.0
+    assert by["executor_miscopy"].lowest == 0.0
 
 
 @pytest.mark.slow

@@ -11,14 +11,14 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import mappa_envs  # noqa: E402
-from mappa_envs.core.pipeline import Task  # noqa: E402
-from mappa_envs.mathchat import prompts as duties  # noqa: E402
-from mappa_envs.sandbox import make_sandbox  # noqa: E402
-from mappa_train.chat_tokens import ChatFormat, TemplateError, env_cut_chars, fold_system, judged_prefix  # noqa: E402
-from mappa_train.generation import Generation, chat_prompt_ids, stop_ids, SamplingParams  # noqa: E402
-from mappa_train.rollout import collect  # noqa: E402
-from tests.chat_fixtures import FAMILIES, family_tokenizer  # noqa: E402
+import mappa_envs
+from mappa_envs.core.pipeline import Task
+from mappa_envs.mathchat import prompts as duties
+from mappa_envs.sandbox import make_sandbox
+from mappa_train.chat_tokens import ChatFormat, TemplateError, env_cut_chars, fold_system, judged_prefix
+from mappa_train.generation import Generation, SamplingParams, chat_prompt_ids, stop_ids
+from mappa_train.rollout import collect
+from tests.chat_fixtures import FAMILIES, family_tokenizer
 
 END_OF_TURN = {"llama-3.1": "<|eot_id|>", "llama-3.2": "<|eot_id|>", "gemma-2": "<end_of_turn>"}
 SYSTEM = {"role": "system", "content": "You are the Code Executor. Write Python."}
@@ -57,7 +57,8 @@ def test_append_continues_the_sampled_ids_with_the_templates_own_text(family):
         rendered = fmt.render(messages)
         # the appended ids are exactly the template's text after the assistant message's end-of-turn token
         assert rendered.endswith(tok.decode([action[-1]], skip_special_tokens=False) + appended)
-        assert f"Output of your code:\n{7 * k}" in appended and appended.count(f"{7 * k}") == 1
+        assert f"Output of your code:\n{7 * k}" in appended
+        assert appended.count(f"{7 * k}") == 1
         if family in ("qwen3", "qwen3-thinking-2507"):  # why "render again, take the new suffix" cannot work here
             assert not rendered.startswith(tok.decode(prompt + action, skip_special_tokens=False))
         prompt = following
@@ -80,7 +81,8 @@ def test_family_specific_renderings():
     llama = ChatFormat.of(family_tokenizer("llama-3.2"))
     assert "Cutting Knowledge Date: December 2023\nToday Date: " in llama.render([SYSTEM, USER])
     gemma = ChatFormat.of(family_tokenizer("gemma-2"))  # "System role not supported": folded into the user turn
-    assert gemma.fold_system and not ChatFormat.of(family_tokenizer("smollm2")).fold_system
+    assert gemma.fold_system
+    assert not ChatFormat.of(family_tokenizer("smollm2")).fold_system
     assert gemma.render([SYSTEM, USER]) == ("<bos><start_of_turn>user\nYou are the Code Executor. Write Python.\n\n"
                                             "Problem:\nWhat is 6 times 7?<end_of_turn>\n<start_of_turn>model\n")
     tok = family_tokenizer("gemma-2")  # Gemma's eos is <eos>, its turns end with <end_of_turn>: both stop
@@ -112,7 +114,8 @@ def test_templates_the_code_cannot_handle_are_refused_up_front():
 
 def test_env_cut_actions_keep_the_judged_token_prefix():
     tok = family_tokenizer("smollm2")
-    assert env_cut_chars(None) is None and env_cut_chars("empty action") is None
+    assert env_cut_chars(None) is None
+    assert env_cut_chars("empty action") is None
     assert env_cut_chars("action of 20000 chars cut to max_action_chars=16000; NUL characters removed") == 16000
     assert env_cut_chars("action was cut") == 0  # a cut the code cannot size: nothing is trusted
     ids = tok.encode("print(12345)\n" * 10, add_special_tokens=False) + [tok.eos_token_id]
@@ -173,7 +176,8 @@ def test_every_trained_sample_is_exactly_what_the_generator_was_fed(family, cont
         env.close()
     assert [(t.prompt_ids, t.action_ids) for t in rollout.transitions] == gen.fed
     executor = [t for t in rollout.transitions if t.role == "code_executor"]
-    assert [t.turn_index for t in executor] == [0, 1, 2] and rollout.episodes[0].correct
+    assert [t.turn_index for t in executor] == [0, 1, 2]
+    assert rollout.episodes[0].correct
     if continuation == "append":  # each later prompt extends the previous prompt and its sampled ids
         for prev, t in zip(executor, executor[1:]):
             assert t.prompt_ids[:len(prev.prompt_ids) + len(prev.action_ids)] == prev.prompt_ids + prev.action_ids

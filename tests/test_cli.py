@@ -14,13 +14,16 @@ def test_every_subcommand_module_has_configure_and_run():
 
     for name, (module, _) in COMMANDS.items():
         mod = importlib.import_module(module)
-        assert callable(mod.configure) and callable(mod.run), name
+        assert callable(mod.configure), name
+        assert callable(mod.run), name
 
 
 def test_envs_lists_every_registered_env(capsys):
     assert main(["envs"]) == 0
     out = capsys.readouterr().out
-    assert "MathChat-v0" in out and "DSBench-v0" in out and "Verifier" in out
+    assert "MathChat-v0" in out
+    assert "DSBench-v0" in out
+    assert "Verifier" in out
 
 
 def test_run_writes_transcripts(tmp_path, capsys):
@@ -32,10 +35,12 @@ def test_run_writes_transcripts(tmp_path, capsys):
     assert sorted(r["seed"] for r in records) == [0, 1, 2]
     for r in records:
         assert [a["role"] for a in r["actions"]][0] == "problem_solver"
-        assert r["outcome"]["correct"] is True and r["returns"]["verifier"] > 0
+        assert r["outcome"]["correct"] is True
+        assert r["returns"]["verifier"] > 0
     captured = capsys.readouterr()
     assert "correct 3/3" in captured.out
-    assert "MathChat-v0: 3/3 episodes" in captured.err and "episodes/s" in captured.err
+    assert "MathChat-v0: 3/3 episodes" in captured.err
+    assert "episodes/s" in captured.err
 
 
 def test_run_with_random_policy(tmp_path):
@@ -61,12 +66,15 @@ def test_run_refuses_to_overwrite_transcripts_unless_asked(tmp_path, capsys):
 def test_blame_writes_its_table(tmp_path, capsys):
     assert main(["blame", "--env", "MathChat-v0", "--num-tasks", "1", "--out", str(tmp_path)]) == 0
     table = (tmp_path / "blame.md").read_text()
-    assert "| MathChat-v0 | solver_wrong | problem_solver | rule | 1 |" in table and table in capsys.readouterr().out
+    assert "| MathChat-v0 | solver_wrong | problem_solver | rule | 1 |" in table
+    assert table in capsys.readouterr().out
 
 
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "mappa_cli", "--help"], capture_output=True, text=True)
-    assert out.returncode == 0 and "quickstart" in out.stdout and "sandbox" in out.stdout
+    assert out.returncode == 0
+    assert "quickstart" in out.stdout
+    assert "sandbox" in out.stdout
 
 
 class Tty:
@@ -98,9 +106,11 @@ def test_progress_plain_lines_and_coach_failures():
         p.episode(_record({"ok": False, "error": "APIConnectionError: Connection error."}, {"ok": True}))
         p.episode({**_record({"ok": False, "error": "APIConnectionError: Connection error."}), "error": "boom"})
     lines = stream.getvalue().splitlines()
-    assert lines[0].startswith("amc: 1/3 episodes, ") and "ETA" in lines[0]
+    assert lines[0].startswith("amc: 1/3 episodes, ")
+    assert "ETA" in lines[0]
     assert lines[1] == "coach: a call failed (APIConnectionError: Connection error.); further failures are counted"
-    assert lines[3].startswith("amc: 3/3 episodes (1 failed, coach failed 2/4), ") and "done in" in lines[3]
+    assert lines[3].startswith("amc: 3/3 episodes (1 failed, coach failed 2/4), ")
+    assert "done in" in lines[3]
     assert lines[4] == "coach: 2/4 calls failed (last error: APIConnectionError: Connection error.)"
     assert len(lines) == 5
 
@@ -110,12 +120,16 @@ def test_progress_bar_on_a_terminal():
     with Progress(2, "synthetic:2", stream=tty) as p:
         p.episode(_record({"ok": True}))
         p.episode(_record({"ok": False, "error": "boom"}))
-    assert "synthetic:2" in tty.text and "2/2" in tty.text and "episode/s" in tty.text
-    assert "coach failed 1/2" in tty.text and "coach: 1/2 calls failed (last error: boom)" in tty.text
+    assert "synthetic:2" in tty.text
+    assert "2/2" in tty.text
+    assert "episode/s" in tty.text
+    assert "coach failed 1/2" in tty.text
+    assert "coach: 1/2 calls failed (last error: boom)" in tty.text
 
 
 @pytest.mark.parametrize("argv", [["run", "MathChat-v0", "--help"], ["eval", "--help"], ["train", "--help"]])
 def test_help_exits_cleanly(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
-    assert e.value.code == 0 and "--debug" in capsys.readouterr().out
+    assert e.value.code == 0
+    assert "--debug" in capsys.readouterr().out

@@ -76,7 +76,8 @@ def test_bad_coach_spec(capsys, out):
 ])
 def test_out_of_range_and_malformed_arguments(argv, message, capsys):
     line = fails(argv, capsys)
-    assert message in line and "usage:" not in line
+    assert message in line
+    assert "usage:" not in line
 
 
 def test_missing_data_directory(tmp_path, capsys, out, monkeypatch):
@@ -98,14 +99,17 @@ def test_malformed_dsbench_folder(tmp_path, capsys, out):
 def test_unreachable_endpoint(capsys, out):
     line = fails(["eval", "--team", "openai:m@http://127.0.0.1:1/v1", "--sets", "synthetic:1", *FAST, *out], capsys,
                  status=1)
-    assert "http://127.0.0.1:1/v1" in line and "Connection error" in line and "is the server running" in line
+    assert "http://127.0.0.1:1/v1" in line
+    assert "Connection error" in line
+    assert "is the server running" in line
 
 
 def test_unreachable_coach_is_a_failed_run_not_low_scores(capsys, tmp_path):
     rc = main(["eval", "--team", "scripted", "--sets", "synthetic:1", "--coach", "judge@http://127.0.0.1:1/v1",
                "--coach-set", "max_retries=0", "--coach-set", "api_key_env=none", "--out", str(tmp_path), *FAST])
     err = capsys.readouterr().err
-    assert rc == 1 and "Traceback" not in err
+    assert rc == 1
+    assert "Traceback" not in err
     assert "coach: a call failed (APIConnectionError: Connection error." in err
     assert "coach: 4/4 calls failed (last error: APIConnectionError: Connection error." in err
     assert err.strip().splitlines()[-1].startswith("mappa eval: every coach call failed")
@@ -119,11 +123,13 @@ def test_failing_episodes_are_one_line_warnings_then_one_error(tmp_path):
                      "--coach-set", "on_failure=raise", "--coach-set", "max_retries=0", "--coach-set",
                      "api_key_env=none", "--batch-size", "1", "--out", str(tmp_path), *FAST)
     lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("== ")]
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
     assert [line.split(" failed and is skipped: ")[0] for line in lines[:3]] == [
         f"warning: episode {i} (env 0, task None)" for i in range(3)]
     assert all("CoachError: judge at http://127.0.0.1:1/v1: APIConnectionError" in line for line in lines)
-    assert lines[3].startswith("mappa eval: 3 episodes in a row failed") and len(lines) == 4
+    assert lines[3].startswith("mappa eval: 3 episodes in a row failed")
+    assert len(lines) == 4
 
 
 def test_bad_yaml_names_line_and_column(tmp_path, capsys):
@@ -144,8 +150,9 @@ def test_yaml_errors_that_reach_the_cli_name_line_and_column():
         yaml.safe_load("seed: 0\nlearner:\n  lr: [1\nsteps: 3\n")
     except yaml.YAMLError as e:
         message, status = explain(e)
-    assert status == 2 and message == ("invalid YAML at line 4, column 6: expected ',' or ']', but got ':' "
-                                       "(while parsing a flow sequence that starts at line 3, column 7)")
+    assert status == 2
+    assert message == ("invalid YAML at line 4, column 6: expected ',' or ']', but got ':' "
+                       "(while parsing a flow sequence that starts at line 3, column 7)")
 
 
 def test_train_config_errors_keep_their_wording(capsys):
@@ -158,19 +165,22 @@ def test_malformed_json_data_file(tmp_path, capsys, out):
     broken = tmp_path / "broken.json"
     broken.write_text('[\n  {"prompt": "What is 1 + 1?", "answer": "2"},\n  {"prompt": "2 + 2?" "answer": "4"}\n]\n')
     line = fails(["eval", "--team", "scripted", "--sets", str(broken), *FAST, *out], capsys)
-    assert str(broken) in line and "JSON" in line
+    assert str(broken) in line
+    assert "JSON" in line
 
 
 def test_hf_team_with_a_path_that_does_not_exist(tmp_path, capsys, out):
     missing = tmp_path / "models" / "tiny"
     line = fails(["eval", "--team", f"hf:{missing}", "--sets", "synthetic:1", *FAST, *out], capsys)
-    assert f"the path {missing} does not exist" in line and "Repo id" not in line
+    assert f"the path {missing} does not exist" in line
+    assert "Repo id" not in line
 
 
 def test_hub_id_offline_says_the_hub_is_unreachable(tmp_path):
     result = run_cli("eval", "--team", "hf:SomeOrg/some-model", "--sets", "synthetic:1", *FAST,
                      "--out", str(tmp_path / "out"), HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
-    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
     line = result.stderr.strip().splitlines()[-1]
     assert "not in the local cache while the hub is switched off (HF_HUB_OFFLINE=1)" in line
     assert "huggingface-cli download SomeOrg/some-model" in line
@@ -197,8 +207,9 @@ def test_eval_out_resumes_the_same_run_and_refuses_another(tmp_path, capsys):
 
 def test_unknown_command():
     result = run_cli("trian")
-    assert result.returncode == 2 and result.stderr.strip() == (
-        "mappa: unknown command 'trian'; choose one of envs, run, sandbox, train, eval, quickstart, blame")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "mappa: unknown command 'trian'; choose one of envs, run, sandbox, train, eval, quickstart, blame, ablate")
 
 
 @pytest.mark.parametrize("how", ["flag-before", "flag-after", "env"])
@@ -206,13 +217,15 @@ def test_debug_shows_the_traceback(how):
     argv = {"flag-before": ["--debug", "run", "Nope-v0"], "flag-after": ["run", "Nope-v0", "--debug"],
             "env": ["run", "Nope-v0"]}[how]
     result = run_cli(*argv, **({"MAPPA_DEBUG": "1"} if how == "env" else {}))
-    assert result.returncode == 1 and "Traceback (most recent call last)" in result.stderr
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr
     assert "unknown env id 'Nope-v0'" in result.stderr
 
 
 def test_without_debug_the_real_process_prints_one_line():
     result = run_cli("run", "Nope-v0")
-    assert result.returncode == 2 and result.stdout == ""
+    assert result.returncode == 2
+    assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [
         "mappa run: unknown env id 'Nope-v0'; registered ids: DSBench-v0, MathChat-v0"]
 

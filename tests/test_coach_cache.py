@@ -29,7 +29,8 @@ def test_replay_gives_identical_scores_with_zero_http_calls(tmp_path):
         with CachedCoach(llm(stub.url), path) as cached:
             first = [cached.score(request(i)) for i in range(5)]
             assert (cached.hits, cached.misses, stub.calls) == (0, 5, 5)
-            assert cached.score(request(0)).cached and stub.calls == 5  # a repeat in the same run
+            assert cached.score(request(0)).cached
+            assert stub.calls == 5  # a repeat in the same run
         dead_url = stub.url
     # The server is gone: a replay must not need it.
     with CachedCoach(llm(dead_url), path) as replay:
@@ -54,7 +55,8 @@ def test_key_depends_on_model_template_and_request(tmp_path):
         assert a.key(request(1)) != a.key(request(1, env_id="DSBench-v0"))  # another template (and env)
         a.score(request(1))
         b.score(request(1))
-        assert stub.calls == 2 and a.misses == b.misses == 1
+        assert stub.calls == 2
+        assert a.misses == b.misses == 1
 
 
 def test_failures_are_not_cached(tmp_path):
@@ -63,8 +65,11 @@ def test_failures_are_not_cached(tmp_path):
         cached = CachedCoach(llm(stub.url), tmp_path / "c.sqlite")
         assert not cached.score(request(3)).ok
         later = cached.score(request(3))
-        assert later.ok and not later.cached and stub.calls == 2
-        assert cached.score(request(3)).cached and stub.calls == 2
+        assert later.ok
+        assert not later.cached
+        assert stub.calls == 2
+        assert cached.score(request(3)).cached
+        assert stub.calls == 2
 
 
 def test_async_path_uses_the_cache(tmp_path):
@@ -76,7 +81,8 @@ def test_async_path_uses_the_cache(tmp_path):
 
         first, second = asyncio.run(run()), asyncio.run(run())
         assert [s.score for s in first] == [s.score for s in second] == [8.0] * 4
-        assert all(s.cached for s in second) and stub.calls == 4
+        assert all(s.cached for s in second)
+        assert stub.calls == 4
 
 
 def test_thread_safe_under_a_worker_pool(tmp_path):
@@ -86,7 +92,8 @@ def test_thread_safe_under_a_worker_pool(tmp_path):
         scores = list(pool.map(cached.score, requests))
     direct = [RuleCoach().score(r).score for r in requests]
     assert [s.score for s in scores] == direct
-    assert cached.hits + cached.misses == 400 and cached.stats()["entries"] == 20
+    assert cached.hits + cached.misses == 400
+    assert cached.stats()["entries"] == 20
     assert cached.misses >= 20
 
 
@@ -110,6 +117,7 @@ def test_a_coach_without_identity_needs_a_namespace(tmp_path):
     with pytest.raises(ValueError, match="namespace"):
         CachedCoach(PlainCoach(), tmp_path / "c.sqlite")
     cached = CachedCoach(PlainCoach(), tmp_path / "c.sqlite", namespace="plain-v1")
-    assert cached.score(request(1)).score == 1.0 and cached.score(request(1)).cached
+    assert cached.score(request(1)).score == 1.0
+    assert cached.score(request(1)).cached
     other = CachedCoach(PlainCoach(), tmp_path / "c.sqlite", namespace="plain-v2")
     assert cached.key(request(1)) != other.key(request(1))

@@ -37,20 +37,25 @@ def test_model_at_url_with_typed_settings(stub):
 def test_vllm_local_on_another_port_and_with_a_model(stub):
     port = urlsplit(stub.url).port
     coach = make_coach(f"vllm-local:{port}", {"model": "served"})
-    assert coach.config.base_url == f"http://127.0.0.1:{port}/v1" and coach.config.structured_output
-    assert coach.score(request()).score == 8.0 and stub.requests[0]["model"] == "served"
+    assert coach.config.base_url == f"http://127.0.0.1:{port}/v1"
+    assert coach.config.structured_output
+    assert coach.score(request()).score == 8.0
+    assert stub.requests[0]["model"] == "served"
     named = make_coach("vllm-local:qwen3-0.6b", {"base_url": stub.url})
-    assert named.config.model == "qwen3-0.6b" and named.score(request()).ok
+    assert named.config.model == "qwen3-0.6b"
+    assert named.score(request()).ok
 
 
 def test_dict_llm_and_preset_specs(stub, monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", "test-key")
     from_dict = make_coach({"model": "judge", "base_url": stub.url, "api_key_env": None, "max_tokens": 64})
-    assert isinstance(from_dict, LLMCoach) and from_dict.config.max_tokens == 64
+    assert isinstance(from_dict, LLMCoach)
+    assert from_dict.config.max_tokens == 64
     llm = make_coach("llm", {"preset": "gemini-2.5-flash", "rpm": 10})  # the training config's coach: llm
     assert (llm.config.model, llm.config.rpm) == ("gemini-2.5-flash", 10.0)
     assert make_coach("gemini-2.5-pro:gemini-2.5-flash").config.model == "gemini-2.5-flash"
-    assert isinstance(make_coach(None), RuleCoach) and isinstance(make_coach("rule"), RuleCoach)
+    assert isinstance(make_coach(None), RuleCoach)
+    assert isinstance(make_coach("rule"), RuleCoach)
     ready = RuleCoach()
     assert make_coach(ready) is ready
 
@@ -60,7 +65,8 @@ def test_cache_wraps_any_coach(stub, tmp_path):
     assert isinstance(coach, CachedCoach)
     coach.score(request())
     coach.score(request())
-    assert stub.calls == 1 and coach.hits == 1
+    assert stub.calls == 1
+    assert coach.hits == 1
 
 
 @pytest.mark.parametrize("spec, settings, message", [
@@ -79,7 +85,8 @@ def test_cache_wraps_any_coach(stub, tmp_path):
 def test_bad_specs_and_settings_say_what_is_wrong(spec, settings, message):
     with pytest.raises(CoachConfigError) as err:
         make_coach(spec, settings)
-    assert message in str(err.value) and "\n" not in str(err.value)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_cli_reaches_every_coach_setting(stub, tmp_path):
@@ -96,4 +103,5 @@ def test_cli_bad_coach_setting_is_one_line(tmp_path, capsys):
     rc = main(["eval", "--team", "scripted", "--coach", "judge@http://127.0.0.1:1/v1", "--coach-set", "max_tokens=many",
                "--out", str(tmp_path), *FAST])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and err == ["mappa eval: coach setting max_tokens must be an integer, got 'many'"]
+    assert rc == 2
+    assert err == ["mappa eval: coach setting max_tokens must be an integer, got 'many'"]

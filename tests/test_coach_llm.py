@@ -38,7 +38,8 @@ def test_scores_and_sends_the_rendered_request(stub):
     body = stub.requests[0]
     assert (body["model"], body["temperature"], body["max_tokens"]) == ("stub-model", 0.3, 321)
     system, user = body["messages"][0]["content"], body["messages"][1]["content"]
-    assert "Root cause" in system and "Criteria for the agent being scored (verifier)" in system
+    assert "Root cause" in system
+    assert "Criteria for the agent being scored (verifier)" in system
     for evidence in ("What is 41 + 1?", "\\boxed{42}", "### problem_solver", "stdout:\n<<<BEGIN ", "\n42\n<<<END ",
                      "answer_present: True", "Reference answer (ground truth)\n42", "ANSWER_CORRECT:",
                      "SCORE: <one number from 0 to 10>"):
@@ -67,15 +68,20 @@ def test_retries_429_and_5xx_then_scores(stub):
 def test_retries_are_bounded(stub):
     stub.script(*[Step(status=500)] * 10)
     score = stub_coach(stub, max_retries=2).score(request())
-    assert not score.ok and score.score is None
-    assert "InternalServerError" in score.error and "gave up after 2 retries" in score.error
-    assert stub.calls == 3 and score.attempts == 3
+    assert not score.ok
+    assert score.score is None
+    assert "InternalServerError" in score.error
+    assert "gave up after 2 retries" in score.error
+    assert stub.calls == 3
+    assert score.attempts == 3
 
 
 def test_client_errors_are_not_retried(stub):
     stub.script(Step(status=400))
     score = stub_coach(stub).score(request())
-    assert not score.ok and "BadRequestError" in score.error and "not retried" in score.error
+    assert not score.ok
+    assert "BadRequestError" in score.error
+    assert "not retried" in score.error
     assert stub.calls == 1
 
 
@@ -88,7 +94,9 @@ def test_timeout_is_retried(stub):
 def test_timeouts_exhausted_fail_clearly(stub):
     stub.script(*[Step(delay_s=5.0)] * 3)
     score = stub_coach(stub, timeout_s=0.2, max_retries=1).score(request())
-    assert not score.ok and "APITimeoutError" in score.error and score.attempts == 2
+    assert not score.ok
+    assert "APITimeoutError" in score.error
+    assert score.attempts == 2
 
 
 def test_retry_after_header_is_honoured(stub):
@@ -118,8 +126,11 @@ def test_format_retry_resends_the_full_request(stub, bad):
 def test_only_one_format_retry(stub):
     stub.script(Step(content="SCORE: 12"), Step(content="SCORE: 15 out of 10"))
     score = stub_coach(stub).score(request())
-    assert not score.ok and score.score is None and stub.calls == 2
-    assert "after a format retry" in score.error and "outside [0, 10]" in score.error
+    assert not score.ok
+    assert score.score is None
+    assert stub.calls == 2
+    assert "after a format retry" in score.error
+    assert "outside [0, 10]" in score.error
 
 
 def test_markdown_wrapped_scores_parse(stub):
@@ -133,11 +144,14 @@ def test_failure_policies(stub):
         stub_coach(stub, max_retries=1, on_failure="raise").score(request())
     stub.script(*[Step(content="no idea")] * 2)
     skipped = stub_coach(stub, on_failure="skip").score(request())
-    assert (skipped.ok, skipped.score) == (False, None) and "no labelled score" in skipped.error
+    assert (skipped.ok, skipped.score) == (False, None)
+    assert "no labelled score" in skipped.error
     stub.script(*[Step(content="no idea")] * 2)
     coach = stub_coach(stub, on_failure="neutral", neutral_score=5.0)
     neutral = coach.score(request())
-    assert (neutral.ok, neutral.score) == (False, 5.0) and neutral.error and "not a verdict" in neutral.rationale
+    assert (neutral.ok, neutral.score) == (False, 5.0)
+    assert neutral.error
+    assert "not a verdict" in neutral.rationale
     assert coach.usage.failures == 1
 
 
@@ -148,7 +162,8 @@ def test_concurrency_limit_bounds_requests_in_flight(stub):
     with ThreadPoolExecutor(16) as pool:
         scores = list(pool.map(coach.score, [request(i) for i in range(16)]))
     elapsed = time.monotonic() - started
-    assert all(s.ok for s in scores) and stub.calls == 16
+    assert all(s.ok for s in scores)
+    assert stub.calls == 16
     assert 2 <= stub.max_in_flight <= 4
     assert elapsed < 16 * 0.2 * 0.9  # loose: ~0.8 s expected (16/4 x 0.2); serial takes 3.2 s
 
@@ -166,7 +181,8 @@ def test_async_scores_share_the_limit_and_work_across_event_loops(stub):
     first = asyncio.run(batch(9, close=True))
     second = asyncio.run(batch(3, close=False))  # a fresh event loop gets its own client and semaphore
     assert all(s.ok and s.score == 7.0 for s in first + second)
-    assert 2 <= stub.max_in_flight <= 3 and coach.usage.scores == 12
+    assert 2 <= stub.max_in_flight <= 3
+    assert coach.usage.scores == 12
     assert not coach._loops  # each loop's client was closed with it (asyncio.run finalizes it)
 
 
@@ -204,7 +220,8 @@ def test_structured_output_sends_a_json_schema(stub):
 def test_structured_output_failure_names_the_schema(stub):
     stub.reply = "Looks good to me."  # a judge that ignores response_format
     score = stub_coach(stub, structured_output=True).score(request())
-    assert not score.ok and stub.calls == 2  # the reply, then its one format retry
+    assert not score.ok
+    assert stub.calls == 2  # the reply, then its one format retry
     assert 'schema coach_verdict {"rationale": string, "score": number}' in score.error
     assert "SCORE:" not in score.error
     retry_note = stub.requests[1]["messages"][-1]["content"]
@@ -233,7 +250,8 @@ def test_config_validation_and_presets(monkeypatch):
 
 def test_cache_identity_names_model_and_template_version(stub):
     ident = stub_coach(stub).cache_identity(request())
-    assert "stub-model" in ident and "mathchat-1" in ident
+    assert "stub-model" in ident
+    assert "mathchat-1" in ident
     assert "generic-1" in stub_coach(stub).cache_identity(request(env_id="Other-v0"))
 
 
@@ -264,15 +282,19 @@ def test_mathchat_env_uses_scores_and_marks_failures_in_infos(stub):
     env.close()
     rewards, verdicts = zip(*seen)
     assert rewards == (8.0, 0.0, 7.0, 7.0)
-    assert verdicts[0]["ok"] and verdicts[0]["score"] == 8.0
-    assert not verdicts[1]["ok"] and verdicts[1]["score"] is None and "InternalServerError" in verdicts[1]["error"]
+    assert verdicts[0]["ok"]
+    assert verdicts[0]["score"] == 8.0
+    assert not verdicts[1]["ok"]
+    assert verdicts[1]["score"] is None
+    assert "InternalServerError" in verdicts[1]["error"]
     assert "latency_s" not in verdicts[0]  # infos stay free of wall-clock figures
     assert "print(6 * 7)" in stub.requests[1]["messages"][1]["content"]
 
 
 def test_keyword_construction_for_yaml_configs(stub, monkeypatch):
     coach = LLMCoach(model="stub-model", base_url=stub.url, api_key_env=None, rpm=120)
-    assert coach.config.rpm == 120 and coach.score(request()).ok
+    assert coach.config.rpm == 120
+    assert coach.score(request()).ok
     monkeypatch.setenv("GEMINI_API_KEY", "test-key")
     assert LLMCoach(preset="gemini-2.5-pro", concurrency=4).config.concurrency == 4
     with pytest.raises(ValueError, match="unknown coach setting 'temprature' \\(did you mean 'temperature'\\?\\)"):

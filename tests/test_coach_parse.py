@@ -75,7 +75,8 @@ def test_answer_correct(text, expected):
 
 def test_rationale_and_problem_are_reported():
     v = parse_reply("RATIONALE: Good check of the Solver's algebra.\nANSWER_CORRECT: yes\nSCORE: 9")
-    assert v.rationale == "Good check of the Solver's algebra." and v.problem is None
+    assert v.rationale == "Good check of the Solver's algebra."
+    assert v.problem is None
     assert "outside [0, 10]" in parse_reply("SCORE: 12").problem
     assert "no labelled score" in parse_reply("looks fine").problem
     assert parse_reply("").problem == "empty reply"

@@ -44,9 +44,12 @@ def test_unknown_checks_and_clipping():
 
 
 def test_deterministic_and_blind_to_prose():
-    a = RuleCoach().score(req(action="brilliant reasoning \\boxed{42}", tool_results=[OK], checks={"answer_correct": True}))
+    a = RuleCoach().score(req(action="brilliant reasoning \\boxed{42}", tool_results=[OK],
+                              checks={"answer_correct": True}))
     b = RuleCoach().score(req(action="nonsense", tool_results=[OK], checks={"answer_correct": True}))
-    assert a == b and a.ok and "answer_correct=True" in a.rationale
+    assert a == b
+    assert a.ok
+    assert "answer_correct=True" in a.rationale
 
 
 def test_answer_correct_reported_only_when_asked():

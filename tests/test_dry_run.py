@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from mappa_train.config import load_config  # noqa: E402
-from mappa_train.plan import Shape, activation_bytes, dry_run  # noqa: E402
-from tests.chat_fixtures import TEMPLATES, family_tokenizer  # noqa: E402
+from mappa_train.config import load_config
+from mappa_train.plan import Shape, activation_bytes, dry_run
+from tests.chat_fixtures import TEMPLATES, family_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = next((p for p in (ROOT.parent / "shared" / "data" / "bench", Path("/work/shared/data/bench")) if p.is_dir()),
@@ -53,13 +53,16 @@ def run(cfg) -> tuple[int, str]:
 def test_the_presets_plan_fits_eight_gpus(name, stand_ins):
     rc, out = run(preset(name, stand_ins[name]))
     assert rc == 0, out
-    assert "4.02 B parameters" in out and "chat template: ok" in out
+    assert "4.02 B parameters" in out
+    assert "chat template: ok" in out
     assert "activations per micro-batch of 32768 tokens" in out
     roles = {"mathchat": "problem_solver, code_executor, verifier", "dsbench": "data_engineer, modeler, analyst"}[name]
     share = {"mathchat": 0.7, "dsbench": 0.8}[name] / 3
     for worker in (0, 1):  # one GPU per rollout worker; its three engines' fractions add up to the preset's
         assert f"rollout worker {worker}: vLLM engines {roles}: gpu_memory_utilization {share:.3f} each" in out
-    assert out.count("learner ") == 6 and "GPU 7 (node 0)" in out and "GPU 8" not in out
+    assert out.count("learner ") == 6
+    assert "GPU 7 (node 0)" in out
+    assert "GPU 8" not in out
     assert out.splitlines()[-1] == "the plan fits: ready to train"
 
 
@@ -85,13 +88,19 @@ def test_the_lora_preset_fits_one_gpu(stand_ins):
 def test_plans_that_do_not_fit_say_why(stand_ins):
     d = stand_ins["mathchat"]
     rc, out = run(preset("mathchat", d, "hardware.gpus=4"))
-    assert rc == 1 and "no GPU left for learner" in out and "would not start" in out
+    assert rc == 1
+    assert "no GPU left for learner" in out
+    assert "would not start" in out
     rc, out = run(preset("mathchat", d, "generation.vllm_gpu_memory_utilization=0.3"))
-    assert rc == 1 and "< max_model_len 28672: vLLM refuses to start" in out
+    assert rc == 1
+    assert "< max_model_len 28672: vLLM refuses to start" in out
     rc, out = run(preset("mathchat", d, "ray.enabled=false", "hardware.gpus=1"))  # everything on one GPU
-    assert rc == 1 and "the learners need" in out and "GPU 0 needs" in out
+    assert rc == 1
+    assert "the learners need" in out
+    assert "GPU 0 needs" in out
     rc, out = run(preset("mathchat", d, "generation.max_prompt_tokens=262144"))
-    assert rc == 1 and "> the model's context 262144" in out
+    assert rc == 1
+    assert "> the model's context 262144" in out
 
 
 def test_a_bad_template_or_missing_data_is_reported(tmp_path, stand_ins):
@@ -101,15 +110,18 @@ def test_a_bad_template_or_missing_data_is_reported(tmp_path, stand_ins):
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # never opens the assistant turn
     tok.save_pretrained(bad)
     rc, out = run(preset("dsbench", bad))
-    assert rc == 1 and "problem: chat template: the chat template ignores add_generation_prompt" in out
+    assert rc == 1
+    assert "problem: chat template: the chat template ignores add_generation_prompt" in out
     rc, out = run(load_config(ROOT / "configs" / "mathchat.yaml", [f"model.path={stand_ins['mathchat']}",
                                                                     "env.kwargs={task_source: /nonexistent.json}"]))
-    assert rc == 1 and "env MathChat-v0 cannot be built from env.kwargs" in out
+    assert rc == 1
+    assert "env MathChat-v0 cannot be built from env.kwargs" in out
 
 
 def test_cpu_runs_have_no_gpu_placement(tmp_path):
     rc, out = run(load_config(ROOT / "configs" / "quickstart.yaml", [f"out_dir={tmp_path}"]))
-    assert rc == 0 and "hardware.gpus=0: a CPU run" in out
+    assert rc == 0
+    assert "hardware.gpus=0: a CPU run" in out
 
 
 def test_offline_hub_id_is_one_line_saying_what_to_do(tmp_path):
@@ -118,18 +130,19 @@ def test_offline_hub_id_is_one_line_saying_what_to_do(tmp_path):
                            "--dry-run"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("model:")]
-    assert "'Qwen/Qwen3-4B'" in line and "hf download Qwen/Qwen3-4B" in line and "model.path" in line
+    assert "'Qwen/Qwen3-4B'" in line
+    assert "hf download Qwen/Qwen3-4B" in line
+    assert "model.path" in line
 
 
-def test_engines_of_one_process_share_the_memory_fraction(monkeypatch, tmp_path):
+def test_engines_of_one_process_share_the_memory_fraction(monkeypatch, tiny_model_dir):
     from mappa_train import generation, train
-    from mappa_train.tiny_model import build_tiny_model
 
     asked = []
     monkeypatch.setattr(generation, "make_generator", lambda backend, path, **kw: asked.append(kw) or object())
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["generation.backend=vllm",
                                                              "generation.vllm_gpu_memory_utilization=0.9"])
-    train.make_generators(cfg, build_tiny_model(tmp_path / "m"), ["a", "b", "c"])
+    train.make_generators(cfg, tiny_model_dir, ["a", "b", "c"])
     assert [kw["gpu_memory_utilization"] for kw in asked] == [pytest.approx(0.3)] * 3  # 3 engines, 0.9 in all
 
 
@@ -140,6 +153,7 @@ def test_activation_estimate_scales_as_documented():
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["learner.grad_checkpointing=true"])
     a, b = activation_bytes(shape, 1000, cfg), activation_bytes(shape, 2000, cfg)
     chunk = cfg.learner.logprob_chunk_tokens  # 3 fp32 copies of a chunk's logits + the head's weight gradient
-    assert b["layers"] == 2 * a["layers"] and a["logits_chunk"] == 3 * chunk * 49152 * 4 + 49152 * 576 * 4
+    assert b["layers"] == 2 * a["layers"]
+    assert a["logits_chunk"] == 3 * chunk * 49152 * 4 + 49152 * 576 * 4
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["learner.grad_checkpointing=false"])
     assert activation_bytes(shape, 1000, cfg)["layers"] > 5 * a["layers"]  # every layer keeps everything

@@ -52,8 +52,10 @@ def play(env, task_id, policy=None):
 def check_solved(env, task_id):
     outcome, infos = play(env, task_id)
     d = outcome.details
-    assert d["submission_valid"] and d["failure"] is None, (task_id, d)
-    assert outcome.correct and 0 < outcome.score <= 1, (task_id, d)  # beats the baseline
+    assert d["submission_valid"], (task_id, d)
+    assert d["failure"] is None, (task_id, d)
+    assert outcome.correct, (task_id, d)
+    assert 0 < outcome.score <= 1, (task_id, d)  # beats the baseline
     assert env.episode.file_owners["submission.csv"] == "analyst"
     assert infos["analyst"]["outcome"]["metric_value"] == d["metric_value"]
     return infos
@@ -72,8 +74,11 @@ def test_scripted_team_solves_a_task_and_every_action_is_coached(sandbox):
         first = coach.requests[0]
         assert first.checks == {"code_present": True, "expected_files_present": True, "features_consistent": True}
         final = coach.requests[-1]
-        assert final.is_final_action and final.checks["submission_valid"] and final.checks["beats_baseline"]
-        assert final.metrics["outcome"]["metric"] == "accuracy" and final.files == owners
+        assert final.is_final_action
+        assert final.checks["submission_valid"]
+        assert final.checks["beats_baseline"]
+        assert final.metrics["outcome"]["metric"] == "accuracy"
+        assert final.files == owners
         assert final.metrics["submission"]["valid"]
         # the modeler sees the engineer's turn, tool output included
         assert "X_train (125, 14)" in infos["modeler"]["messages"][1]["content"]
@@ -115,7 +120,9 @@ def test_engineer_forgets_test_features_and_the_blame_reaches_the_outcome_and_th
         tasks = env.scenario.task_list
         outcome, infos = play(env, "diabetes-progression", ScriptedDSPolicy(tasks, forget=("X_test.csv",)))
         d = outcome.details
-        assert outcome.score == 0.0 and outcome.correct is False and not d["submission_valid"]
+        assert outcome.score == 0.0
+        assert outcome.correct is False
+        assert not d["submission_valid"]
         assert d["missing_files"] == {"X_test.csv": "data_engineer", "submission.csv": "analyst"}
         assert d["failure"]["error"] == "submission.csv was not written"
         assert d["failure"]["root_cause"] == {"file": "X_test.csv", "owner": "data_engineer", "reason": "missing"}
@@ -126,12 +133,14 @@ def test_engineer_forgets_test_features_and_the_blame_reaches_the_outcome_and_th
         assert engineer_end.metrics["missing_files"] == {"X_test.csv": "data_engineer"}
         analyst_cell, analyst_end = [r for r in coach.requests if r.role == "analyst"]
         assert "X_test.csv" in analyst_cell.tool_results[0]["error"]  # FileNotFoundError in the analyst's cell
-        assert analyst_end.is_final_action and analyst_end.checks["submission_valid"] is False
+        assert analyst_end.is_final_action
+        assert analyst_end.checks["submission_valid"] is False
         assert analyst_end.metrics["missing_files"]["X_test.csv"] == "data_engineer"
         assert analyst_end.metrics["expected_files"]["X_test.csv"] == {"owner": "data_engineer", "present": False,
                                                                         "written_by": None}
         assert analyst_end.metrics["outcome"]["failure"]["root_cause"]["file"] == "X_test.csv"
-        assert "X_test.csv" not in analyst_end.files and analyst_end.files["model.pkl"] == "modeler"
+        assert "X_test.csv" not in analyst_end.files
+        assert analyst_end.files["model.pkl"] == "modeler"
         # the modeler did its part and the rule coach sees that
         assert all(r.checks.get("expected_files_present") for r in coach.requests if r.role == "modeler")
     finally:
@@ -147,8 +156,10 @@ def test_invalid_submission_is_a_failed_record_naming_the_error(sandbox):
         env.step("```python\nimport pandas as pd\npd.read_csv('test.csv')[['id']].assign(cultivar='Barolo')"
                  ".iloc[:10].to_csv('submission.csv', index=False)\n```")
         d = env.episode.outcome.details
-        assert not d["submission_valid"] and "10 rows for 53 test ids" in d["failure"]["error"]
-        assert d["failure"]["owner"] == "analyst" and d["failure"]["root_cause"]["file"] == "X_train.csv"
+        assert not d["submission_valid"]
+        assert "10 rows for 53 test ids" in d["failure"]["error"]
+        assert d["failure"]["owner"] == "analyst"
+        assert d["failure"]["root_cause"]["file"] == "X_train.csv"
         assert env.episode.actions[-1].checks["submission_valid"] is False
     finally:
         env.close()
@@ -200,10 +211,12 @@ def test_a_dsbench_folder_plays_end_to_end(sandbox, tmp_path):
         assert len(env.scenario.tasks()) == 8
         outcome, _ = play(env, "playground-series-s4e1")
         assert outcome.details["submission_valid"], outcome.details
-        assert outcome.details["metric"] == "roc_auc" and outcome.details["baseline_score"] == 0.5
+        assert outcome.details["metric"] == "roc_auc"
+        assert outcome.details["baseline_score"] == 0.5
         # no sample_submission.csv in the folder: the baseline's is placed in the workspace
         sample = env.episode.session.read_file("sample_submission.csv").decode().splitlines()
-        assert sample[0] == "id,Exited" and len(sample) == 41
+        assert sample[0] == "id,Exited"
+        assert len(sample) == 41
         assert (tmp_path / "cache" / "dsbench-scores" / "playground-series-s4e1.json").is_file()
     finally:
         env.close()

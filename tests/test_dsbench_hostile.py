@@ -79,10 +79,12 @@ def test_a_hostile_submission_is_an_invalid_submission_not_a_crash(sandbox, case
         env.step("Nothing to model.")
         env.step(cell(code))  # returns, whatever the workspace now holds
         record, outcome = env.last_action, env.outcome
-        assert outcome is not None and all(env.terminations.values())
+        assert outcome is not None
+        assert all(env.terminations.values())
         details = outcome.details
         if pattern is not None:
-            assert details["submission_valid"] is False and outcome.score == 0.0
+            assert details["submission_valid"] is False
+            assert outcome.score == 0.0
             assert record.checks["submission_valid"] is False
             assert re.search(pattern, details["failure"]["error"]), details["failure"]
             assert "submission_valid=False" in record.coach.rationale  # the coach was told, and scored it down
@@ -155,6 +157,7 @@ def test_the_scripted_team_still_solves_through_step(sandbox):
         task = next(t for t in env.scenario.task_list if t.id == "wine-cultivar")
         for code in (engineer_code(task), modeler_code(task), analyst_code(task)):
             env.step(cell(code))
-        assert env.outcome.details["submission_valid"] and env.outcome.correct
+        assert env.outcome.details["submission_valid"]
+        assert env.outcome.correct
     finally:
         env.close()

@@ -143,7 +143,8 @@ def test_the_default_seed_is_secret_per_cache_and_not_in_the_workspace(tmp_path)
         assert ta.id == tb.id
         assert ta.answers_csv.read_bytes() != tb.answers_csv.read_bytes(), ta.id  # not a function of the id
         seed_file = ta.answers_csv.parents[2] / builtin.SEED_FILE
-        assert seed_file.is_file() and seed_file.parent != ta.train_csv.parent
+        assert seed_file.is_file()
+        assert seed_file.parent != ta.train_csv.parent
     # what the sandbox receives is train.csv, test.csv and sample_submission.csv: none of them holds the seed
     secret = (a[0].answers_csv.parents[2] / builtin.SEED_FILE).read_text().strip()
     for t in a:

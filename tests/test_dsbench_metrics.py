@@ -112,7 +112,8 @@ def test_normalized_gini_is_2auc_minus_1_for_binary_and_kaggle_formula_otherwise
     assert compute_metric("normalized_gini", B, B) == pytest.approx(1.0)
     # continuous target, worked by hand: actual [1, 3, 2], order by pred gives [3, 1, 2]
     # cum shares 3/6, 4/6, 1 -> sum 13/6 / 3 - 4/6 = 0.0556; perfect order [3, 2, 1]: 3/6, 5/6, 1 -> 0.1111
-    assert compute_metric("normalized_gini", [1, 3, 2], [0.2, 0.9, 0.1]) == pytest.approx((13 / 18 - 4 / 6) / (14 / 18 - 4 / 6))
+    expected = (13 / 18 - 4 / 6) / (14 / 18 - 4 / 6)
+    assert compute_metric("normalized_gini", [1, 3, 2], [0.2, 0.9, 0.1]) == pytest.approx(expected)
 
 
 def test_map_at_3():
@@ -151,5 +152,7 @@ def test_unknown_metric_lists_the_known_ones():
 
 
 def test_better_respects_direction():
-    assert better("rmse", 1.0, 2.0) and not better("rmse", 2.0, 1.0)
-    assert better("roc_auc", 0.8, 0.7) and not better("roc_auc", 0.7, 0.7)
+    assert better("rmse", 1.0, 2.0)
+    assert not better("rmse", 2.0, 1.0)
+    assert better("roc_auc", 0.8, 0.7)
+    assert not better("roc_auc", 0.7, 0.7)

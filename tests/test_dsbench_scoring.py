@@ -32,7 +32,9 @@ def test_join_by_id_not_by_row_order(labels_task):
     shuffled = pd.DataFrame({"PassengerId": ["0021_01", "0019_01", "0018_01", "0013_01"],
                              "Transported": [False, True, True, False]})
     report = score_submission(labels_task, csv(shuffled))
-    assert report.valid and report.score == 1.0 and report.error is None
+    assert report.valid
+    assert report.score == 1.0
+    assert report.error is None
 
 
 def test_string_and_boolean_labels_compare_by_value(labels_task):
@@ -43,8 +45,10 @@ def test_string_and_boolean_labels_compare_by_value(labels_task):
 def test_labels_of_the_wrong_kind_are_an_error_not_a_zero(labels_task):
     sub = "PassengerId,Transported\n0013_01,no\n0018_01,yes\n0019_01,yes\n0021_01,no\n"
     report = score_submission(labels_task, sub)
-    assert not report.valid and report.score is None
-    assert "none of the predicted labels" in report.error and "'yes'" in report.error
+    assert not report.valid
+    assert report.score is None
+    assert "none of the predicted labels" in report.error
+    assert "'yes'" in report.error
 
 
 @pytest.mark.parametrize("text, message", [
@@ -64,7 +68,8 @@ def test_labels_of_the_wrong_kind_are_an_error_not_a_zero(labels_task):
 ])
 def test_broken_submissions_get_precise_errors(labels_task, text, message):
     report = score_submission(labels_task, text)
-    assert not report.valid and report.score is None
+    assert not report.valid
+    assert report.score is None
     assert message in report.error
     assert report.to_dict()["error"] == report.error  # the failed-submission record carries it
 
@@ -72,7 +77,8 @@ def test_broken_submissions_get_precise_errors(labels_task, text, message):
 def test_extra_columns_are_ignored_with_a_warning(labels_task):
     sub = "PassengerId,Transported,confidence\n0013_01,False,1\n0018_01,True,1\n0019_01,True,1\n0021_01,False,1\n"
     report = score_submission(labels_task, sub)
-    assert report.valid and report.score == 1.0
+    assert report.valid
+    assert report.score == 1.0
     assert report.warnings == ["ignored extra column(s) ['confidence']"]
 
 
@@ -123,7 +129,8 @@ def test_binary_f1_positive_class_is_inferred_or_given(tmp_path):
 def test_metric_errors_become_failed_submissions(tmp_path):
     task = make_task(tmp_path, "rmsle", pd.DataFrame({"id": [1, 2], "y": [1.0, 2.0]}))
     report = score_submission(task, "id,y\n1,-3\n2,2\n")
-    assert not report.valid and "non-negative" in report.error
+    assert not report.valid
+    assert "non-negative" in report.error
 
 
 def test_relative_quality():

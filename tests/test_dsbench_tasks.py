@@ -56,12 +56,14 @@ def dsbench_root(tmp_path_factory):
 @needs_bench
 def test_load_the_paper_splits_with_one_argument(dsbench_root):
     train, evals = load_dsbench(dsbench_root, split="train"), load_dsbench(dsbench_root, split="eval")
-    assert len(train) == 64 and len(evals) == 8
+    assert len(train) == 64
+    assert len(evals) == 8
     assert len(load_dsbench(dsbench_root, split="all")) == 72
     assert [t.id for t in evals][:3] == ["playground-series-s4e6", "playground-series-s4e2", "playground-series-s4e1"]
     by_id = {t.id: t for t in train + evals}
     # corrected metadata: titanic, liverpool (no cleaned prompt), and classification despite data_type labels
-    assert by_id["titanic"].meta["declared_target"] == "Survived" and "Spaceship" not in by_id["titanic"].description
+    assert by_id["titanic"].meta["declared_target"] == "Survived"
+    assert "Spaceship" not in by_id["titanic"].description
     assert by_id["liverpool-ion-switching"].metric == "f1_macro"
     assert by_id["playground-series-s4e6"].kind == "classification"
     assert by_id["playground-series-s4e2"].kind == "classification"
@@ -77,7 +79,8 @@ def test_load_the_paper_splits_with_one_argument(dsbench_root):
 def test_explicit_metadata_paths_and_data_subfolder(tmp_path):
     root = fake_dsbench(tmp_path / "DSBench" / "data")
     tasks = load_dsbench(tmp_path / "DSBench", metadata=BENCH / META_FILES[1], prompts=BENCH / META_FILES[2])
-    assert len(tasks) == 8 and tasks[0].train_csv == root / "data_resplit" / "playground-series-s4e6" / "train.csv"
+    assert len(tasks) == 8
+    assert tasks[0].train_csv == root / "data_resplit" / "playground-series-s4e6" / "train.csv"
 
 
 @needs_bench
@@ -104,7 +107,8 @@ def test_malformed_task_folders_give_clear_errors(tmp_path, breakage, message):
     breakage(root)
     with pytest.raises(DSBenchFormatError, match="cannot be loaded") as err:
         load_dsbench(root, metadata=BENCH / META_FILES[1], prompts=BENCH / META_FILES[2])
-    assert message in str(err.value) and "\n" not in str(err.value)  # one line, naming the problem
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)  # one line, naming the problem
 
 
 @needs_bench
@@ -139,14 +143,16 @@ def tasks():
 
 
 def test_builtin_tasks_cover_the_required_kinds(tasks):
-    assert len(tasks) >= 8 and len({t.id for t in tasks}) == len(tasks)
+    assert len(tasks) >= 8
+    assert len({t.id for t in tasks}) == len(tasks)
     assert len({t.metric for t in tasks}) >= 6
     kinds = {t.kind for t in tasks}
     assert {"classification", "regression"} <= kinds
     assert any(len(t.target_columns) > 1 for t in tasks)  # multi-target
     frames = {t.id: pd.read_csv(t.train_csv) for t in tasks}
     classes = {t.id: frames[t.id][t.target_columns[0]].nunique() for t in tasks if t.kind == "classification"}
-    assert 2 in classes.values() and max(classes.values()) > 2  # binary and multi-class
+    assert 2 in classes.values()
+    assert max(classes.values()) > 2  # binary and multi-class
     assert any(not pd.api.types.is_numeric_dtype(frames[t.id][t.target_columns[0]]) for t in tasks)  # string labels
     assert any(frames[t.id].isna().any().any() for t in tasks)  # missing values
     assert any(pd.api.types.is_object_dtype(d) or pd.api.types.is_string_dtype(d)
@@ -165,9 +171,10 @@ def test_builtin_task_files_and_descriptions(tasks):
             assert section in t.description, (t.id, section)
         # the sample submission is the baseline and is valid; the reference beats it
         report = score_submission(t, t.sample_submission_csv.read_bytes(), answers)
-        assert report.valid and report.score == pytest.approx(t.baseline_score), t.id
-        assert t.reference_score is not None and get_metric(t.metric).higher_is_better == (
-            t.reference_score > t.baseline_score), t.id
+        assert report.valid, t.id
+        assert report.score == pytest.approx(t.baseline_score), t.id
+        assert t.reference_score is not None, t.id
+        assert get_metric(t.metric).higher_is_better == (t.reference_score > t.baseline_score), t.id
 
 
 def test_generation_is_seeded_and_the_default_seed_stays_with_the_answers(tmp_path, tasks):

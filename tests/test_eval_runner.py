@@ -93,14 +93,21 @@ def test_cli_eval_writes_transcripts_results_plots_and_leaderboard(tmp_path, cap
     episode = json.loads(lines[0])
     assert [a["role"] for a in episode["actions"]][:2] == ["problem_solver", "code_executor"]
     executor = episode["actions"][1]
-    assert executor["tool_results"][0]["ok"] and executor["coach"]["score"] is not None and executor["seen"]
-    assert episode["outcome"]["correct"] is True and episode["ground_truth"] == episode["outcome"]["gold"]
+    assert executor["tool_results"][0]["ok"]
+    assert executor["coach"]["score"] is not None
+    assert executor["seen"]
+    assert episode["outcome"]["correct"] is True
+    assert episode["ground_truth"] == episode["outcome"]["gold"]
     results = json.loads((run / "results.json").read_text())
     s = results["sets"]["synthetic:3"]
-    assert s["avg@k"]["mean"] == 1.0 and s["maj@k"]["mean"] == 1.0 and s["pass@k"]["2"]["mean"] == 1.0
+    assert s["avg@k"]["mean"] == 1.0
+    assert s["maj@k"]["mean"] == 1.0
+    assert s["pass@k"]["2"]["mean"] == 1.0
     assert set(s["coach_by_role"]) == {"problem_solver", "code_executor", "verifier"}
-    assert s["overlap"]["n_overlap"] == 0 and s["cost"]["coach_calls"] > 0
-    assert results["k"] == 2 and results["team"] == "scripted"
+    assert s["overlap"]["n_overlap"] == 0
+    assert s["cost"]["coach_calls"] > 0
+    assert results["k"] == 2
+    assert results["team"] == "scripted"
     for png in ("accuracy_by_set.png", "coach_by_role.png"):
         assert (run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     board = (tmp_path / "leaderboard.md").read_text()
@@ -109,7 +116,8 @@ def test_cli_eval_writes_transcripts_results_plots_and_leaderboard(tmp_path, cap
     assert board in captured.out
     # stderr is not a terminal here: plain progress lines, the last one when the set is done
     progress = [line for line in captured.err.splitlines() if line.startswith("synthetic:3: ")]
-    assert progress[-1].startswith("synthetic:3: 6/6 episodes, ") and "episodes/s, done in" in progress[-1]
+    assert progress[-1].startswith("synthetic:3: 6/6 episodes, ")
+    assert "episodes/s, done in" in progress[-1]
     assert "coach:" not in captured.err  # the rule coach never fails
 
 
@@ -120,7 +128,8 @@ def test_metrics_of_a_mixed_team(tmp_path, envkw):
         (0, 0, True), (0, 1, False), (1, 0, True), (1, 1, False), (2, 0, True), (2, 1, False)]
     results = evaluate_team(alternating_team, [synthetic(3)], tmp_path, "mixed", k=2, env_kwargs=envkw, plots=False)
     s = results["sets"]["synthetic:3"]
-    assert s["avg@k"]["mean"] == 0.5 and s["pass@k"]["1"]["mean"] == 0.5
+    assert s["avg@k"]["mean"] == 0.5
+    assert s["pass@k"]["1"]["mean"] == 0.5
     assert s["pass@k"]["2"]["mean"] == 1.0  # one right sample of two
     assert s["maj@k"]["mean"] == 0.5  # a 1-1 tie between the right and a wrong answer
 
@@ -130,7 +139,8 @@ def test_policy_token_counts_are_reported(tmp_path, envkw):
     results = evaluate_team(team, [synthetic(2)], tmp_path, "tokens",
                             k=1, env_kwargs=envkw, plots=False)
     cost = results["sets"]["synthetic:2"]["cost"]
-    assert cost["policy_prompt_tokens"] == 100 * cost["actions"] and cost["policy_completion_tokens"] > 0
+    assert cost["policy_prompt_tokens"] == 100 * cost["actions"]
+    assert cost["policy_completion_tokens"] > 0
     episode = json.loads((tmp_path / TRANSCRIPTS).read_text().splitlines()[0])
     # "I am the problem_solver; no code needed." is 7 words
     assert episode["actions"][0]["usage"] == {"prompt_tokens": 100, "completion_tokens": 7}
@@ -183,7 +193,9 @@ def test_overlap_with_the_training_source_is_warned_and_reported(tmp_path, envkw
     with pytest.warns(OverlapWarning, match="2/2 problems of eval set 'amc'"):
         results = evaluate_team(alternating_team, [es], tmp_path, "leaky", k=1, env_kwargs=envkw, plots=False)
     overlap = results["sets"]["amc"]["overlap"]
-    assert overlap["n_overlap"] == 2 and overlap["fraction"] == 1.0 and overlap["train_source"].endswith("amc.json")
+    assert overlap["n_overlap"] == 2
+    assert overlap["fraction"] == 1.0
+    assert overlap["train_source"].endswith("amc.json")
 
 
 @pytest.mark.skipif(not (DATA / "aime_2025.json").is_file(), reason=f"bench data not found at {DATA}")
@@ -226,13 +238,16 @@ def test_dsbench_builtin_task(tmp_path):
     finally:
         sandbox.close()
     s = results["sets"]["dsbench"]
-    assert s["valid_rate"]["mean"] == 1.0 and 0 < s["quality"]["mean"] <= 1 and "avg@k" not in s
+    assert s["valid_rate"]["mean"] == 1.0
+    assert 0 < s["quality"]["mean"] <= 1
+    assert "avg@k" not in s
     assert set(s["coach_by_role"]) == {"data_engineer", "modeler", "analyst"}
     (task,) = s["per_task"]
     assert (tmp_path / "quality_dsbench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (tmp_path / "accuracy_by_set.png").exists()  # no rule-checked answers to plot
     episode = json.loads((tmp_path / TRANSCRIPTS).read_text())
-    assert episode["outcome"]["submission_valid"] and episode["task_id"] == task
+    assert episode["outcome"]["submission_valid"]
+    assert episode["task_id"] == task
 
 
 def test_run_identity_guards_played_episodes_only(tmp_path):

@@ -85,7 +85,8 @@ def test_per_problem_groups_interleaved_samples_by_id():
         Sample("b", False, "9"), Sample("a", True, "1"), Sample("b", True, "4"),
     ]
     table = per_problem(samples, k=3)
-    assert table["a"]["n"] == 3 and table["a"]["c"] == 2
+    assert table["a"]["n"] == 3
+    assert table["a"]["c"] == 2
     assert table["a"]["avg"] == pytest.approx(2 / 3)
     assert table["a"]["maj"] == 1.0  # "1" twice
     assert table["b"]["maj"] == 0.0  # "9" twice beats the right "4"
@@ -102,23 +103,32 @@ def test_maj_votes_over_the_first_k_samples():
 
 def test_mean_se():
     m = mean_se([1, 0, 1, 0])
-    assert m.mean == 0.5 and m.n == 4
+    assert m.mean == 0.5
+    assert m.n == 4
     assert m.se == pytest.approx(math.sqrt(1 / 3) / 2)  # sample std sqrt(1/3), over sqrt(4)
-    assert math.isnan(mean_se([0.7]).se) and mean_se([0.7]).format() == "0.700 (n=1)"
-    assert mean_se([]).n == 0 and mean_se([]).format() == "–"
+    assert math.isnan(mean_se([0.7]).se)
+    assert mean_se([0.7]).format() == "0.700 (n=1)"
+    assert mean_se([]).n == 0
+    assert mean_se([]).format() == "–"
     assert mean_se([1, 0, 1, 0]).format() == "0.500 ± 0.289"
 
 
 def test_paired_bootstrap():
     same = paired_bootstrap([0.1, 0.5, 0.9], [0.1, 0.5, 0.9])
-    assert (same.delta, same.low, same.high) == (0.0, 0.0, 0.0) and not same.significant
+    assert (same.delta, same.low, same.high) == (0.0, 0.0, 0.0)
+    assert not same.significant
     shifted = paired_bootstrap([0, 0.2, 0.5], [1, 1.2, 1.5])
-    assert shifted.delta == pytest.approx(1) and shifted.low == pytest.approx(1) and shifted.high == pytest.approx(1)
+    assert shifted.delta == pytest.approx(1)
+    assert shifted.low == pytest.approx(1)
+    assert shifted.high == pytest.approx(1)
     better = paired_bootstrap([0.0] * 20, [1.0] * 10 + [0.0] * 10, n_boot=2000, seed=1)
-    assert better.delta == pytest.approx(0.5) and better.significant and better.low < 0.5 < better.high
+    assert better.delta == pytest.approx(0.5)
+    assert better.significant
+    assert better.low < 0.5 < better.high
     assert better == paired_bootstrap([0.0] * 20, [1.0] * 10 + [0.0] * 10, n_boot=2000, seed=1)  # seeded
     noisy = paired_bootstrap([1, 0, 1, 0], [0, 1, 0, 1], n_boot=2000)
-    assert noisy.low < 0 < noisy.high and not noisy.significant
+    assert noisy.low < 0 < noisy.high
+    assert not noisy.significant
 
 
 def test_paired_bootstrap_rejects_bad_input():

@@ -4,18 +4,17 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from mappa_envs.policy import Team  # noqa: E402
-from mappa_train.generation import SamplingParams, chat_prompt_ids, make_generator  # noqa: E402
-from mappa_train.generation.hf import HFGenerator, warped_logprobs  # noqa: E402
-from mappa_train.generation.openai_chat import OpenAIChat  # noqa: E402
-from mappa_train.text_policies import EndpointPolicy, GeneratorPolicy  # noqa: E402
-from mappa_train.tiny_model import build_tiny_model  # noqa: E402
-from tests.openai_stub import StubServer  # noqa: E402
+from mappa_envs.policy import Team
+from mappa_train.generation import SamplingParams, chat_prompt_ids, make_generator
+from mappa_train.generation.hf import HFGenerator, warped_logprobs
+from mappa_train.generation.openai_chat import OpenAIChat
+from mappa_train.text_policies import EndpointPolicy, GeneratorPolicy
+from tests.openai_stub import StubServer
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+def model_dir(tiny_model_dir):
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +68,8 @@ def test_the_checkpoints_sampling_defaults_do_not_leak_in(model_dir, prompts):
     sampler = HFGenerator(model, AutoTokenizer.from_pretrained(model_dir))
     params = SamplingParams(max_new_tokens=10, seed=6)
     out = sampler.generate(prompts[:1], params)[0]
-    assert torch.allclose(torch.tensor(out.logprobs), forward_logprobs(model, prompts[0], out.token_ids, params), atol=1e-4)
+    expected = forward_logprobs(model, prompts[0], out.token_ids, params)
+    assert torch.allclose(torch.tensor(out.logprobs), expected, atol=1e-4)
 
 
 def test_seeded_calls_repeat_and_leave_the_global_rng_alone(gen, prompts):
@@ -105,7 +105,8 @@ def test_stop_tokens_end_the_action_and_are_kept(gen, prompts):
 def test_batches_larger_than_max_batch_size_are_split(model_dir, prompts):
     small = HFGenerator(model_dir, max_batch_size=1)
     out = small.generate(prompts * 2, SamplingParams(max_new_tokens=4, temperature=0))
-    assert len(out) == 4 and out[0].token_ids == out[2].token_ids
+    assert len(out) == 4
+    assert out[0].token_ids == out[2].token_ids
 
 
 def test_load_weights_syncs_the_sampler(model_dir, prompts):
@@ -147,7 +148,9 @@ def test_generator_policy_answers_a_team_in_one_call(gen):
         texts = Team(policy).respond(convs, ["problem_solver", "verifier", "verifier"])
     finally:
         del gen.generate
-    assert calls == [3] and len(texts) == 3 and all(isinstance(t, str) for t in texts)
+    assert calls == [3]
+    assert len(texts) == 3
+    assert all(isinstance(t, str) for t in texts)
     assert len(policy.last_usage) == 3
     assert all(1 <= u["completion_tokens"] <= 4 and u["prompt_tokens"] > 5 for u in policy.last_usage)
 
@@ -161,7 +164,9 @@ def test_endpoint_policy_over_a_loopback_openai_server(gen):
         texts = policy.respond(convs, ["verifier"] * 3)
         assert texts == local.respond(convs, ["verifier"] * 3)
         body = server.requests[0]
-        assert body["max_tokens"] == 6 and body["temperature"] == 0 and body["model"] == "tiny"
+        assert body["max_tokens"] == 6
+        assert body["temperature"] == 0
+        assert body["model"] == "tiny"
         assert sorted(r["seed"] for r in server.requests) == [3, 4, 5]
         # the server's own counts come back per conversation (the stub counts words)
         assert policy.last_usage == [{"prompt_tokens": 5, "completion_tokens": len(t.split())} for t in texts]

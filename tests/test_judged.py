@@ -50,10 +50,13 @@ def run_update(transitions, *overrides, offset=0.0):
 def test_length_cut_actions_are_masked_by_default_and_counted():
     ts = [transition(1, 4), transition(2, 6, finish="length"), transition(3, 3)]
     metrics, learner = run_update(ts)
-    assert metrics["length_cut"] == 1 and metrics["actions"] == 2
+    assert metrics["length_cut"] == 1
+    assert metrics["actions"] == 2
     assert [s.prompt_ids for s in learner.trained] == [[1], [3]]
     metrics, learner = run_update(ts, "algo.mask_length_cut=false")  # configurable: trained like any other
-    assert metrics["length_cut"] == 1 and metrics["actions"] == 3 and len(learner.trained) == 3
+    assert metrics["length_cut"] == 1
+    assert metrics["actions"] == 3
+    assert len(learner.trained) == 3
 
 
 def test_a_masked_actions_rewards_still_reach_the_earlier_actions_returns():
@@ -70,9 +73,11 @@ def test_a_masked_actions_rewards_still_reach_the_earlier_actions_returns():
 def test_env_cut_actions_train_on_the_judged_tokens_only():
     ts = [transition(1, 8, judged=5), transition(2, 4), transition(3, 6, judged=0)]
     metrics, learner = run_update(ts)
-    assert metrics["env_cut"] == 2 and metrics["actions"] == 2  # judged_tokens=0: nothing to learn from
+    assert metrics["env_cut"] == 2
+    assert metrics["actions"] == 2  # judged_tokens=0: nothing to learn from
     first, second = learner.trained
-    assert first.action_ids == list(range(10, 15)) and len(first.old_logp) == len(first.advantages) == 5
+    assert first.action_ids == list(range(10, 15))
+    assert len(first.old_logp) == len(first.advantages) == 5
     assert second.action_ids == list(range(10, 14))
 
 
@@ -114,8 +119,10 @@ def test_the_rollout_records_how_many_ids_the_env_judged():
     finally:
         env.close()
         sandbox.close()
-    assert rollout.transitions and all("cut to max_action_chars=100" in (r.input_error or "") for r in records)
+    assert rollout.transitions
+    assert all("cut to max_action_chars=100" in (r.input_error or "") for r in records)
     for t, record in zip(rollout.transitions, records):
         kept = tok.decode(t.action_ids[:t.judged_tokens], skip_special_tokens=True)
-        assert len(kept) <= 100 and record.text.startswith(kept)  # within what the sandbox and the coach saw
+        assert len(kept) <= 100
+        assert record.text.startswith(kept)  # within what the sandbox and the coach saw
         assert len(tok.decode(t.action_ids[:t.judged_tokens + 1], skip_special_tokens=True)) > 100

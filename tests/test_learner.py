@@ -27,7 +27,8 @@ def make_samples(n: int = 6, seed: int = 0) -> list[Sample]:
     out = []
     for _ in range(n):
         p, a = int(torch.randint(3, 12, (1,), generator=g)), int(torch.randint(1, 6, (1,), generator=g))
-        out.append(Sample(torch.randint(5, 500, (p,), generator=g).tolist(), torch.randint(5, 500, (a,), generator=g).tolist()))
+        out.append(Sample(torch.randint(5, 500, (p,), generator=g).tolist(),
+                          torch.randint(5, 500, (a,), generator=g).tolist()))
     return out
 
 
@@ -40,12 +41,14 @@ def prepare(learner: PolicyLearner, samples: list[Sample], seed: int = 1) -> Non
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), vocab_size=512, hidden_size=64, layers=2, heads=2, kv_heads=1)
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), vocab_size=512, hidden_size=64, layers=2, heads=2,
+                            kv_heads=1)
 
 
 @pytest.fixture(scope="module")
 def learner(model_dir):
-    return PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64), AlgoConfig())
+    return PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64),
+                         AlgoConfig())
 
 
 def test_logprobs_packed_padded_and_plain_forward_agree(learner, model_dir):
@@ -63,7 +66,8 @@ def test_logprobs_packed_padded_and_plain_forward_agree(learner, model_dir):
             logp = plain(ids).logits[0, :-1].log_softmax(-1).gather(1, ids[0, 1:, None])[:, 0]
         expected = logp[len(s.prompt_ids) - 1:]
         assert a.shape == (len(s.action_ids),)
-        assert torch.allclose(a, expected, atol=1e-5) and torch.allclose(b, expected, atol=1e-5)
+        assert torch.allclose(a, expected, atol=1e-5)
+        assert torch.allclose(b, expected, atol=1e-5)
     assert all(torch.equal(a, r) for a, r in zip(packed, learner.logprobs(samples, reference=True)))
 
 
@@ -72,8 +76,10 @@ def test_one_training_step_moves_the_policy_and_not_the_reference(learner):
     prepare(learner, samples)
     ref_before = learner.logprobs(samples, reference=True)
     metrics = learner.train(samples, lr=LR)
-    assert metrics["optimizer_steps"] == 1 and metrics["tokens"] == sum(len(s.action_ids) for s in samples)
-    assert metrics["grad_norm"] > 0 and metrics["clip_frac"] == 0.0  # first pass: ratio == 1
+    assert metrics["optimizer_steps"] == 1
+    assert metrics["tokens"] == sum(len(s.action_ids) for s in samples)
+    assert metrics["grad_norm"] > 0
+    assert metrics["clip_frac"] == 0.0  # first pass: ratio == 1
     after = learner.logprobs(samples)
     assert any(not torch.allclose(a, s.old_logp) for a, s in zip(after, samples))
     assert all(torch.equal(a, b) for a, b in zip(ref_before, learner.logprobs(samples, reference=True)))
@@ -93,14 +99,17 @@ def test_state_dict_has_every_weight(learner, model_dir):
 def test_lr_schedule_and_chunks():
     cfg = LearnerConfig(lr=1.0, warmup_steps=2, schedule="cosine")
     assert [lr_at(s, cfg, 10) for s in (0, 1)] == [0.5, 1.0]
-    assert lr_at(10, cfg, 10) == pytest.approx(0.1) and lr_at(2, cfg, 10) == pytest.approx(1.0)
-    assert _chunks(list(range(5)), 2) == [[0, 1, 2], [3, 4]] and _chunks([1], 3) == [[1], [], []]
+    assert lr_at(10, cfg, 10) == pytest.approx(0.1)
+    assert lr_at(2, cfg, 10) == pytest.approx(1.0)
+    assert _chunks(list(range(5)), 2) == [[0, 1, 2], [3, 4]]
+    assert _chunks([1], 3) == [[1], [], []]
 
 
 def _worker(model_dir: str, out: str) -> None:
     """One rank of the 2-rank ZeRO-3 run: train on every other sample, report from rank 0."""
     # 3-token LM-head chunks: the ranks hold different token counts, so they must agree on the chunk count
-    cfg = LearnerConfig(lr=LR, packed=True, zero_stage=3, micro_batch_tokens=24, train_batch_size=64, logprob_chunk_tokens=3)
+    cfg = LearnerConfig(lr=LR, packed=True, zero_stage=3, micro_batch_tokens=24, train_batch_size=64,
+                        logprob_chunk_tokens=3)
     learner = PolicyLearner(model_dir, cfg, AlgoConfig())
     samples = make_samples()
     prepare(learner, samples)  # every rank scores all samples: same old_logp/advantages everywhere
@@ -121,7 +130,8 @@ def test_two_zero3_ranks_match_one_process(model_dir, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     # the same update in one process, ZeRO-0, on the same samples (rank 0 trained 1, rank 1 trained 3 of them)
-    single = PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64), AlgoConfig())
+    single = PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64),
+                           AlgoConfig())
     samples = make_samples()
     prepare(single, samples)
     trained = samples[0::2][:1] + samples[1::2][:3]
@@ -149,7 +159,8 @@ def test_chunked_logprobs_match_the_full_log_softmax_values_and_gradients(chunk,
     full = torch.log_softmax(head(hidden) / temperature, -1).gather(1, targets[:, None])[:, 0]
     want = torch.autograd.grad((full * upstream).sum(), [hidden, head.weight])
     got = action_logprobs(hidden, head, targets, temperature, chunk, n_chunks)
-    assert got.shape == (13,) and torch.allclose(got, full, atol=1e-5)
+    assert got.shape == (13,)
+    assert torch.allclose(got, full, atol=1e-5)
     for a, b in zip(torch.autograd.grad((got * upstream).sum(), [hidden, head.weight]), want):
         assert torch.allclose(a, b, atol=1e-5)
     with torch.no_grad():

@@ -44,9 +44,12 @@ def test_correct_answer_episode():
     steps = play(env, GOOD)
     assert [a for a, _, _ in steps] == ["problem_solver", "code_executor", "code_executor", "verifier"]
     executor_cell = steps[1][2]["action"]["tool_results"][0]
-    assert executor_cell["ok"] and executor_cell["stdout"] == "42\n"
+    assert executor_cell["ok"]
+    assert executor_cell["stdout"] == "42\n"
     outcome = env.episode.outcome
-    assert outcome.correct and outcome.score == 1.0 and outcome.details["predicted"] == "42"
+    assert outcome.correct
+    assert outcome.score == 1.0
+    assert outcome.details["predicted"] == "42"
     assert all(r > 5 for _, r, _ in steps)  # the rule coach rewards verified, correct work
     assert steps[-1][2]["action"]["checks"] == {"answer_present": True, "answer_correct": True}
     env.close()
@@ -66,7 +69,8 @@ def test_code_that_raises_is_reported_and_the_turn_goes_on():
     env = make_env()
     steps = play(env, {**GOOD, "code_executor": ["```python\n1/0\n```", "```python\nprint(6*7)\n```", "\\boxed{42}"]})
     first = steps[1][2]["action"]["tool_results"][0]
-    assert not first["ok"] and "ZeroDivisionError" in first["error"]
+    assert not first["ok"]
+    assert "ZeroDivisionError" in first["error"]
     assert steps[2][2]["action"]["tool_results"][0]["stdout"] == "42\n"  # the session survived
     assert steps[1][1] < steps[2][1]
     assert "ZeroDivisionError" in steps[2][2]["messages"][-3]["content"] or any(
@@ -79,7 +83,8 @@ def test_code_that_loops_past_the_timeout():
     steps = play(env, {**GOOD, "code_executor": ["```python\nwhile True:\n    pass\n```",
                                                    "```python\nprint('alive')\n```", "done \\boxed{42}"]})
     looped = steps[1][2]["action"]["tool_results"][0]
-    assert looped["timed_out"] and not looped["ok"]
+    assert looped["timed_out"]
+    assert not looped["ok"]
     assert steps[2][2]["action"]["tool_results"][0]["stdout"] == "alive\n"
     env.close()
 
@@ -123,7 +128,8 @@ def test_verifier_sees_upstream_outputs_and_tool_output():
     env = make_env()
     steps = play(env, GOOD)
     verifier_prompt = steps[-1][2]["messages"][-1]["content"]
-    assert "## Output of the problem_solver" in verifier_prompt and "## Output of the code_executor" in verifier_prompt
+    assert "## Output of the problem_solver" in verifier_prompt
+    assert "## Output of the code_executor" in verifier_prompt
     assert "[cell 1] ok\n    42" in verifier_prompt  # cell output indented under its header
     env.close()
 
@@ -154,7 +160,8 @@ def test_reward_modes():
     process = play(make_env(reward_mode="process"), GOOD)
     outcome_env = make_env(reward_mode="outcome")
     outcome = play(outcome_env, GOOD)
-    assert [r for _, r, _ in outcome[:-1]] == [0.0, 0.0, 0.0] and outcome[-1][1] == 10.0
+    assert [r for _, r, _ in outcome[:-1]] == [0.0, 0.0, 0.0]
+    assert outcome[-1][1] == 10.0
     assert outcome_env.final_returns == {"problem_solver": 10.0, "code_executor": 10.0, "verifier": 10.0}
     both = play(make_env(reward_mode="process+outcome"), GOOD)
     assert both[-1][1] == pytest.approx(process[-1][1] + 10.0)
@@ -173,7 +180,8 @@ def test_reward_is_readable_through_last():
     assert env.last()[1] == executor_reward  # its previous action's reward
     env.step(GOOD["code_executor"][1])
     env.step(GOOD["verifier"][0])
-    assert env.agent_selection == "problem_solver" and env.terminations["problem_solver"]
+    assert env.agent_selection == "problem_solver"
+    assert env.terminations["problem_solver"]
     assert env.last()[1] == solver_reward
     env.close()
 
@@ -183,11 +191,13 @@ def test_truncation_on_action_limit_and_transcript():
     env.reset(seed=0)
     env.step(GOOD["problem_solver"][0])
     env.step(GOOD["code_executor"][0])
-    assert all(env.truncations.values()) and not any(env.terminations.values())
+    assert all(env.truncations.values())
+    assert not any(env.terminations.values())
     assert env.episode.outcome.correct is False
     record = env.transcript()
     json.dumps(record)
-    assert record["task_id"] == "t1" and len(record["actions"]) == 2
+    assert record["task_id"] == "t1"
+    assert len(record["actions"]) == 2
     assert "code_executor (action 1)" in make_env_render(env)
     env.close()
 
@@ -228,9 +238,11 @@ def test_a_limit_reached_by_the_final_action_still_terminates():
     env = make_env(limits=EpisodeLimits(max_total_actions=3))
     play(env, {**GOOD, "code_executor": ["I trust the solver: \\boxed{42}"]})
     assert env.episode.outcome.correct
-    assert len(env.episode.actions) == 3 and env.infos == {}  # every agent stepped out after terminating
+    assert len(env.episode.actions) == 3
+    assert env.infos == {}  # every agent stepped out after terminating
     env.reset(seed=0)
     for action in ("\\boxed{42}", "\\boxed{42}", "\\boxed{42}"):
         env.step(action)
-    assert all(env.terminations.values()) and not any(env.truncations.values())
+    assert all(env.terminations.values())
+    assert not any(env.truncations.values())
     env.close()

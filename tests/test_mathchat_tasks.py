@@ -13,16 +13,20 @@ if not BENCH.is_dir():  # a worktree next to the main checkout: the shared data 
 
 def test_loads_real_problem_sets():
     aime = load_tasks(str(BENCH / "AIME_1983_2024.json"), split="all")
-    assert len(aime) == 933 and aime[0].id == "1983-1" and aime[0].answer == "60"
+    assert len(aime) == 933
+    assert aime[0].id == "1983-1"
+    assert aime[0].answer == "60"
     assert len(load_tasks(str(BENCH / "aime_2025.json"), split="all")) == 30
     amc = load_tasks(str(BENCH / "amc_eval_32.json"), split="all")
-    assert len(amc) == 32 and all("." not in t.answer for t in amc)  # 142.0 -> "142"
+    assert len(amc) == 32
+    assert all("." not in t.answer for t in amc)  # 142.0 -> "142"
 
 
 def test_file_holdout_split_is_disjoint_and_stable():
     path = str(BENCH / "AIME_1983_2024.json")
     train, ev = load_tasks(path, split="train"), load_tasks(path, split="eval")
-    assert len(train) + len(ev) == 933 and not {t.id for t in train} & {t.id for t in ev}
+    assert len(train) + len(ev) == 933
+    assert not {t.id for t in train} & {t.id for t in ev}
     assert [t.id for t in ev] == [t.id for t in load_tasks(path, split="eval")]
 
 
@@ -79,7 +83,8 @@ def test_synthetic_is_seeded_disjoint_and_computed():
     assert not big_train & {t.prompt for s in (0, 1) for t in synthetic_tasks(8, seed=s, split="eval")}
     assert {t.meta["family"] for t in a} == set(FAMILIES)
     for t in a:  # the answer is what the solution prints, and it is an integer
-        assert _run_solution(t.meta["solution_code"]) == t.answer and t.answer.lstrip("-").isdigit()
+        assert _run_solution(t.meta["solution_code"]) == t.answer
+        assert t.answer.lstrip("-").isdigit()
 
 
 def test_known_synthetic_answers_are_right():

@@ -59,7 +59,8 @@ def test_hub_ids_come_from_the_hf_cache_or_fail_in_one_line_offline(tmp_path):
     cached, error = proc.stdout.strip().splitlines()
     assert Path(cached) == snapshot  # found in the cache: nothing downloaded
     assert error.startswith("ERROR model.path 'acme/absent': the Hugging Face hub is unreachable")
-    assert "hf download acme/absent" in error and "set model.path to a local model directory" in error
+    assert "hf download acme/absent" in error
+    assert "set model.path to a local model directory" in error
 
 
 def _slow_build(name, counter):
@@ -96,7 +97,8 @@ def test_a_failed_build_leaves_nothing_and_the_next_call_builds(cache):
 
     with pytest.raises(RuntimeError, match="disk full"):
         cached_build("m", broken, source={})
-    assert not (cache / "models" / "m").exists() and len(list((cache / "models").glob(".m.tmp-*"))) == 0
+    assert not (cache / "models" / "m").exists()
+    assert len(list((cache / "models").glob(".m.tmp-*"))) == 0
     path = cached_build("m", lambda out: out.mkdir(), source={"ok": 1})
     assert (path / models.MARKER).read_text() == '{"ok": 1}'
     assert cached_build("m", broken, source={}) == path  # complete: reused, not rebuilt

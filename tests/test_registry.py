@@ -12,7 +12,8 @@ from mappa_envs.core.pipeline import PipelineEnv
 def test_registered_ids_and_specs():
     assert {"MathChat-v0", "DSBench-v0"} <= set(mappa_envs.registry)
     spec = mappa_envs.spec("MathChat-v0")
-    assert spec.id == "MathChat-v0" and spec.description
+    assert spec.id == "MathChat-v0"
+    assert spec.description
 
 
 def test_unknown_id_lists_registered_ids():
@@ -31,13 +32,15 @@ def test_register_custom_env_with_defaults_and_pettingzoo_make():
                         num_tasks=2, task_seed=7)
     try:
         env = mappa_envs.make("TinyMath-v0", sandbox="local")
-        assert isinstance(env, PipelineEnv) and len(env.scenario.tasks()) == 2
+        assert isinstance(env, PipelineEnv)
+        assert len(env.scenario.tasks()) == 2
         env.close()
         env = mappa_envs.make("TinyMath-v0", sandbox="local", num_tasks=3)  # caller overrides defaults
         assert len(env.scenario.tasks()) == 3
         env.close()
         env = pettingzoo.make("aec", "mappa/TinyMath-v0", sandbox="local")
-        assert isinstance(env, PipelineEnv) and env.possible_agents == ["problem_solver", "code_executor", "verifier"]
+        assert isinstance(env, PipelineEnv)
+        assert env.possible_agents == ["problem_solver", "code_executor", "verifier"]
         env.close()
     finally:
         mappa_envs.registry.pop("TinyMath-v0")

@@ -19,7 +19,8 @@ STEPS = 4
 
 def _cmd(out) -> list[str]:
     return [sys.executable, "-m", "mappa_cli", "train", *TINY, f"out_dir={out}", f"steps={STEPS}",
-            "eval_every=0", "checkpoint_every=1", f"keep_checkpoints={STEPS}", "log.tensorboard=false", "log.plot=false"]
+            "eval_every=0", "checkpoint_every=1", f"keep_checkpoints={STEPS}", "log.tensorboard=false",
+            "log.plot=false"]
 
 
 def _same(a: dict, b: dict) -> None:
@@ -34,14 +35,16 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     # children inheriting them would race for the same rendezvous port
     dist_vars = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     env = {**{k: v for k, v in os.environ.items() if k not in dist_vars}, "DS_ACCELERATOR": "cpu"}
-    full = subprocess.Popen(_cmd(tmp_path / "full"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    full = subprocess.Popen(_cmd(tmp_path / "full"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
     log = (tmp_path / "killed.log").open("w")
     killed = subprocess.Popen(_cmd(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL, stderr=log)
     marker = tmp_path / "killed" / "checkpoints" / "step_000001" / "state.json"
     deadline = time.monotonic() + 900
     while not marker.exists() and killed.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert marker.exists(), "the run never wrote its first checkpoint:\n" + (tmp_path / "killed.log").read_text()[-3000:]
+    assert marker.exists(), ("the run never wrote its first checkpoint:\n"
+                             + (tmp_path / "killed.log").read_text()[-3000:])
     killed.send_signal(signal.SIGKILL)
     assert killed.wait() == -signal.SIGKILL, "the run finished before it could be killed"
     resumed = subprocess.run(_cmd(tmp_path / "killed"), env=env, capture_output=True, text=True, timeout=900)

@@ -11,17 +11,17 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import mappa_envs  # noqa: E402
-from mappa_envs.coach.rule import RuleCoach  # noqa: E402
-from mappa_envs.coach.types import CoachScore  # noqa: E402
-from mappa_envs.core.pipeline import Task  # noqa: E402
-from mappa_envs.core.tools import format_tool_output  # noqa: E402
-from mappa_envs.mathchat import prompts as duties  # noqa: E402
-from mappa_envs.sandbox import make_sandbox  # noqa: E402
-from mappa_train.generation import Generation, SamplingParams  # noqa: E402
-from mappa_train.generation.hf import HFGenerator  # noqa: E402
-from mappa_train.chat_tokens import ChatFormat, TemplateError  # noqa: E402
-from mappa_train.rollout import collect  # noqa: E402
+import mappa_envs
+from mappa_envs.coach.rule import RuleCoach
+from mappa_envs.coach.types import CoachScore
+from mappa_envs.core.pipeline import Task
+from mappa_envs.core.tools import format_tool_output
+from mappa_envs.mathchat import prompts as duties
+from mappa_envs.sandbox import make_sandbox
+from mappa_train.chat_tokens import ChatFormat, TemplateError
+from mappa_train.generation import Generation, SamplingParams
+from mappa_train.generation.hf import HFGenerator
+from mappa_train.rollout import collect
 
 TASKS = [Task(id=f"t{i}", prompt=f"What is {i} times 7?", answer=str(7 * i)) for i in range(1, 5)]
 ROLES = ("problem_solver", "code_executor", "verifier")
@@ -141,7 +141,8 @@ def test_sampled_tokens_are_the_trained_tokens(hf, make_envs):
         g = sampled[(tuple(t.prompt_ids), tuple(t.action_ids))]  # this exact prompt produced these exact ids
         assert t.logprobs == g.logprobs
         # the learner's forward pass over the stored tokens reproduces the sampler's logprobs
-        assert torch.allclose(forward_logprobs(hf.model, t.prompt_ids, t.action_ids), torch.tensor(t.logprobs), atol=1e-4)
+        relearned = forward_logprobs(hf.model, t.prompt_ids, t.action_ids)
+        assert torch.allclose(relearned, torch.tensor(t.logprobs), atol=1e-4)
         first_turn_prompt = hf.tokenizer.decode(t.prompt_ids)
         assert first_turn_prompt.startswith(f"<|im_start|>system\n{getattr(duties, t.role.upper())}")
         assert first_turn_prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")
@@ -160,7 +161,8 @@ def test_multi_action_turn_appends_sampled_tokens(model_dir, hf, make_envs):
     (env,) = make_envs(1)
     rollout = collect([env], gen, PARAMS, [{"seed": 0, "options": {"task_id": "t4"}}])
     ex = [t for t in rollout.transitions if t.role == "code_executor"]
-    assert [t.turn_index for t in ex] == [0, 1, 2] and [t.action_index for t in ex] == [1, 2, 3]
+    assert [t.turn_index for t in ex] == [0, 1, 2]
+    assert [t.action_index for t in ex] == [1, 2, 3]
     records = [a for a in env.episode.actions if a.role == "code_executor"]
     tok = hf.tokenizer
     for prev, t, record in zip(ex, ex[1:], records):
@@ -172,10 +174,14 @@ def test_multi_action_turn_appends_sampled_tokens(model_dir, hf, make_envs):
     assert "28" in records[1].tool_results[0].stdout
     assert ex[-1].action_ids == tok.encode(script["code_executor"][2], add_special_tokens=False) + [tok.eos_token_id]
     for t in rollout.transitions:  # every stored sample is one the generator produced
-        assert any(t.prompt_ids in prompts and t.action_ids in [g.token_ids for g in outs] for prompts, outs in gen.calls)
-        assert torch.allclose(forward_logprobs(hf.model, t.prompt_ids, t.action_ids), torch.tensor(t.logprobs), atol=1e-4)
+        assert any(t.prompt_ids in prompts and t.action_ids in [g.token_ids for g in outs]
+                   for prompts, outs in gen.calls)
+        relearned = forward_logprobs(hf.model, t.prompt_ids, t.action_ids)
+        assert torch.allclose(relearned, torch.tensor(t.logprobs), atol=1e-4)
     (stats,) = rollout.episodes
-    assert stats.correct is True and stats.score == 1.0 and stats.actions == 5
+    assert stats.correct is True
+    assert stats.score == 1.0
+    assert stats.actions == 5
     assert all(t.outcome_reward == 1.0 for t in rollout.transitions)
     assert all(t.coach_reward > 5 for t in rollout.transitions if t.role == "verifier")
 
@@ -191,8 +197,8 @@ def test_the_envs_end_of_episode_reward_lands_on_each_roles_last_action(hf, make
     rollout = collect([env], ScriptedGenerator(hf.model, hf.tokenizer, script), PARAMS,
                       [{"seed": 0, "options": {"task_id": "t4"}}])
     by_role = {role: [t for t in rollout.transitions if t.role == role] for role in ROLES}
-    for role, mine in by_role.items():
-        assert [t.end_reward for t in mine] == [0.0] * (len(mine) - 1) + [10.0]  # 10 x the outcome score of 1
+    for role, mine in by_role.items():  # 10 x the outcome score of 1
+        assert [t.end_reward for t in mine] == [0.0] * (len(mine) - 1) + [10.0], role
     coach = [t.coach_reward for t in rollout.transitions]
     assert all(c == 0.0 for c in coach) if mode == "outcome" else all(c > 0 for c in coach)
 
@@ -200,9 +206,12 @@ def test_the_envs_end_of_episode_reward_lands_on_each_roles_last_action(hf, make
 def test_one_batched_generate_call_per_policy_per_round(hf, make_envs):
     gen = Recording(hf)
     rollout = collect(make_envs(3), gen, PARAMS, episodes(4), seed=2)
-    assert rollout.generate_calls == {"shared": len(gen.calls)} and len(gen.calls) == rollout.rounds
+    assert rollout.generate_calls == {"shared": len(gen.calls)}
+    assert len(gen.calls) == rollout.rounds
     sizes = [len(prompts) for prompts, _ in gen.calls]
-    assert sizes[0] == 3 and max(sizes) == 3 and sum(sizes) == len(rollout.transitions)
+    assert sizes[0] == 3
+    assert max(sizes) == 3
+    assert sum(sizes) == len(rollout.transitions)
 
     per_role = {role: Recording(hf) for role in ROLES}
     rollout = collect(make_envs(3), per_role, PARAMS, episodes(4), seed=3)
@@ -217,7 +226,8 @@ def test_one_batched_generate_call_per_policy_per_round(hf, make_envs):
 def test_coach_failures_are_dropped_and_counted(hf, make_envs):
     envs = make_envs(2, coach=FailingVerifierCoach())
     rollout = collect(envs, hf, PARAMS, episodes(3), seed=4)
-    assert rollout.dropped == 3 and [e.dropped for e in rollout.episodes] == [1, 1, 1]
+    assert rollout.dropped == 3
+    assert [e.dropped for e in rollout.episodes] == [1, 1, 1]
     assert not [t for t in rollout.transitions if t.role == "verifier"]
     assert all(t.coach_ok for t in rollout.transitions)
     assert len(rollout.transitions) == sum(e.actions for e in rollout.episodes) - 3
@@ -226,8 +236,10 @@ def test_coach_failures_are_dropped_and_counted(hf, make_envs):
 def test_prompts_over_the_limit_are_not_generated_for(hf, make_envs):
     gen = Recording(hf)
     rollout = collect(make_envs(2), gen, PARAMS, episodes(2), max_prompt_tokens=10)
-    assert gen.calls == [] and rollout.transitions == []
-    assert rollout.overflow == 6 and len(rollout.episodes) == 2
+    assert gen.calls == []
+    assert rollout.transitions == []
+    assert rollout.overflow == 6
+    assert len(rollout.episodes) == 2
 
 
 def test_role_policy_must_cover_every_role(hf, make_envs):
@@ -245,9 +257,11 @@ def test_continuation_tokenizes_only_the_new_messages(hf):
     chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
             {"role": "user", "content": "Output of your code:\n[cell 1] ok\n42"}]
     tail = "<|im_start|>user\nOutput of your code:\n[cell 1] ok\n42<|im_end|>\n<|im_start|>assistant\n"
-    assert fmt.next_prompt_ids([7], chat, 1, stop_token=tok.eos_token_id) == [7] + tok.encode("\n" + tail, add_special_tokens=False)
+    after_stop = tok.encode("\n" + tail, add_special_tokens=False)
+    assert fmt.next_prompt_ids([7], chat, 1, stop_token=tok.eos_token_id) == [7] + after_stop
     # an action cut at max_new_tokens has no stop token yet: the template's end of turn is added
-    assert fmt.next_prompt_ids([7], chat, 1, stop_token=None) == [7] + tok.encode("<|im_end|>\n" + tail, add_special_tokens=False)
+    after_cut = tok.encode("<|im_end|>\n" + tail, add_special_tokens=False)
+    assert fmt.next_prompt_ids([7], chat, 1, stop_token=None) == [7] + after_cut
 
 
 def test_a_template_that_drops_history_is_refused(model_dir):

@@ -11,8 +11,10 @@ from tests.sandbox_helpers import TEST_LIMITS, assert_usable, kill_in_sandbox, r
 
 
 def test_backends_satisfy_the_protocols(sandbox, session):
-    assert isinstance(sandbox, Sandbox) and isinstance(session, SandboxSession)
-    assert sandbox.name in ("local", "docker") and sandbox.limits.memory_mb == TEST_LIMITS["memory_mb"]
+    assert isinstance(sandbox, Sandbox)
+    assert isinstance(session, SandboxSession)
+    assert sandbox.name in ("local", "docker")
+    assert sandbox.limits.memory_mb == TEST_LIMITS["memory_mb"]
 
 
 def test_variables_and_imports_persist_between_cells(session):
@@ -28,37 +30,48 @@ def test_final_expression_is_shown_like_a_notebook(session):
 
 def test_errors_are_reported_with_traceback_and_source(session):
     r = session.run("def f():\n    return 1 / 0\nf()")
-    assert not r.ok and r.error == "ZeroDivisionError: division by zero" and not r.interpreter_restarted
-    assert "return 1 / 0" in r.stderr and "kernel.py" not in r.stderr and "<string>" not in r.stderr
+    assert not r.ok
+    assert r.error == "ZeroDivisionError: division by zero"
+    assert not r.interpreter_restarted
+    assert "return 1 / 0" in r.stderr
+    assert "kernel.py" not in r.stderr
+    assert "<string>" not in r.stderr
 
 
 def test_syntax_error_is_reported(session):
     r = session.run("def (:")
-    assert not r.ok and r.error.startswith("SyntaxError")
+    assert not r.ok
+    assert r.error.startswith("SyntaxError")
 
 
 def test_sys_exit_is_not_fatal(session):
     assert session.run("import sys; sys.exit(0)").ok
     r = session.run("raise SystemExit(2)")
-    assert not r.ok and r.error == "SystemExit: 2" and not r.interpreter_restarted
+    assert not r.ok
+    assert r.error == "SystemExit: 2"
+    assert not r.interpreter_restarted
 
 
 def test_stdout_and_stderr_of_subprocesses_are_captured(session):
     r = session.run("import os\nprint('py', flush=True)\nos.system('echo sh; echo err >&2')")
-    assert r.ok and r.stdout.startswith("py\nsh\n") and r.stderr == "err\n"
+    assert r.ok
+    assert r.stdout.startswith("py\nsh\n")
+    assert r.stderr == "err\n"
 
 
 def test_kernels_share_the_workspace_not_the_variables(session):
     assert session.run("secret = 1\nopen('shared.txt', 'w').write('from a')", kernel="a").ok
     r = session.run("print(open('shared.txt').read())\nsecret", kernel="b")
-    assert r.stdout == "from a\n" and r.error == "NameError: name 'secret' is not defined"
+    assert r.stdout == "from a\n"
+    assert r.error == "NameError: name 'secret' is not defined"
 
 
 def test_restart_gives_a_fresh_interpreter_in_the_same_workspace(session):
     session.run("x = 1\nopen('f.txt', 'w').write('kept')")
     session.restart()
     r = session.run("print(open('f.txt').read())\nx")
-    assert r.stdout == "kept\n" and r.error == "NameError: name 'x' is not defined"
+    assert r.stdout == "kept\n"
+    assert r.error == "NameError: name 'x' is not defined"
 
 
 def test_file_api_round_trip(session):
@@ -106,13 +119,17 @@ def test_each_session_has_its_own_workspace(sandbox):
 
 def test_output_limit_cuts_with_marker_and_keeps_both_ends(session):
     r = session.run("print('START' + 'x' * 100_000 + 'END')")
-    assert r.truncated and r.stdout.startswith("START") and r.stdout.rstrip().endswith("END")
+    assert r.truncated
+    assert r.stdout.startswith("START")
+    assert r.stdout.rstrip().endswith("END")
     assert "bytes of output truncated by the sandbox" in r.stdout
 
 
 def test_to_dict_leaves_timings_out_by_default(session):
     d = session.run("1").to_dict()
-    assert "duration_s" not in d and d["ok"] and d["stdout"] == "1\n"
+    assert "duration_s" not in d
+    assert d["ok"]
+    assert d["stdout"] == "1\n"
 
 
 def test_bad_arguments_say_what_to_fix(session):
@@ -193,7 +210,8 @@ def test_workspaces_of_dead_owners_are_reaped_at_start(tmp_path):
         with sb.session() as s:
             assert not dead.exists()
             assert reap_workspaces(str(tmp_path)) == 0  # a live owner's workspace is kept
-            assert s.list_files() == [] and os.path.isdir(s.workspace)
+            assert s.list_files() == []
+            assert os.path.isdir(s.workspace)
     finally:
         sb.close()
     assert list(tmp_path.iterdir()) == []
@@ -204,12 +222,15 @@ def test_kernel_that_died_while_idle_is_reported_on_its_next_cell(session):
     kill_in_sandbox(session, pid)  # from outside: kernels cannot signal each other
     wait_gone(session, pid)
     r = session.run("print('fresh' if 'lost' not in globals() else 'same')", kernel="victim")
-    assert r.ok and r.interpreter_restarted and r.stdout == "fresh\n"
+    assert r.ok
+    assert r.interpreter_restarted
+    assert r.stdout == "fresh\n"
     assert "interpreter died between cells (killed by SIGKILL" in r.stderr
 
 
 def test_file_api_survives_a_dead_supervisor(session):
     session.write_file("a.txt", "kept")
     kill_in_sandbox(session, session._channel.ready["pid"])  # gone between calls: the next call starts another
-    assert session.read_file("a.txt") == b"kept" and session.list_files() == ["a.txt"]
+    assert session.read_file("a.txt") == b"kept"
+    assert session.list_files() == ["a.txt"]
     assert_usable(session)

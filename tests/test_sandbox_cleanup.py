@@ -63,12 +63,14 @@ def _wait_until(check, timeout: float = 30.0) -> bool:
 def test_a_hostile_session_is_cleaned_up_and_later_sessions_work(sandbox):
     s = sandbox.open()
     r = s.run(HOSTILE, timeout=120)
-    assert r.ok and r.stdout.startswith("flags refused"), r  # no capability to set immutable flags
+    assert r.ok, r
+    assert r.stdout.startswith("flags refused"), r  # no capability to set immutable flags
     assert r.stdout.split()[2] in ("1", "25", "95"), r  # EPERM (or the file system has no flags)
     assert s.run("open('other.txt', 'w').write('b')", kernel="b").ok
     if sandbox.separate_kernel_uids:  # the workspace itself belongs to the supervisor
         chmod = s.run("import os\nos.chmod('/workspace', 0)")
-        assert not chmod.ok and chmod.error.startswith("PermissionError"), chmod
+        assert not chmod.ok, chmod
+        assert chmod.error.startswith("PermissionError"), chmod
     transport = s._channel.transport
     s.close()
     if sandbox.name == "local":
@@ -77,7 +79,8 @@ def test_a_hostile_session_is_cleaned_up_and_later_sessions_work(sandbox):
         assert _wait_until(lambda: not sandbox.client.api.containers(all=True, filters={"id": transport.container_id}))
     assert _wait_until(lambda: not _host_processes_with(b"hostile-daemon"))
     with sandbox.session() as a, sandbox.session() as b:
-        assert a.list_files() == [] and b.list_files() == []
+        assert a.list_files() == []
+        assert b.list_files() == []
         a.write_file("x.txt", "fine")
         assert a.read_file("x.txt") == b"fine"
         assert_usable(a)
@@ -103,7 +106,8 @@ def test_a_fork_bomb_in_one_session_does_not_starve_another(sandbox):
         time.sleep(1)
         r = other.run("import subprocess\nprint(subprocess.run(['true']).returncode)", timeout=30)
         bomb.join()
-        assert r.ok and r.stdout == "0\n", r
+        assert r.ok, r
+        assert r.stdout == "0\n", r
         assert_usable(bomber)
 
 
@@ -116,7 +120,8 @@ def test_unisolated_workspace_is_removed_whatever_the_cell_left(tmp_path):
         with sb.session() as s:
             r = s.run(HOSTILE.replace("os.chdir('/workspace')", f"os.chdir({s.workspace!r})").replace(
                 "while True:\n            f.write", "for _ in range(4):\n            f.write"), timeout=120)
-            assert r.ok and r.stdout.startswith(("flags set", "flags refused")), r
+            assert r.ok, r
+            assert r.stdout.startswith(("flags set", "flags refused")), r
     finally:
         sb.close()
     assert list(tmp_path.iterdir()) == []

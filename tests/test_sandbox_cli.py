@@ -11,7 +11,9 @@ from tests.sandbox_helpers import require_docker
 def test_check_local_reports_latency(capsys):
     assert main(["sandbox", "check", "--backend", "local", "--cells", "5"]) == 0
     out = capsys.readouterr().out
-    assert "backend: local" in out and "round trip, trivial cell: p50" in out and "memory_mb=" in out
+    assert "backend: local" in out
+    assert "round trip, trivial cell: p50" in out
+    assert "memory_mb=" in out
 
 
 @pytest.mark.docker
@@ -19,7 +21,9 @@ def test_check_docker_reports_engine_image_and_latency(capsys):
     require_docker()
     assert main(["sandbox", "check", "--backend", "docker", "--cells", "5"]) == 0
     out = capsys.readouterr().out
-    assert "docker: usable - Docker engine" in out and "backend: docker" in out and "uid, cwd inside: 3.11" in out
+    assert "docker: usable - Docker engine" in out
+    assert "backend: docker" in out
+    assert "uid, cwd inside: 3.11" in out
 
 
 def test_mirror_from_deb822_sources(tmp_path):

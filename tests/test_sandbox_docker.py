@@ -22,8 +22,10 @@ def test_containers_are_locked_down():
             (listed,) = _ours(sb.client, sb)
             container = sb.client.containers.get(listed.id)
             host = container.attrs["HostConfig"]
-            assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
-            assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+            assert host["NetworkMode"] == "none"
+            assert host["ReadonlyRootfs"] is True
+            assert host["CapDrop"] == ["ALL"]
+            assert "no-new-privileges" in host["SecurityOpt"]
             assert host["PidsLimit"] == TEST_LIMITS["max_processes"]
             mb = TEST_LIMITS["memory_mb"] + TEST_LIMITS["workspace_mb"]
             assert host["Memory"] == host["MemorySwap"] == mb << 20
@@ -38,7 +40,8 @@ def test_containers_are_locked_down():
 def test_inside_the_container(docker_sandbox):
     with docker_sandbox.session() as s:
         r = s.run("import os\nprint(os.getuid(), os.getcwd())\nopen('/etc/x', 'w')")
-        assert r.stdout == "1000 /workspace\n" and "Read-only file system" in r.error
+        assert r.stdout == "1000 /workspace\n"
+        assert "Read-only file system" in r.error
         r = s.run("print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])")
         assert r.stdout == "0000000000000000\n"
 
@@ -72,7 +75,8 @@ def test_containers_of_dead_owners_are_reaped(docker_sandbox):
     try:
         assert reap_orphans(client) >= 1
         ids = {c.id for c in client.containers.list(all=True, sparse=True, filters={"label": LABEL})}
-        assert orphan.id not in ids and alive.id in ids
+        assert orphan.id not in ids
+        assert alive.id in ids
     finally:
         alive.remove(force=True)
 

@@ -36,12 +36,14 @@ def test_fifo_never_blocks_a_read_or_a_write(session):
         session.write_file("submission.csv", "a,b\n")
     assert time.monotonic() - t < 30
     entry = session.inventory().by_path()["submission.csv"]
-    assert entry.kind == "fifo" and entry.size == 0
+    assert entry.kind == "fifo"
+    assert entry.size == 0
 
 
 def test_device_nodes_cannot_be_made(session):
     r = session.run("import os, stat\nos.mknod('dev', stat.S_IFCHR | 0o666, os.makedev(1, 5))")
-    assert not r.ok and r.error.startswith("PermissionError"), r
+    assert not r.ok, r
+    assert r.error.startswith("PermissionError"), r
 
 
 def test_unreadable_file_is_a_clear_error(session):
@@ -96,7 +98,8 @@ def test_very_deep_trees_are_walked_without_recursion(session):
 def test_huge_listings_stop_at_the_cap(session):
     assert session.run("import os\nfor i in range(5000):\n    open(f'f{i}', 'w')", timeout=60).ok
     inv = session.inventory(max_entries=1000)
-    assert inv.truncated and len(inv.files) <= 1000
+    assert inv.truncated
+    assert len(inv.files) <= 1000
     assert len(session.list_files()) == 5000
 
 

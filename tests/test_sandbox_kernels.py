@@ -36,13 +36,16 @@ def victim(sandbox, session):
     r = session.run("import os\nstate = 'intact'\nprint(os.getpid())", kernel="b")
     yield int(r.stdout)
     after = session.run("print(state)", kernel="b")
-    assert after.ok and not after.interpreter_restarted and after.stdout == "intact\n", after
+    assert after.ok, after
+    assert not after.interpreter_restarted, after
+    assert after.stdout == "intact\n", after
 
 
 @pytest.mark.parametrize("sig", ["SIGSTOP", "SIGKILL", "SIGCONT", "SIGINT", "SIGTERM"])
 def test_a_kernel_cannot_signal_another(session, victim, sig):
     r = session.run(f"import os, signal\nos.kill({victim}, signal.{sig})", kernel="a")
-    assert not r.ok and r.error.startswith("PermissionError"), r
+    assert not r.ok, r
+    assert r.error.startswith("PermissionError"), r
 
 
 def test_a_kernel_cannot_trace_or_read_another(session, victim):
@@ -61,7 +64,8 @@ def test_a_kernel_cannot_trace_or_read_another(session, victim):
             pass
         """)
     r = session.run(code, kernel="a")
-    assert r.ok and r.stdout == "(-1, 1) (-1, 1)\n", r  # EPERM twice; nothing of /proc/<b> beyond what all may read
+    assert r.ok, r
+    assert r.stdout == "(-1, 1) (-1, 1)\n", r  # EPERM twice; nothing of /proc/<b> beyond what all may read
 
 
 def test_a_kernel_cannot_touch_the_supervisor(session, sandbox):
@@ -88,7 +92,8 @@ def test_a_kernel_cannot_touch_the_supervisor(session, sandbox):
         print(out)
         """)
     r = session.run(code)
-    assert r.ok and r.stdout == "['refused', 'refused', 'refused', (-1, 1)]\n", r
+    assert r.ok, r
+    assert r.stdout == "['refused', 'refused', 'refused', (-1, 1)]\n", r
     assert_usable(session)
 
 
@@ -105,7 +110,8 @@ def test_kernels_cannot_make_namespaces_or_raise_privileges(session):
         print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])
         """)
     r = session.run(code)
-    assert r.ok and r.stdout == "-1 -1\nkept\n0000000000000000\n", r
+    assert r.ok, r
+    assert r.stdout == "-1 -1\nkept\n0000000000000000\n", r
 
 
 def test_a_thread_left_running_never_runs_in_another_turn(session):
@@ -121,7 +127,8 @@ def test_a_thread_left_running_never_runs_in_another_turn(session):
         time.sleep(0.1)
         """)
     r = session.run(beat, kernel="a")
-    assert r.ok and "1 thread(s) started by this kernel's cells are still alive" in r.stderr, r
+    assert r.ok, r
+    assert "1 thread(s) started by this kernel's cells are still alive" in r.stderr, r
     first = session.read_file("beat")
     time.sleep(0.3)  # between turns: the kernel is paused
     assert session.read_file("beat") == first
@@ -195,7 +202,8 @@ def test_a_process_forked_later_by_a_left_thread_does_not_survive(session):
     assert session.run(probe, kernel="b").stdout == "[]\n"
     for _ in range(5):  # its turns: the thread forks (in the first, unless the machine is slow), the child is killed
         r = session.run("import time\ntime.sleep(1)", kernel="a")
-        assert r.ok and session.run(probe, kernel="b").stdout == "[]\n", r
+        assert r.ok, r
+        assert session.run(probe, kernel="b").stdout == "[]\n", r
         if "killed 1 process(es) the cell left running" in r.stderr:
             break
     else:
@@ -218,7 +226,8 @@ def test_setsid_and_double_fork_from_a_thread_do_not_survive(session):
         t.join()
         """)
     r = session.run(code)
-    assert r.ok and "killed 1 process(es)" in r.stderr, r
+    assert r.ok, r
+    assert "killed 1 process(es)" in r.stderr, r
     assert_usable(session)
 
 
@@ -229,7 +238,8 @@ def test_kernel_names_are_capped(sandbox, session):
     refused = [r for r in started if not r.ok]
     assert all(r.ok for r in started[: 32 - 8])  # keeper/init, supervisor, main: room for the first ones
     if sandbox.session_cgroup:  # a limit on the session's processes in total
-        assert refused and "process limit" in refused[0].error, refused[:1]
+        assert refused, refused[:1]
+        assert "process limit" in refused[0].error, refused[:1]
     with pytest.raises(ValueError, match="at most 64 kernels"):
         for i in range(40, 70):
             session.run("1", kernel=f"k{i}")

@@ -5,8 +5,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from mappa_train.generation import SamplingParams, chat_prompt_ids  # noqa: E402
-from mappa_train.generation.hf import HFGenerator, warped_logprobs  # noqa: E402
+from mappa_train.generation import SamplingParams, chat_prompt_ids
+from mappa_train.generation.hf import HFGenerator, warped_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +16,8 @@ def gen(tiny_model_dir):
 
 def test_a_seeded_prompt_samples_the_same_alone_or_in_any_batch(gen):
     tok = gen.tokenizer
-    prompts = [chat_prompt_ids(tok, [{"role": "user", "content": f"Question {i}: what is {i} + {i}?"}]) for i in range(4)]
+    prompts = [chat_prompt_ids(tok, [{"role": "user", "content": f"Question {i}: what is {i} + {i}?"}])
+               for i in range(4)]
     params = SamplingParams(max_new_tokens=12, temperature=1.0)
     together = gen.generate(prompts, SamplingParams(**{**params.__dict__, "seeds": (11, 12, 13, 14)}))
     shuffled = gen.generate(prompts[::-1], SamplingParams(**{**params.__dict__, "seeds": (14, 13, 12, 11)}))[::-1]

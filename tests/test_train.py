@@ -12,8 +12,9 @@ from mappa_train.metrics import read_metrics
 from mappa_train.train import latest_checkpoint, tasks_for_step
 
 TINY = ["model.path=tiny", "env.kwargs={task_source: synthetic, num_tasks: 16, executor_max_actions: 2}",
-        "env.eval_sets={heldout: {split: eval, num_tasks: 4}}", "env.sandbox=local", "env.sandbox_kwargs={preimport: []}",
-        "generation.max_new_tokens=12", "generation.max_prompt_tokens=1024", "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
+        "env.eval_sets={heldout: {split: eval, num_tasks: 4}}", "env.sandbox=local",
+        "env.sandbox_kwargs={preimport: []}", "generation.max_new_tokens=12", "generation.max_prompt_tokens=1024",
+        "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
         "eval_episodes=2", "learner.lr=1e-3", "log.progress=false",
         "algo.mask_length_cut=false"]  # a random tiny model rarely stops within 12 tokens: train on cut actions too
 
@@ -22,7 +23,8 @@ def test_tasks_for_step_covers_each_task_once_per_pass():
     cfg = load_config(None, ["rollout.prompts_per_step=3", "rollout.samples_per_prompt=2"])
     ids = [f"t{i}" for i in range(6)]
     first_pass = tasks_for_step(ids, 0, cfg) + tasks_for_step(ids, 1, cfg)
-    assert sorted(first_pass[::2]) == ids and first_pass[0] == first_pass[1]  # each task, samples_per_prompt times
+    assert sorted(first_pass[::2]) == ids
+    assert first_pass[0] == first_pass[1]  # each task, samples_per_prompt times
     assert tasks_for_step(ids, 2, cfg) == tasks_for_step(ids, 2, cfg)
 
 
@@ -36,11 +38,17 @@ def test_tiny_end_to_end(tmp_path):
     assert [r["step"] for r in rows if r["kind"] == "train"] == [1, 2]
     assert [r["step"] for r in rows if r["kind"] == "eval"] == [0, 1, 2]
     step = [r for r in rows if r["kind"] == "train"][0]
-    assert step["actions"] >= 2 and step["tokens"] > 0 and "coach/problem_solver" in step and step["kl"] == pytest.approx(0, abs=1e-5)
+    assert step["actions"] >= 2
+    assert step["tokens"] > 0
+    assert "coach/problem_solver" in step
+    assert step["kl"] == pytest.approx(0, abs=1e-5)
     assert "heldout/accuracy" in rows[0]
-    assert latest_checkpoint(out)[0] == 2 and len(list((out / "checkpoints").glob("step_*"))) == 2
-    assert (out / "final" / "shared" / "config.json").exists() and (out / "curves.png").stat().st_size > 0
-    assert (out / "tb").is_dir() and json.loads((out / "config.json").read_text())["steps"] == 2
+    assert latest_checkpoint(out)[0] == 2
+    assert len(list((out / "checkpoints").glob("step_*"))) == 2
+    assert (out / "final" / "shared" / "config.json").exists()
+    assert (out / "curves.png").stat().st_size > 0
+    assert (out / "tb").is_dir()
+    assert json.loads((out / "config.json").read_text())["steps"] == 2
 
     # token-exact: the learner, synced to the generator, scores the sampled ids as the generator did
     from mappa_train.learner import PolicyLearner
@@ -55,7 +63,8 @@ def test_tiny_end_to_end(tmp_path):
     samples = [Sample(t.prompt_ids, t.action_ids) for t in result.transitions]
     for t, lp in zip(result.transitions, learner.logprobs(samples)):
         assert torch.allclose(lp, torch.tensor(t.logprobs), atol=1e-4)
-    assert len(result.transitions) >= 6 and resolve_model(cfg).exists()
+    assert len(result.transitions) >= 6
+    assert resolve_model(cfg).exists()
     assert all(t.prompt_ids[:len(p.prompt_ids) + len(p.action_ids)] == p.prompt_ids + p.action_ids
                for t in multi for p in result.transitions
                if p.episode_id == t.episode_id and p.role == t.role and p.turn_index == t.turn_index - 1)
@@ -71,7 +80,8 @@ def test_one_policy_per_role(tmp_path):
     out = train(cfg)
     step = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"][0]
     roles = ("problem_solver", "code_executor", "verifier")
-    assert all(step[f"tokens/{r}"] > 0 for r in roles) and "loss" in step
+    assert all(step[f"tokens/{r}"] > 0 for r in roles)
+    assert "loss" in step
     assert sorted(p.name for p in (out / "final").iterdir()) == sorted(roles)
 
 
@@ -88,4 +98,5 @@ def test_vllm_generator_stays_in_sync_with_the_learner(tmp_path, monkeypatch):
                                     "algo.old_logprobs=generator", "log.tensorboard=false", "log.plot=false"])
     rows = [r for r in read_metrics(train(cfg) / "metrics.jsonl") if r["kind"] == "train"]
     assert abs(rows[0]["kl"]) < 1e-4  # vLLM's logprobs vs the (identical) reference model
-    assert abs(rows[1]["approx_kl"]) < 1e-4 and rows[1]["clip_frac"] == 0.0  # after the sync: ratio 1
+    assert abs(rows[1]["approx_kl"]) < 1e-4
+    assert rows[1]["clip_frac"] == 0.0  # after the sync: ratio 1

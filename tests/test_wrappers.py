@@ -60,7 +60,8 @@ def test_doctests(module, monkeypatch):
     monkeypatch.setattr(mappa_envs.sandbox, "make_sandbox",
                         lambda backend="local", **kw: _real_make_sandbox(backend, **{"preimport": (), **kw}))
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
+    assert result.attempted > 0
+    assert result.failed == 0
 
 
 WRAPPERS = {
@@ -120,18 +121,25 @@ def test_text_env_plays_an_episode_like_the_aec_loop():
         aec_steps, _ = play_aec(aec, for_env(aec))
         policy = for_env(env.env)
         obs, info = env.reset(seed=0)
-        assert isinstance(obs, str) and obs and info["role"] == "problem_solver"
+        assert isinstance(obs, str)
+        assert obs
+        assert info["role"] == "problem_solver"
         seen, rewards, done = [], [], False
         while not done:
             text = policy.respond([info["messages"]], [info["role"]])[0]
             seen.append(info["role"])
             obs, r, terminated, truncated, info = env.step(text)
-            assert info["last_role"] == seen[-1] and info["action"]["role"] == seen[-1]
+            assert info["last_role"] == seen[-1]
+            assert info["action"]["role"] == seen[-1]
             rewards.append(r)
             done = terminated or truncated
-        assert seen == SCRIPTED_ROLES and terminated and not truncated
+        assert seen == SCRIPTED_ROLES
+        assert terminated
+        assert not truncated
         assert rewards == [step_rewards[agent] for agent, step_rewards in aec_steps]
-        assert obs == "" and info["role"] is None and info["outcome"]["correct"] is True
+        assert obs == ""
+        assert info["role"] is None
+        assert info["outcome"]["correct"] is True
         with pytest.raises(RuntimeError, match="reset"):
             env.step("more")
     finally:
@@ -144,9 +152,12 @@ def test_text_env_reports_truncation_and_rejects_bad_envs():
     try:
         env.reset(seed=0)
         _, _, terminated, truncated, _ = env.step("thinking")
-        assert not (terminated or truncated)
+        assert not terminated
+        assert not truncated
         _, _, terminated, truncated, info = env.step("more thinking")
-        assert truncated and not terminated and "outcome" in info
+        assert truncated
+        assert not terminated
+        assert "outcome" in info
     finally:
         env.close()
     with pytest.raises(TypeError, match="AECEnv"):
@@ -170,14 +181,16 @@ def test_vector_runner_batches_every_waiting_env_and_is_schedule_independent():
         policy = Recording(for_env(envs[0]))
         many = VectorRunner(envs, policy).run(episodes=5, seed=10)
         assert policy.calls[0] == ["problem_solver"] * 3  # one call for all three waiting envs
-        assert max(len(c) for c in policy.calls) == 3 and sum(map(len, policy.calls)) == 5 * len(SCRIPTED_ROLES)
+        assert max(len(c) for c in policy.calls) == 3
+        assert sum(map(len, policy.calls)) == 5 * len(SCRIPTED_ROLES)
         one = VectorRunner(envs[:1], for_env(envs[0])).run(episodes=5, seed=10)
         assert [r.episode for r in many] == list(range(5))
         for a, b in zip(many, one):
             assert (a.task_id, a.seed, a.returns, a.outcome) == (b.task_id, b.seed, b.returns, b.outcome)
             assert [(t.role, t.action, t.reward) for t in a.turns] == [(t.role, t.action, t.reward) for t in b.turns]
         r = many[0]
-        assert [t.role for t in r.turns] == SCRIPTED_ROLES and r.outcome["correct"] is True
+        assert [t.role for t in r.turns] == SCRIPTED_ROLES
+        assert r.outcome["correct"] is True
         assert r.returns == {a: sum(t.reward for t in r.turns if t.role == a) for a in ROLES}
         assert r.turns[1].info["tool_results"][0]["ok"]  # the executor's code ran in the sandbox
     finally:
@@ -251,7 +264,8 @@ def test_transcript_recorder_writes_each_episode_once(tmp_path):
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(x["seed"], x["finished"]) for x in lines] == [(0, True), (1, True), (2, False)]
     first = lines[0]
-    assert first["env_id"] == "MathChat-v0" and first["outcome"]["correct"] is True
+    assert first["env_id"] == "MathChat-v0"
+    assert first["outcome"]["correct"] is True
     assert [a["role"] for a in first["actions"]] == SCRIPTED_ROLES
     bonus = 10.0 * first["outcome"]["score"]
     for i, a in enumerate(first["actions"]):  # the rewards the env paid: the coach's, plus the outcome at the end
@@ -259,4 +273,5 @@ def test_transcript_recorder_writes_each_episode_once(tmp_path):
         assert a["messages"][0]["role"] == "system"
     assert first["returns"] == pytest.approx({r: bonus + sum(a["record"]["coach"]["score"] for a in first["actions"]
                                                               if a["role"] == r) for r in ROLES})
-    assert "```python" in first["actions"][1]["action"] and first["actions"][1]["record"]["tool_results"][0]["ok"]
+    assert "```python" in first["actions"][1]["action"]
+    assert first["actions"][1]["record"]["tool_results"][0]["ok"]

@@ -28,7 +28,8 @@ from mappa_train.evaluation.report import git_commit
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = ["bench_sandbox.py", "bench_coach.py", "bench_rollout.py", "bench_learner.py"]  # reported even when missing
 QUICK_FLAGS = ("--quick", "--short")
-_FIGURE = re.compile(r"^\s*([A-Za-z][^:=]{0,80}?)\s*[:=]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%µ]*)(?:\s.*)?$")
+_FIGURE = re.compile(r"^\s*([A-Za-z][^:=]{0,80}?)\s*[:=]\s*"  # name, then ':' or '='
+                     r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%µ]*)(?:\s.*)?$")  # number, unit
 
 
 def benchmarks() -> list[str]:
@@ -44,7 +45,8 @@ def flatten(d: object, prefix: str = "") -> dict[str, float]:
     if isinstance(d, (int, float)):
         return {prefix: float(d)}
     if isinstance(d, dict):
-        return {k: v for key, val in d.items() for k, v in flatten(val, f"{prefix}.{key}" if prefix else str(key)).items()}
+        return {k: v for key, val in d.items()
+                for k, v in flatten(val, f"{prefix}.{key}" if prefix else str(key)).items()}
     if isinstance(d, list):
         return {k: v for i, val in enumerate(d) for k, v in flatten(val, f"{prefix}[{i}]").items()}
     return {}
@@ -66,7 +68,8 @@ def run_one(script: Path, full: bool, timeout: float) -> dict:
     """Run one benchmark script; returns {status, wall_s, figures, output_tail}."""
     if not script.is_file():
         return {"status": "missing", "wall_s": 0.0, "figures": {}, "output_tail": f"{script} does not exist"}
-    helptext = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120).stdout
+    helptext = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120).stdout
     cmd = [sys.executable, str(script)]
     if not full:
         cmd += [f for f in QUICK_FLAGS if f in helptext][:1]
@@ -91,7 +94,8 @@ def run_one(script: Path, full: bool, timeout: float) -> dict:
 def table(report: dict, baseline: dict | None) -> str:
     head = ["benchmark", "figure", "value"] + (["baseline", "ratio"] if baseline else [])
     lines = [f"# Performance — {report['commit'][:12]} ({report['mode']}, {report['finished_at']})", "",
-             f"Python {report['python']} on {report['machine']}" + (f"; baseline {baseline['commit'][:12]}" if baseline else ""), "",
+             f"Python {report['python']} on {report['machine']}"
+             + (f"; baseline {baseline['commit'][:12]}" if baseline else ""), "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, res in report["benchmarks"].items():
         old = (baseline or {}).get("benchmarks", {}).get(name, {}).get("figures", {})
@@ -109,7 +113,8 @@ def table(report: dict, baseline: dict | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="run the benchmarks at full size (default: their quick mode)")
+    parser.add_argument("--full", action="store_true",
+                        help="run the benchmarks at full size (default: their quick mode)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scripts (e.g. bench_coach.py)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per benchmark")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "perf", help="folder for perf-<commit>.md/.json")
@@ -122,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s) {unknown}; known: {known}")
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
 
-    report = {"commit": git_commit(ROOT) or "unknown", "mode": "full" if args.full else "quick", "python": platform.python_version(),
-              "machine": f"{platform.machine()}, {_cpus()} CPUs", "benchmarks": {}}
+    report = {"commit": git_commit(ROOT) or "unknown", "mode": "full" if args.full else "quick",
+              "python": platform.python_version(), "machine": f"{platform.machine()}, {_cpus()} CPUs",
+              "benchmarks": {}}
     for name in names:
         print(f"== {name}", file=sys.stderr, flush=True)
         res = run_one(ROOT / "benchmarks" / name, args.full, args.timeout)

@@ -9,7 +9,7 @@ front, so it gathers `ascore` calls on one event loop instead of holding a threa
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mappa_envs.coach.types import Coach, CoachRequest, CoachScore
 

@@ -11,8 +11,9 @@ import difflib
 import json
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from mappa_envs.errors import MappaError
 

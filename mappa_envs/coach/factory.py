@@ -18,8 +18,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from mappa_envs.coach.config import PRESETS, CoachConfigError

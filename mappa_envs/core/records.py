@@ -7,8 +7,9 @@ and `infos[agent]["outcome"]` as plain dicts (`to_info()`) for plain PettingZoo 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from mappa_envs.coach.types import CoachScore
 from mappa_envs.errors import EnvArgumentError
@@ -135,7 +136,7 @@ class EpisodeLimits:
                 raise EnvArgumentError(f"limits.{f.name} must be {kind} > 0, got {value!r}")
 
     @classmethod
-    def coerce(cls, value: Any) -> "EpisodeLimits":
+    def coerce(cls, value: Any) -> EpisodeLimits:
         """`value` as limits: None (the defaults), an `EpisodeLimits`, or a dict of its fields."""
         if value is None:
             return cls()

@@ -10,7 +10,7 @@ draws again until it does not (`builtin.py`), and tests/test_dsbench_leaks.py ch
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd

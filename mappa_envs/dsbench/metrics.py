@@ -16,8 +16,8 @@ with the reason (the scorer turns it into a failed-submission record, never a fa
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy import stats
@@ -229,7 +229,8 @@ def get_metric(name: str) -> Metric:
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
     key = ALIASES.get(key, key)
     if key not in METRICS:
-        raise ValueError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))} (aliases: {', '.join(sorted(ALIASES))})")
+        raise ValueError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))} "
+                         f"(aliases: {', '.join(sorted(ALIASES))})")
     return METRICS[key]
 
 

@@ -36,13 +36,15 @@ def baseline_submission(task: DSTask, train: pd.DataFrame, test: pd.DataFrame) -
         if metric.predicts == NUMBER:
             out[col] = y.median() if metric.name in ("mae", "medae") else y.mean()
         elif metric.predicts == PROBABILITY:
-            out[col] = y.mean() if len(task.target_columns) > 1 and metric.name == "log_loss" else binary_truth(y, task.pos_label).mean()
+            multi_log_loss = len(task.target_columns) > 1 and metric.name == "log_loss"
+            out[col] = y.mean() if multi_log_loss else binary_truth(y, task.pos_label).mean()
         elif metric.predicts in (LABEL, ORDINAL):
             out[col] = y.mode().iloc[0]
         elif metric.predicts == RANKED_LABELS:
             out[col] = " ".join(map(str, y.value_counts().index[:3]))
         else:  # text extraction: the whole input text
-            text_col = next((c for c in test.columns if c != task.id_column and not pd.api.types.is_numeric_dtype(test[c])), None)
+            text_col = next((c for c in test.columns
+                             if c != task.id_column and not pd.api.types.is_numeric_dtype(test[c])), None)
             out[col] = test[text_col].fillna("") if text_col else ""
     return out
 

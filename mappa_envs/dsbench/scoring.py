@@ -41,7 +41,8 @@ def read_table(data: bytes | str | pd.DataFrame, id_column: str, what: str) -> p
         try:
             df = pd.read_csv(io.BytesIO(raw), dtype={id_column: str}, keep_default_na=True)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
-            raise ValueError(f"{what} is not a readable CSV file ({type(e).__name__}: {str(e).strip()[:200]})") from None
+            why = f"{type(e).__name__}: {str(e).strip()[:200]}"
+            raise ValueError(f"{what} is not a readable CSV file ({why})") from None
     if id_column in df.columns:
         df[id_column] = df[id_column].astype("string").str.strip()
     return df
@@ -77,7 +78,8 @@ def binary_truth(values: pd.Series, pos_label=None) -> np.ndarray:
         return labels.astype(float)
     if classes <= {"False", "True"}:
         return (labels == "True").astype(float)
-    raise ValueError(f"probability metrics need 0/1 targets; got labels {sorted(classes)[:5]} (set the task's pos_label)")
+    raise ValueError(f"probability metrics need 0/1 targets; got labels {sorted(classes)[:5]} "
+                     "(set the task's pos_label)")
 
 
 def _examples(ids, n: int = 3) -> str:
@@ -85,7 +87,8 @@ def _examples(ids, n: int = 3) -> str:
     return repr(ids[:n])[:-1] + (", ...]" if len(ids) > n else "]")
 
 
-def score_submission(task: DSTask, submission: bytes | str | pd.DataFrame, answers: pd.DataFrame | None = None) -> SubmissionReport:
+def score_submission(task: DSTask, submission: bytes | str | pd.DataFrame,
+                     answers: pd.DataFrame | None = None) -> SubmissionReport:
     """Validate `submission` against the task's answers (joined by id) and score it."""
     metric = get_metric(task.metric)
     report = SubmissionReport(valid=False, metric=metric.name)
@@ -115,7 +118,8 @@ def _pos_label(task: DSTask, answers: pd.DataFrame) -> str:
     raise ValueError(f"binary F1 needs a positive class; labels are {sorted(classes)} (set the task's pos_label)")
 
 
-def _align(task: DSTask, sub: pd.DataFrame, answers: pd.DataFrame, warnings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _align(task: DSTask, sub: pd.DataFrame, answers: pd.DataFrame,
+           warnings: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Check the submission's shape and ids; return (y_true, y_pred) in the answers' row order."""
     idc, targets = task.id_column, list(task.target_columns)
     expected = [idc, *targets]
@@ -163,7 +167,8 @@ def _as_int_id(value: str) -> str | None:
     return str(int(f)) if f.is_integer() else None
 
 
-def _values(task: DSTask, pred: pd.DataFrame, truth: pd.DataFrame, warnings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _values(task: DSTask, pred: pd.DataFrame, truth: pd.DataFrame,
+            warnings: list[str]) -> tuple[np.ndarray, np.ndarray]:
     metric = get_metric(task.metric)
     if metric.predicts in (NUMBER, PROBABILITY, ORDINAL):
         for col in pred.columns:

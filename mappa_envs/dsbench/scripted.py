@@ -9,11 +9,10 @@ with `skill < 1` it forgets one of its files at random at that rate (a tunable e
 from __future__ import annotations
 
 import random
-from typing import Sequence
-
-from mappa_envs.dsbench.prompts import ENGINEER_FILES
+from collections.abc import Sequence
 
 from mappa_envs.dsbench.metrics import get_metric
+from mappa_envs.dsbench.prompts import ENGINEER_FILES
 from mappa_envs.dsbench.tasks import DSTask
 
 _DONE = {

@@ -68,7 +68,7 @@ class DSTask:
             return "classification"
         return "regression" if predicts == NUMBER else "extraction"
 
-    def with_scores(self, baseline: float | None, reference: float | None) -> "DSTask":
+    def with_scores(self, baseline: float | None, reference: float | None) -> DSTask:
         return replace(self, baseline_score=baseline, reference_score=reference)
 
 
@@ -80,7 +80,7 @@ def read_records(path: str | Path) -> list[dict]:
     except TaskDataError as e:
         raise DSBenchFormatError(str(e)) from None
     rows = []
-    for n, where, row in records:
+    for _, where, row in records:
         if not isinstance(row, dict):
             raise DSBenchFormatError(f"{path}: {where} is a {type(row).__name__}, expected an object")
         if isinstance(row.get("metadata"), str):

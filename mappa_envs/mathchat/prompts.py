@@ -13,7 +13,8 @@ fractions, sympy) and brute force where the search space is small. When you have
 without a code block, stating the computed answer as \\boxed{ANSWER} and whether it agrees with the
 Problem Solver."""
 
-VERIFIER = """You are the Verifier, the last agent of a three-agent math team (Problem Solver -> Code Executor -> Verifier).
+VERIFIER = """You are the Verifier, the last agent of a three-agent math team \
+(Problem Solver -> Code Executor -> Verifier).
 Read the Problem Solver's reasoning and the Code Executor's computation and output. Check each step;
 where they disagree, decide which is right and why. Your answer is the team's answer: finish with
 exactly one final answer in the form \\boxed{ANSWER}."""

@@ -99,7 +99,7 @@ class KeeperTransport:
         self.notices = b""
         self.last_death = "no answer"
 
-    def start_supervisor(self) -> "KeeperTransport":
+    def start_supervisor(self) -> KeeperTransport:
         self._close_pipes()
         in_r, self.in_w = os.pipe()
         self.out_r, out_w = os.pipe()

@@ -292,7 +292,7 @@ class DockerSandbox:
         self._pool.close()
         self._removals.shutdown(wait=True)
 
-    def __enter__(self) -> "DockerSandbox":
+    def __enter__(self) -> DockerSandbox:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -206,7 +206,7 @@ class LocalSandbox:
     def close(self) -> None:
         self._pool.close()
 
-    def __enter__(self) -> "LocalSandbox":
+    def __enter__(self) -> LocalSandbox:
         return self
 
     def __exit__(self, *exc) -> None:

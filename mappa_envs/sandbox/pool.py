@@ -15,7 +15,7 @@ from mappa_envs.sandbox.types import Limits, SandboxError
 log = logging.getLogger(__name__)
 
 
-_POOLS: "weakref.WeakSet[WarmPool]" = weakref.WeakSet()
+_POOLS: weakref.WeakSet[WarmPool] = weakref.WeakSet()
 
 
 @atexit.register

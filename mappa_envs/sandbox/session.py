@@ -54,7 +54,7 @@ class Session:
     controls and backslashes escaped), or raw bytes.
     """
 
-    def __init__(self, slot: Slot, limits: Limits, on_close: Callable[["Session"], None] = lambda s: None) -> None:
+    def __init__(self, slot: Slot, limits: Limits, on_close: Callable[[Session], None] = lambda s: None) -> None:
         self.limits, self.workspace = limits, slot.workspace
         self._slot, self._channel, self._on_close = slot, slot.channel, on_close
         self._lock = threading.Lock()
@@ -62,7 +62,7 @@ class Session:
         self.workspace_lost = False  # set when a dead sandbox could only be replaced with an empty workspace
         self._kernels: dict[str, int] = {"main": 0}  # name -> index (its uid offset), kept across supervisor restarts
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:

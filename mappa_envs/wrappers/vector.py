@@ -6,12 +6,12 @@ step in a thread pool, and a slow env does not hold the others back.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pettingzoo import AECEnv
 
 from mappa_envs.driver import Driver, EpisodeResult, Schedule, TextActor, Turn
-from mappa_envs.policy import TextPolicy, Team
+from mappa_envs.policy import Team, TextPolicy
 
 
 class VectorRunner:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from mappa_envs.coach.batch import score_many
 from mappa_envs.coach.rule import RuleCoach
@@ -94,7 +95,8 @@ class DSTeam:
             extra = "X_test.drop(columns=X_test.columns[-1]).to_csv('X_test.csv', index=False)"
             return text[: text.rindex("```")] + extra + "\n```"
         if self.fault == "modeler_no_model" and role == "modeler":
-            return re.sub(r"pickle\.dump\(bundle, open\('model\.pkl', 'wb'\)\)", "pass  # (the model is not saved)", text)
+            saving = r"pickle\.dump\(bundle, open\('model\.pkl', 'wb'\)\)"
+            return re.sub(saving, "pass  # (the model is not saved)", text)
         return text
 
 
@@ -191,7 +193,10 @@ def blame_row(env_id: str, fault: str, coach_name: str, episodes: dict[str, dict
         lowest, spared, both = lowest + is_lowest, spared + is_spared, both + (is_lowest and is_spared)
     n = len(complete)
     mean = {r: sum(s[r] for s in complete.values()) / n for r in roles} if n else {}
-    frac = (lambda k: k / n if n and faulty is not None else None)
+
+    def frac(k: int) -> float | None:
+        return k / n if n and faulty is not None else None
+
     return FaultRow(env_id, fault, faulty, coach_name, n, frac(lowest), frac(spared) if n else None, frac(both),
                     mean, failed)
 
@@ -200,7 +205,6 @@ def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 
             concurrency: int = 8, env_kwargs: dict[str, dict] | None = None, sandbox: Any = None,
             say=print) -> list[FaultRow]:
     """Record every (env, fault) once, score the requests with every coach, return the table's rows."""
-
     rows = []
     for env_id in env_ids:
         kwargs = {**DEFAULT_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
@@ -220,8 +224,11 @@ def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 
 
 
 def markdown(rows: Sequence[FaultRow]) -> str:
-    pct = (lambda x: "–" if x is None else f"{100 * x:.0f}%")
-    lines = ["| env | fault | faulty role | coach | episodes | faulty lowest | others spared | precision | mean score by role |",
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.0f}%"
+
+    lines = ["| env | fault | faulty role | coach | episodes | faulty lowest | others spared | precision "
+             "| mean score by role |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         means = ", ".join(f"{role} {v:.1f}" for role, v in r.mean_by_role.items())

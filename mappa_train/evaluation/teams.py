@@ -54,7 +54,8 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
         return make_team(";".join(f"{p}={backend}:{final / p}" for p in policies), seed, sampling, models)
     if kind in MODEL_KINDS:
         if spec not in models:
-            models[spec] = PerCallSeed(_model_policy(kind, rest, sampling), seed)
+            # seeded: each action samples with seed + its driver seed, whatever shares its batch
+            models[spec] = _model_policy(kind, rest, replace(sampling, seed=seed))
         return models[spec]
     if kind == "scripted":
         skill = _skill(rest, spec) if rest else None
@@ -158,24 +159,6 @@ def _hub_status(repo_id: str) -> str | None:
     except OSError as e:
         return f"the hub ({host}) is unreachable ({e.strerror or e})"
     return None
-
-
-class PerCallSeed:
-    """Give every batched call its own sampling seed (seed, seed + 1, ...), so a re-run of the same
-    command samples the same texts; a resumed run continues from a different call count."""
-
-    def __init__(self, policy, seed: int):
-        self.policy, self.seed, self.calls = policy, seed, 0
-
-    def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
-        self.policy.params = replace(self.policy.params, seed=self.seed + self.calls)
-        self.calls += 1
-        return self.policy.respond(conversations, roles)
-
-    @property
-    def last_usage(self) -> list[dict] | None:
-        """The wrapped policy's token counts of its last call, when it reports them."""
-        return getattr(self.policy, "last_usage", None)
 
 
 def _scripted(env, options: dict) -> TextPolicy:

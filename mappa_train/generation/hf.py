@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from mappa_train.generation import Generation, SamplingParams, decode, require, stop_ids
 

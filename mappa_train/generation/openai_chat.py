@@ -45,7 +45,7 @@ class OpenAIChat:
             response = self.client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=params.max_new_tokens,
                 temperature=params.temperature, top_p=params.top_p,
-                seed=None if params.seed is None else params.seed + index, extra_body=extra)
+                seed=params.seed_of(index), extra_body=extra)
         except Exception as e:
             raise RuntimeError(f"chat completion failed at {self.client.base_url} (model {self.model!r}): {e}") from e
         u = response.usage
