@@ -250,9 +250,9 @@ def load_run_generators(final_dir: str | Path, backend: str = "hf", **kwargs) ->
         return {role: engine.view(a) for role, a in manifest["roles"].items()}
     if backend != "hf":
         raise ValueError(f"a LoRA run is served by the hf or vllm backend, not {backend!r}")
-    from mappa_train.generation.hf import HFGenerator
-
     import torch
+
+    from mappa_train.generation.hf import HFGenerator
 
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32  # as HFGenerator loads a path
     base = AutoModelForCausalLM.from_pretrained(manifest["base"], dtype=dtype)

@@ -36,9 +36,10 @@ def stand_ins(tmp_path_factory):
 
 
 def preset(name: str, model_dir: Path, *overrides: str):
-    data = [f"env.kwargs={{task_source: {BENCH / 'AIME_1983_2024.json'}, split: all}}"] if name.startswith("mathchat") \
-        else \
-        ["env.kwargs={}"]  # DSBench's built-in tasks: the preset's CSV folder is not here
+    if name.startswith("mathchat"):
+        data = [f"env.kwargs={{task_source: {BENCH / 'AIME_1983_2024.json'}, split: all}}"]
+    else:
+        data = ["env.kwargs={}"]  # DSBench's built-in tasks: the preset's CSV folder is not here
     return load_config(ROOT / "configs" / f"{name}.yaml", [f"model.path={model_dir}", *data, *overrides])
 
 
@@ -74,14 +75,19 @@ def test_the_lora_preset_fits_one_gpu(stand_ins):
     rc, out = run(preset("mathchat_lora", d))
     assert rc == 0, out
     assert "vLLM engine, multi-LoRA code_executor, problem_solver, verifier: gpu_memory_utilization 0.700" in out
-    assert out.count("learner ") == 1 and "base + 3 LoRA adapters (45 MiB fp32 each)" in out
-    assert "reference 0.0 GiB" in out and "GPU 0 (node 0): 76.3 GiB of 80.0 GiB" in out
+    assert out.count("learner ") == 1
+    assert "base + 3 LoRA adapters (45 MiB fp32 each)" in out
+    assert "reference 0.0 GiB" in out
+    assert "GPU 0 (node 0): 76.3 GiB of 80.0 GiB" in out
     rc, out = run(preset("mathchat_lora", d, "lora.groups={checkers: [code_executor, verifier]}"))
-    assert rc == 0 and "base + 2 LoRA adapters" in out
+    assert rc == 0
+    assert "base + 2 LoRA adapters" in out
     rc, out = run(preset("mathchat_lora", d, "lora.groups={checkers: [coder]}"))
-    assert rc == 1 and "problem: lora.groups names roles ['coder'] that MathChat-v0 does not have" in out
+    assert rc == 1
+    assert "problem: lora.groups names roles ['coder'] that MathChat-v0 does not have" in out
     rc, out = run(preset("mathchat", d, "ray.enabled=false", "hardware.gpus=1", "model.policies=per_role"))
-    assert rc == 1 and "the learners need 126.7 GiB" in out
+    assert rc == 1
+    assert "the learners need 126.7 GiB" in out
 
 
 @pytest.mark.skipif(BENCH is None, reason="the reference AIME problems (../shared/data/bench) are not here")

@@ -65,10 +65,12 @@ def test_lora_step_changes_only_the_trained_adapter(learners):
     ref = learners["solver"].logprobs(batch, reference=True)
     assert all(torch.equal(a, b) for a, b in zip(ref, [s.old_logp for s in batch]))  # fresh adapter (B = 0) = base
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    assert trainable and all(".lora_" in n for n in trainable)  # the optimizer holds adapters only
+    assert trainable
+    assert all(".lora_" in n for n in trainable)  # the optimizer holds adapters only
     learners["solver"].train(batch, 1e-2)
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
-    assert changed and all(".lora_B.solver." in n or ".lora_A.solver." in n for n in changed), changed
+    assert changed
+    assert all(".lora_B.solver." in n or ".lora_A.solver." in n for n in changed), changed
     after = learners["solver"].logprobs(batch)
     assert sum(float((a - s.old_logp).sum()) for a, s in zip(after, batch)) > 0  # positive advantages: more likely
     assert all(torch.equal(a, b) for a, b in zip(learners["solver"].logprobs(batch, reference=True), ref))
@@ -89,16 +91,18 @@ def test_lora_adapters_diverge_under_different_rewards_while_the_base_stays_iden
         return learners[name].logprobs([Sample(t.prompt_ids, t.action_ids) for t in probe if t.role == name])
 
     start = {n: probe_logprobs(n) for n in policy_of}
-    for step in range(3):
+    for _ in range(3):
         ts = with_generator_logprobs(learners, policy_of, transitions({"solver": 10.0, "checker": 0.0}, seed=5))
         metrics = update(cfg, learners, policy_of, ts, lr=1e-2)
-        assert metrics["tokens/solver"] > 0 and metrics["tokens/checker"] > 0
+        assert metrics["tokens/solver"] > 0
+        assert metrics["tokens/checker"] > 0
     moved = {}
     for n in policy_of:
         moved[n] = sum(float((a - b).sum()) for a, b in zip(probe_logprobs(n), start[n]))
     assert moved["solver"] > 0 > moved["checker"], moved  # rewarded actions more likely, the others less
     a, b = learners["solver"].state_dict(), learners["checker"].state_dict()
-    assert a.keys() == b.keys() and not any(torch.equal(a[k], b[k]) for k in a if "lora_B" in k)
+    assert a.keys() == b.keys()
+    assert not any(torch.equal(a[k], b[k]) for k in a if "lora_B" in k)
     peft_model = learners["solver"].model
     for name, tensor in peft_model.get_base_model().state_dict().items():
         if ".lora_" not in name:  # the frozen base: bit-identical to the checkpoint on disk
@@ -196,7 +200,8 @@ def test_lora_frozen_adapter_and_per_adapter_lr(tiny_model_dir):
 def test_lora_bad_config_is_one_line(overrides, message):
     with pytest.raises(ConfigError) as e:
         lora_cfg(*overrides)
-    assert message in str(e.value) and "\n" not in str(e.value)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -210,7 +215,8 @@ def test_lora_role_names_are_checked_against_the_env(overrides, message):
 
     with pytest.raises(ConfigError) as e:
         policy_map(lora_cfg(*overrides), ROLES)
-    assert message in str(e.value) and "\n" not in str(e.value)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 def test_lora_unknown_target_module_names_the_models_layers(tiny_model_dir):
@@ -222,7 +228,8 @@ def test_lora_unknown_target_module_names_the_models_layers(tiny_model_dir):
         add_adapters(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora_cfg("lora.target_modules=[qproj]").lora,
                      ["a"])
     assert str(e.value).startswith("lora.target_modules ['qproj'] are not linear layers of ")
-    assert "q_proj" in str(e.value) and "\n" not in str(e.value)
+    assert "q_proj" in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 # ---- end to end ---------------------------------------------------------------------------------
@@ -261,7 +268,9 @@ def test_lora_train_resume_eval_and_export(tmp_path):
             assert x[k] == (pytest.approx(y[k], rel=1e-5, abs=1e-7) if isinstance(y[k], float) else y[k]), k
     last = a[-1]
     assert last["logprob_gap_mean"] < 1e-4  # the generator sampled with the adapters synced after step 2
-    assert 0 < last["sync_bytes"] < 1e6 and last["tokens/problem_solver"] > 0 and "tokens/checkers" in last
+    assert 0 < last["sync_bytes"] < 1e6
+    assert last["tokens/problem_solver"] > 0
+    assert "tokens/checkers" in last
     run = tmp_path / "full"
     manifest = json.loads((run / "final" / "lora.json").read_text())
     assert manifest["roles"] == {"problem_solver": "problem_solver", "code_executor": "checkers",
@@ -312,14 +321,16 @@ def test_lora_vllm_serves_every_adapter_token_exactly(learners, tiny_model_dir, 
         gens["solver"].generate(prompts, SamplingParams(max_new_tokens=2))
     for name, gen in gens.items():
         gen.load_weights(learners[name].state_dict().items())
-    assert gap("solver") < 1e-4 and gap("checker") < 1e-4
+    assert gap("solver") < 1e-4
+    assert gap("checker") < 1e-4
     batch = samples(11)
     for s, lp in zip(batch, learners["solver"].logprobs(batch)):
         s.old_logp, s.advantages = lp, torch.ones(len(lp))
     learners["solver"].train(batch, 5e-2)
     assert gap("solver") > 1e-3  # stale until synced
     gens["solver"].load_weights(learners["solver"].state_dict().items())
-    assert gap("solver") < 1e-4 and gap("checker") < 1e-4
+    assert gap("solver") < 1e-4
+    assert gap("checker") < 1e-4
 
 
 @pytest.mark.vllm
@@ -337,10 +348,12 @@ def test_lora_train_with_vllm_multi_lora_stays_token_exact(tmp_path, monkeypatch
                                     "algo.old_logprobs=generator", "log.tensorboard=false", "log.plot=false",
                                     "model.policies=lora", "lora.rank=4"])
     rows = [r for r in read_metrics(train(cfg) / "metrics.jsonl") if r["kind"] == "train"]
-    assert rows[1]["logprob_gap_mean"] < 1e-4 and rows[1]["logprob_gap_max"] < 1e-3
+    assert rows[1]["logprob_gap_mean"] < 1e-4
+    assert rows[1]["logprob_gap_max"] < 1e-3
     assert all(abs(rows[1][f"approx_kl/{r}"]) < 1e-4 for r in ROLES if f"approx_kl/{r}" in rows[1])
     assert 0 < rows[1]["sync_bytes"] < 1e6
     team = make_team(f"run:{tmp_path}@vllm", sampling=SamplingParams(max_new_tokens=4, temperature=0))
     replies = team.policies["verifier"].respond([[{"role": "user", "content": "2+2?"}]], ["verifier"])
-    assert len(replies) == 1 and isinstance(replies[0], str)
+    assert len(replies) == 1
+    assert isinstance(replies[0], str)
 

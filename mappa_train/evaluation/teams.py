@@ -76,7 +76,8 @@ def _lora_team(final: Path, backend: str, seed: int, sampling: SamplingParams) -
     if backend not in ("hf", "vllm"):
         raise EvalSpecError(f"team spec run:{final.parent}@{backend}: a LoRA run is served by hf or vllm")
     generators = load_run_generators(final, backend)
-    return Team({role: PerCallSeed(GeneratorPolicy(g, sampling), seed) for role, g in generators.items()})
+    seeded = replace(sampling, seed=seed)  # as for model specs: each action adds its driver seed
+    return Team({role: GeneratorPolicy(g, seeded) for role, g in generators.items()})
 
 
 def _skill(text: str, spec: str) -> float:
