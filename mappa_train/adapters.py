@@ -35,6 +35,9 @@ def adapter_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
     if unknown:
         raise ConfigError(f"lora.groups names roles {unknown} that {cfg.env.id} does not have; "
                           f"its roles: {list(roles)}")
+    clash = sorted(g for g, members in lora.groups.items() if g in roles and g not in members)
+    if clash:
+        raise ConfigError(f"lora.groups names groups {clash} after roles outside them; rename the groups")
     of = {r: next((g for g, members in lora.groups.items() if r in members), r) for r in roles}
     names = set(of.values())
     for key, given in (("lora.lr", lora.lr), ("lora.frozen", lora.frozen)):
@@ -54,7 +57,7 @@ def _peft():
 
 def peft_config(lora: LoraConfig):
     return _peft().LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                          target_modules=list(lora.target_modules), bias="none")
+                              target_modules=list(lora.target_modules), bias="none")
 
 
 def check_targets(model, target_modules: Sequence[str]) -> None:
@@ -179,8 +182,8 @@ def lora_learners(cfg: TrainConfig, model_path: str | Path, names: Sequence[str]
     learner = PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
                             attn_implementation=cfg.model.attn_implementation, temperature=cfg.generation.temperature,
                             pad_id=pad_id, lora=cfg.lora, adapters=names)
-    return {n: AdapterLearner(learner, n, cfg.lora.lr.get(n) and float(cfg.lora.lr[n]), n in cfg.lora.frozen)
-            for n in names}
+    lrs = {n: float(lr) for n, lr in cfg.lora.lr.items()}  # YAML may hand 1e-4 over as a string (validated)
+    return {n: AdapterLearner(learner, n, lrs.get(n), n in cfg.lora.frozen) for n in names}
 
 
 class AdapterGenerator:

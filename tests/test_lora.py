@@ -209,6 +209,7 @@ def test_lora_bad_config_is_one_line(overrides, message):
     (["lora.frozen=[coder]"], "lora.frozen names ['coder'], which are no adapter; the adapters are"),
     (["lora.lr={tools: 1e-4}"], "lora.lr names ['tools'], which are no adapter"),
     (["lora.frozen=[problem_solver, code_executor, verifier]"], "freezes every adapter"),
+    (["lora.groups={verifier: [code_executor]}"], "lora.groups names groups ['verifier'] after roles outside them"),
 ])
 def test_lora_role_names_are_checked_against_the_env(overrides, message):
     from mappa_train.train import policy_map
