@@ -112,7 +112,6 @@ class LoraVLLMGenerator:
         self.peft_config = peft_config
         self.sync_dir = Path(sync_dir or tempfile.mkdtemp(prefix="mappa-lora-"))
         self.requests: dict[str, Any] = {}
-        self.folders: dict[str, Path] = {}
         self.ids = 0
 
     @classmethod
@@ -142,9 +141,9 @@ class LoraVLLMGenerator:
         folder.mkdir(parents=True)
         self.peft_config.save_pretrained(str(folder))
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "adapter_model.safetensors"))
-        self._register(name, folder, temporary=True)
+        self._register(name, folder)
 
-    def _register(self, name: str, folder: Path, temporary: bool = False) -> None:
+    def _register(self, name: str, folder: Path) -> None:
         import shutil
 
         from vllm.lora.request import LoRARequest
@@ -154,7 +153,7 @@ class LoraVLLMGenerator:
         self.requests[name] = LoRARequest(f"{name}-{self.ids}", self.ids, str(folder))
         if old is not None:
             self.engine.llm.llm_engine.remove_lora(old.lora_int_id)
-            if old.lora_path.startswith(str(self.sync_dir)):
+            if old.lora_path.startswith(str(self.sync_dir)):  # a synced version, not a run's own folder
                 shutil.rmtree(old.lora_path, ignore_errors=True)
 
 
