@@ -63,6 +63,7 @@ def init_distributed() -> tuple[int, int]:
     import torch.distributed as dist
     from deepspeed.accelerator import get_accelerator
 
+    _forget_stale_world_group()
     if not dist.is_initialized():
         if "RANK" not in os.environ:  # a plain single process: make it a world of one
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
@@ -74,6 +75,18 @@ def init_distributed() -> tuple[int, int]:
         os.environ.setdefault("WORLD_SIZE", str(dist.get_world_size()))
         os.environ.setdefault("LOCAL_RANK", "0")
     return dist.get_rank(), dist.get_world_size()
+
+
+def _forget_stale_world_group() -> None:
+    """DeepSpeed caches a clone of the world group for its whole process. When that world is
+    destroyed (an in-process vLLM engine shutting down takes its group with it) and a new one is
+    made, the clone is stale and deepspeed.initialize fails with "Group ... is not registered"."""
+    import torch.distributed as dist
+    from deepspeed.utils import groups
+
+    cached = groups._WORLD_GROUP
+    if cached is not None and (not dist.is_initialized() or cached not in dist.distributed_c10d._world.pg_group_ranks):
+        groups._WORLD_GROUP = None
 
 
 def _free_port() -> int:

@@ -179,3 +179,15 @@ def test_sequence_mean_weighs_every_action_alike(model_dir):
     lengths = [len(s.action_ids) for s in samples]
     assert token.train(samples, lr=0.0)["loss"] == pytest.approx(-sum(n * n for n in lengths) / sum(lengths), rel=1e-5)
     assert sequence.train(samples, lr=0.0)["loss"] == pytest.approx(-sum(lengths) / len(lengths), rel=1e-5)
+
+
+def test_a_learner_starts_after_the_process_group_was_destroyed_and_remade(model_dir):
+    """An in-process vLLM engine that shuts down destroys the world DeepSpeed cached a clone of;
+    the next learner must start in the new world, not fail on the stale group."""
+    import torch.distributed as dist
+
+    PolicyLearner(model_dir, LearnerConfig(lr=LR), AlgoConfig())
+    dist.destroy_process_group()
+    learner = PolicyLearner(model_dir, LearnerConfig(lr=LR), AlgoConfig())
+    assert dist.is_initialized()
+    assert learner.world == 1
