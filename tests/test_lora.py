@@ -188,6 +188,24 @@ def test_lora_frozen_adapter_and_per_adapter_lr(tiny_model_dir):
     assert learners["problem_solver"].train(batch, 1e-2)["lr"] == pytest.approx(1e-3)  # lora.lr overrides learner.lr
 
 
+def test_lora_with_gradient_checkpointing_trains_the_same(tiny_model_dir):
+    """Checkpointed layers over frozen embeddings still pass gradients to the adapters, and the same ones."""
+    from mappa_train.adapters import lora_learners
+
+    updates = []
+    for checkpointing in (False, True):
+        learner = lora_learners(lora_cfg(f"learner.grad_checkpointing={str(checkpointing).lower()}"), tiny_model_dir,
+                                ["solver"], pad_id=0)["solver"]
+        batch = samples(3)
+        for s, lp in zip(batch, learner.logprobs(batch)):
+            s.old_logp, s.advantages = lp, torch.ones(len(lp))
+        learner.train(batch, 1e-2)
+        updates.append(learner.state_dict())
+    plain, checkpointed = updates
+    assert any(float(v.abs().sum()) > 0 for k, v in checkpointed.items() if "lora_B" in k)
+    assert all(torch.allclose(plain[k], checkpointed[k], atol=1e-6) for k in plain)
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["lora.rank=0"], "lora.rank must be > 0, got 0"),
     (["lora.target_modules=[]"], "lora.target_modules must be a non-empty list"),
