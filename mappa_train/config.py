@@ -71,6 +71,8 @@ class ModelConfig:
     policies: Literal["shared", "per_role", "lora"] = doc(
         "shared", "one model for every role, one model per role (the paper), or one frozen base with a LoRA adapter "
                   "per role (the `lora` section; docs/lora.md)")
+    role_paths: dict = doc({}, "role -> its own starting model (as model.path) instead of model.path, e.g. a bigger "
+                               "solver: {problem_solver: Qwen/Qwen3-8B}; model.policies=per_role only")
     dtype: Literal["float32", "bfloat16"] = doc("float32", "weights/compute dtype of learner and generator "
                                                            "(bfloat16 on GPU)")
     attn_implementation: str = doc("sdpa", "transformers attention kernel: sdpa, eager, flash_attention_2")
@@ -261,6 +263,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError("algo.old_logprobs=generator needs generation.top_p=1: top-p changes the sampling "
                           "distribution, so the generator's log-probs are not the policy's")
     _check_env_kwargs(cfg.env)
+    paths = cfg.model.role_paths
+    if paths and cfg.model.policies != "per_role":
+        raise ConfigError(f"model.role_paths gives roles their own models, which needs model.policies=per_role "
+                          f"(got {cfg.model.policies}); set it, or drop model.role_paths")
+    if not all(isinstance(v, str) and v for v in paths.values()):
+        raise ConfigError(f"model.role_paths must map role names to model paths or hub ids, got {paths!r}")
     if cfg.model.policies == "lora":
         _check_lora(cfg)
     return cfg

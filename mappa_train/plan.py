@@ -261,24 +261,32 @@ def dry_run(cfg: TrainConfig, echo=print) -> int:
     except ImportError:
         echo("torch is not installed: pip install 'mappa[train]'")
         return 1
-    try:
-        info = describe_model(cfg.model.path, tiny_dir=f"{cfg.out_dir}/tiny_model", seed=cfg.seed)
-    except ModelSourceError as e:
-        echo(f"model: {e}")
-        return 1
-    shape = Shape.of(info.config)
-    echo(f"model {cfg.model.path} -> {info.path}: {shape.params / 1e9:.2f} B parameters, {shape.layers} layers, "
-         f"vocab {shape.vocab}, context {shape.max_positions}")
-    try:
-        fmt = ChatFormat.of(AutoTokenizer.from_pretrained(info.path), cfg.generation.continuation)
-        echo(f"chat template: ok (continuation={cfg.generation.continuation}, stop ids {list(fmt.stop_token_ids)}"
-             f"{', system folded into the first user turn' if fmt.fold_system else ''})")
-    except TemplateError as e:
-        problems.append(f"chat template: {e}")
+    shape = None
     max_len = cfg.generation.max_prompt_tokens + cfg.generation.max_new_tokens
-    if shape.max_positions and max_len > shape.max_positions:
-        problems.append(f"generation.max_prompt_tokens + max_new_tokens = {max_len} > the model's context "
-                        f"{shape.max_positions}")
+    models = [("model", cfg.model.path)] + [(f"model.role_paths.{r}", m) for r, m in cfg.model.role_paths.items()]
+    for key, spec in models:
+        try:
+            info = describe_model(spec, tiny_dir=f"{cfg.out_dir}/tiny_model", seed=cfg.seed)
+        except ModelSourceError as e:
+            echo(f"{key}: {e}")
+            return 1
+        this = Shape.of(info.config)
+        echo(f"{key} {spec} -> {info.path}: {this.params / 1e9:.2f} B parameters, {this.layers} layers, "
+             f"vocab {this.vocab}, context {this.max_positions}")
+        try:
+            fmt = ChatFormat.of(AutoTokenizer.from_pretrained(info.path), cfg.generation.continuation)
+            echo(f"chat template: ok (continuation={cfg.generation.continuation}, stop ids {list(fmt.stop_token_ids)}"
+                 f"{', system folded into the first user turn' if fmt.fold_system else ''})")
+        except TemplateError as e:
+            problems.append(f"chat template of {spec}: {e}" if key != "model" else f"chat template: {e}")
+        if this.max_positions and max_len > this.max_positions:
+            whose = "the model's" if key == "model" else f"{key}'s"
+            problems.append(f"generation.max_prompt_tokens + max_new_tokens = {max_len} > {whose} context "
+                            f"{this.max_positions}")
+        shape = this if shape is None or this.params > shape.params else shape
+    if len(models) > 1:
+        echo(f"model.role_paths: every policy is planned at the largest model's size ({shape.params / 1e9:.2f} B), "
+             "an upper bound")
     policies = _policies(cfg, problems)
     if policies:
         tokens = micro_batch_tokens(cfg)

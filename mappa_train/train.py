@@ -20,7 +20,7 @@ import random
 import shutil
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,16 @@ def resolve_model(cfg: TrainConfig) -> Path:
     from mappa_train.models import resolve_model as resolve
 
     return resolve(cfg.model.path, tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed)
+
+
+def policy_paths(cfg: TrainConfig, names: Iterable[str], default: Path | str) -> dict[str, Path]:
+    """policy -> its starting checkpoint: `model.role_paths` for the roles it names (per_role: a policy is
+    a role), the resolved `model.path` (`default`) for the rest."""
+    from mappa_train.models import resolve_model as resolve
+
+    paths = cfg.model.role_paths
+    return {n: resolve(paths[n], tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed) if n in paths
+            else Path(default) for n in names}
 
 
 def check_template(cfg: TrainConfig, model_path: Path | str):
@@ -81,6 +91,10 @@ def policy_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
         from mappa_train.adapters import adapter_map
 
         return adapter_map(cfg, roles)
+    unknown = sorted(set(cfg.model.role_paths) - set(roles))
+    if unknown:
+        raise ConfigError(f"model.role_paths names roles {unknown} that {cfg.env.id} does not have; "
+                          f"its roles: {list(roles)}")
     return {r: (SHARED if cfg.model.policies == "shared" else r) for r in roles}
 
 
@@ -223,10 +237,12 @@ def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[st
     from mappa_train.generation import make_generator
 
     g = cfg.generation
-    limit = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
-    if limit and g.max_prompt_tokens + g.max_new_tokens > limit:
-        raise ValueError(f"generation.max_prompt_tokens + max_new_tokens = {g.max_prompt_tokens + g.max_new_tokens} "
-                         f"exceeds the model's context ({limit}); lower generation.max_prompt_tokens")
+    paths = policy_paths(cfg, names, model_path)
+    for path in sorted(set(paths.values())):
+        limit = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
+        if limit and g.max_prompt_tokens + g.max_new_tokens > limit:
+            raise ValueError(f"generation.max_prompt_tokens + max_new_tokens = {g.max_prompt_tokens + g.max_new_tokens}"
+                             f" exceeds the context of {path} ({limit}); lower generation.max_prompt_tokens")
     if g.backend == "hf":
         kwargs: dict = {"dtype": torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32}
     else:  # one GPU holds this process's engines: they share vllm_gpu_memory_utilization (vLLM checks the sum)
@@ -238,20 +254,24 @@ def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[st
         if g.backend == "vllm":
             kwargs["gpu_memory_utilization"] = g.vllm_gpu_memory_utilization
         return lora_generators(cfg, model_path, names, **kwargs)
-    return {name: make_generator(g.backend, str(model_path), **kwargs) for name in names}
+    return {name: make_generator(g.backend, str(paths[name]), **kwargs) for name in names}
 
 
 def make_learners(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Any]:
     """policy name -> its learner; in LoRA mode one base model's adapters, each behind the same interface."""
-    pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
     if cfg.model.policies == "lora":
         from mappa_train.adapters import lora_learners
 
-        return lora_learners(cfg, model_path, names, pad_id)
-    return {name: PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
+        return lora_learners(cfg, model_path, names, pad_id(model_path))
+    paths = policy_paths(cfg, names, model_path)
+    return {name: PolicyLearner(paths[name], cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
                                 attn_implementation=cfg.model.attn_implementation,
-                                temperature=cfg.generation.temperature, pad_id=pad_id)
+                                temperature=cfg.generation.temperature, pad_id=pad_id(paths[name]))
             for name in names}
+
+
+def pad_id(model_path: Path | str) -> int:
+    return AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
 
 
 def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSource:
@@ -318,7 +338,8 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     torch.manual_seed(cfg.seed)
     model_path = resolve_model(cfg)
-    check_template(cfg, model_path)
+    for path in {model_path, *policy_paths(cfg, cfg.model.role_paths, model_path).values()}:
+        check_template(cfg, path)
     experience = experience or local_experience(cfg, model_path)
     policy_of = experience.policy_of
     if learners is None:
@@ -359,11 +380,11 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
         log.log("eval", cfg.steps, heldout_metrics(cfg, experience, cfg.steps, out))
     log.close()
     experience.close()
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    paths = policy_paths(cfg, learners, model_path)
     for name, learner in learners.items():
         learner.save_pretrained(out / "final" / name)
         if learner.rank == 0:
-            tokenizer.save_pretrained(out / "final" / name)
+            AutoTokenizer.from_pretrained(paths[name]).save_pretrained(out / "final" / name)
     if cfg.model.policies == "lora":
         from mappa_train.adapters import export_merged, write_manifest
 

@@ -163,3 +163,12 @@ def test_activation_estimate_scales_as_documented():
     assert a["logits_chunk"] == 3 * chunk * 49152 * 4 + 49152 * 576 * 4
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["learner.grad_checkpointing=false"])
     assert activation_bytes(shape, 1000, cfg)["layers"] > 5 * a["layers"]  # every layer keeps everything
+
+
+@pytest.mark.skipif(BENCH is None, reason="the reference AIME problems (../shared/data/bench) are not here")
+def test_role_paths_are_described_and_planned_at_the_largest_size(stand_ins, tiny_model_dir):
+    rc, out = run(preset("mathchat", stand_ins["mathchat"], f"model.role_paths={{verifier: {tiny_model_dir}}}"))
+    assert rc == 1  # the tiny model's context is too short for the preset's prompts, and says so
+    assert "max_new_tokens = 28672 > model.role_paths.verifier's context 4096" in out
+    assert f"model.role_paths.verifier {tiny_model_dir} -> {tiny_model_dir}: 0.00 B parameters" in out
+    assert "planned at the largest model's size (4.02 B), an upper bound" in out
