@@ -90,15 +90,12 @@ def adapter_parameters(model, name: str) -> list:
 
 def adapter_state(model, name: str) -> dict:
     """The adapter's tensors on CPU, in peft's saved-adapter naming (no adapter name in the keys)."""
-    from peft import get_peft_model_state_dict
-
-    return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(model, adapter_name=name).items()}
+    state = _peft().get_peft_model_state_dict(model, adapter_name=name)
+    return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
 def load_adapter_state(model, name: str, tensors: Mapping[str, Any]) -> None:
-    from peft import set_peft_model_state_dict
-
-    result = set_peft_model_state_dict(model, dict(tensors), adapter_name=name)
+    result = _peft().set_peft_model_state_dict(model, dict(tensors), adapter_name=name)
     if result.unexpected_keys:
         raise KeyError(f"adapter {name!r}: tensors {sorted(result.unexpected_keys)[:3]} match no adapter weight")
 
