@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,11 +118,16 @@ def read_adapter(folder: str | Path) -> dict:
 
 
 class AdapterLearner:
-    """One adapter of a LoRA `PolicyLearner`, behind the per-policy interface the driver uses."""
+    """One adapter of a LoRA `PolicyLearner`, behind the per-policy interface the driver uses.
 
-    def __init__(self, learner: PolicyLearner, name: str, lr: float | None = None, frozen: bool = False):
+    Each update draws its dropout masks from its own seed (seed, adapter, update count; the count is
+    checkpointed), so a resumed run repeats them exactly, with `lora.dropout` > 0 too."""
+
+    def __init__(self, learner: PolicyLearner, name: str, lr: float | None = None, frozen: bool = False,
+                 seed: int = 0):
         self.learner, self.name, self.lr, self.frozen = learner, name, lr, frozen
         self.rank = learner.rank
+        self.seed, self.updates = seed * 1_000_003 + zlib.crc32(name.encode()), 0
 
     @property
     def model(self):
@@ -136,10 +142,16 @@ class AdapterLearner:
 
     def train(self, samples, lr: float) -> dict[str, float]:
         """PPO-clip on this adapter alone; `lr` (the schedule's, for learner.lr) scales to lora.lr's override."""
+        import torch
+
         if self.frozen:
             return {"tokens": 0.0}
         self._use()
-        return self.learner.train(samples, lr if self.lr is None else lr * self.lr / self.learner.cfg.lr)
+        self.updates += 1
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed((self.seed + self.updates) % 2**63)
+            return self.learner.train(samples, lr if self.lr is None else lr * self.lr / self.learner.cfg.lr)
 
     def state_dict(self) -> dict:
         return adapter_state(self.model, self.name)
@@ -149,14 +161,14 @@ class AdapterLearner:
             save_adapter(self.model, self.name, out_dir)
 
     def save_checkpoint(self, ckpt_dir: str | Path) -> None:
-        """The adapter and its AdamW moments: all a resume needs (the base never changes)."""
+        """The adapter, its AdamW moments and update count: all a resume needs (the base never changes)."""
         import torch
 
         self.save_pretrained(ckpt_dir)
         optimizer = self.learner.engine.optimizer
         moments = [optimizer.state.get(p, {}) for p in adapter_parameters(self.model, self.name)]
         if self.rank == 0:
-            torch.save(moments, Path(ckpt_dir) / OPTIMIZER_FILE)
+            torch.save({"moments": moments, "updates": self.updates}, Path(ckpt_dir) / OPTIMIZER_FILE)
 
     def load_checkpoint(self, ckpt_dir: str | Path) -> None:
         import torch
@@ -166,8 +178,9 @@ class AdapterLearner:
             raise FileNotFoundError(f"no adapter checkpoint under {folder}")
         load_adapter_state(self.model, self.name, read_adapter(folder))
         optimizer = self.learner.engine.optimizer
-        moments = torch.load(folder / OPTIMIZER_FILE, weights_only=True)
-        for p, state in zip(adapter_parameters(self.model, self.name), moments, strict=True):
+        saved = torch.load(folder / OPTIMIZER_FILE, weights_only=True)
+        self.updates = saved["updates"]
+        for p, state in zip(adapter_parameters(self.model, self.name), saved["moments"], strict=True):
             if state:
                 optimizer.state[p] = state
 
@@ -180,7 +193,7 @@ def lora_learners(cfg: TrainConfig, model_path: str | Path, names: Sequence[str]
                             attn_implementation=cfg.model.attn_implementation, temperature=cfg.generation.temperature,
                             pad_id=pad_id, lora=cfg.lora, adapters=names)
     lrs = {n: float(lr) for n, lr in cfg.lora.lr.items()}  # YAML may hand 1e-4 over as a string (validated)
-    return {n: AdapterLearner(learner, n, lrs.get(n), n in cfg.lora.frozen) for n in names}
+    return {n: AdapterLearner(learner, n, lrs.get(n), n in cfg.lora.frozen, cfg.seed) for n in names}
 
 
 class AdapterGenerator:

@@ -154,7 +154,7 @@ class AlgoConfig:
 class LoraConfig:
     rank: int = doc(16, "LoRA rank r of every adapter", positive)
     alpha: float = doc(32.0, "LoRA alpha: the adapter's update is scaled by alpha / rank", positive)
-    dropout: float = doc(0.0, "dropout on the adapters' input while training (> 0 makes resume inexact)",
+    dropout: float = doc(0.0, "dropout on the adapters' input while training",
                          within(0, 1, lo_open=False, hi_open=True))
     target_modules: list = doc(["q_proj", "k_proj", "v_proj", "o_proj"],
                                "names of the base model's linear layers that get adapters (checked against the model "
