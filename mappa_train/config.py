@@ -68,8 +68,11 @@ def doc(default: Any, help: str, rule: Rule | None = None) -> Any:
 class ModelConfig:
     path: str = doc("tiny", "HF model dir or hub id; 'tiny' builds a tiny Qwen2 model offline into "
                             "<out_dir>/tiny_model")
-    policies: Literal["shared", "per_role"] = doc("shared", "one model for every role, or one model per role "
-                                                            "(the paper)")
+    policies: Literal["shared", "per_role", "lora"] = doc(
+        "shared", "one model for every role, one model per role (the paper), or one frozen base with a LoRA adapter "
+                  "per role (the `lora` section; docs/lora.md)")
+    role_paths: dict = doc({}, "role -> its own starting model (as model.path) instead of model.path, e.g. a bigger "
+                               "solver: {problem_solver: Qwen/Qwen3-8B}; model.policies=per_role only")
     dtype: Literal["float32", "bfloat16"] = doc("float32", "weights/compute dtype of learner and generator "
                                                            "(bfloat16 on GPU)")
     attn_implementation: str = doc("sdpa", "transformers attention kernel: sdpa, eager, flash_attention_2")
@@ -148,6 +151,23 @@ class AlgoConfig:
 
 
 @dataclass(frozen=True)
+class LoraConfig:
+    rank: int = doc(16, "LoRA rank r of every adapter", positive)
+    alpha: float = doc(32.0, "LoRA alpha: the adapter's update is scaled by alpha / rank", positive)
+    dropout: float = doc(0.0, "dropout on the adapters' input while training",
+                         within(0, 1, lo_open=False, hi_open=True))
+    target_modules: list = doc(["q_proj", "k_proj", "v_proj", "o_proj"],
+                               "names of the base model's linear layers that get adapters (checked against the model "
+                               "at start-up)")
+    groups: dict = doc({}, "adapter name -> the roles that share it, e.g. {tools: [code_executor, verifier]}; "
+                           "a role in no group gets an adapter named after it")
+    lr: dict = doc({}, "adapter (role or group) -> its peak learning rate, instead of learner.lr")
+    frozen: list = doc([], "adapters (roles or groups) that are sampled with but never trained")
+    export_merged: bool = doc(False, "at the end also write final/merged/<role>/: the base with that role's adapter "
+                                     "merged in, a plain transformers model")
+
+
+@dataclass(frozen=True)
 class LearnerConfig:
     lr: float = doc(1e-6, "peak learning rate", positive)
     weight_decay: float = doc(0.0, "AdamW weight decay", non_negative)
@@ -209,6 +229,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
     log: LogConfig = field(default_factory=LogConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
@@ -242,7 +263,45 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError("algo.old_logprobs=generator needs generation.top_p=1: top-p changes the sampling "
                           "distribution, so the generator's log-probs are not the policy's")
     _check_env_kwargs(cfg.env)
+    paths = cfg.model.role_paths
+    if paths and cfg.model.policies != "per_role":
+        raise ConfigError(f"model.role_paths gives roles their own models, which needs model.policies=per_role "
+                          f"(got {cfg.model.policies}); set it, or drop model.role_paths")
+    if not all(isinstance(v, str) and v for v in paths.values()):
+        raise ConfigError(f"model.role_paths must map role names to model paths or hub ids, got {paths!r}")
+    if cfg.model.policies == "lora":
+        _check_lora(cfg)
     return cfg
+
+
+def _check_lora(cfg: TrainConfig) -> None:
+    """The `lora` section's shapes and its interplay with the rest; role names are checked against the
+    env (`adapters.adapter_map`) and target modules against the model (`adapters.check_targets`) at start-up."""
+    lora = cfg.lora
+    if not lora.target_modules or not all(isinstance(m, str) and m for m in lora.target_modules):
+        raise ConfigError(f"lora.target_modules must be a non-empty list of module names, e.g. [q_proj, v_proj]; "
+                          f"got {lora.target_modules!r}")
+    groups = lora.groups
+    if not all(isinstance(g, str) and isinstance(r, list) and r and all(isinstance(x, str) for x in r)
+               for g, r in groups.items()):
+        raise ConfigError(f"lora.groups must map an adapter name to a list of roles, e.g. {{tools: [code_executor, "
+                          f"verifier]}}; got {groups!r}")
+    listed = [r for roles in groups.values() for r in roles]
+    twice = sorted({r for r in listed if listed.count(r) > 1})
+    if twice:
+        raise ConfigError(f"lora.groups puts roles {twice} in more than one group; give each role one adapter")
+    bad_lr = {k: v for k, v in lora.lr.items() if not (_number(v) or 0) > 0}
+    if bad_lr:
+        raise ConfigError(f"lora.lr must map adapter names to learning rates > 0, e.g. {{verifier: 1e-4}}; "
+                          f"got {bad_lr}")
+    if not all(isinstance(f, str) for f in lora.frozen):
+        raise ConfigError(f"lora.frozen must be a list of adapter (role or group) names; got {lora.frozen!r}")
+    if cfg.learner.zero_stage != 0:
+        raise ConfigError(f"model.policies=lora trains small adapters on a frozen base and needs learner.zero_stage=0 "
+                          f"(nothing worth partitioning), got {cfg.learner.zero_stage}; set learner.zero_stage=0")
+    if cfg.ray.enabled:
+        raise ConfigError("model.policies=lora runs in one process for now; set ray.enabled=false "
+                          "(or use model.policies=per_role with Ray)")
 
 
 def _check_env_kwargs(env: EnvConfig) -> None:
@@ -281,6 +340,16 @@ def _check_env_kwargs(env: EnvConfig) -> None:
     if unknown:
         raise ConfigError(f"env.sandbox_kwargs has {unknown}, which the {env.sandbox} sandbox does not take; "
                           f"it takes {', '.join(sorted(accepted_arguments(env.sandbox)))}")
+
+
+def _number(value) -> float | None:
+    """A YAML number (YAML 1.1 reads 1e-4, with no dot, as a string), or None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 # ---- loading, overrides, help ---------------------------------------------------------------

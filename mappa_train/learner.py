@@ -26,6 +26,7 @@ On CPU: `DS_ACCELERATOR=cpu`, gloo, and torch's AdamW (no JIT-built fused kernel
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -39,7 +40,7 @@ from torch.utils.checkpoint import checkpoint
 from mappa_train import algo
 
 if TYPE_CHECKING:  # at run time the learner needs torch only (benchmarks/gpu_check.py imports it bare)
-    from mappa_train.config import AlgoConfig, LearnerConfig
+    from mappa_train.config import AlgoConfig, LearnerConfig, LoraConfig
 
 
 @dataclass
@@ -123,10 +124,16 @@ def lr_at(step: int, cfg: LearnerConfig, total_steps: int) -> float:
 
 
 class PolicyLearner:
-    """A policy's DeepSpeed engine and frozen reference model."""
+    """A policy's DeepSpeed engine and frozen reference model.
+
+    With `lora` the model is a frozen base carrying one peft adapter per name in `adapters` (the active
+    one is used and trained: `mappa_train.adapters.AdapterLearner`); DeepSpeed holds the adapters'
+    parameters only, and the reference is the base with the adapters off, not a second copy.
+    """
 
     def __init__(self, model_path: str | Path, cfg: LearnerConfig, algo_cfg: AlgoConfig, *, dtype: str = "float32",
-                 attn_implementation: str = "sdpa", temperature: float = 1.0, pad_id: int = 0, seed: int = 0):
+                 attn_implementation: str = "sdpa", temperature: float = 1.0, pad_id: int = 0, seed: int = 0,
+                 lora: LoraConfig | None = None, adapters: tuple[str, ...] | list[str] = ()):
         import deepspeed
         from transformers import AutoModelForCausalLM
 
@@ -138,27 +145,50 @@ class PolicyLearner:
         load = dict(dtype=torch_dtype, attn_implementation=attn_implementation)
         model = AutoModelForCausalLM.from_pretrained(model_path, **load)
         model.config.use_cache = False
+        if lora is not None:
+            from mappa_train.adapters import adapter_parameters, add_adapters
+
+            model = add_adapters(model, lora, adapters)
+            for name in adapters:  # the optimizer holds every trained adapter; `AdapterLearner` picks one per update
+                for p in adapter_parameters(model, name):
+                    p.requires_grad_(name not in lora.frozen)
         if cfg.grad_checkpointing:
             model.gradient_checkpointing_enable()
-        config = ds_config(cfg, dtype)
-        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+            if lora is not None:  # the frozen embeddings' output must carry grad into checkpointed layers
+                model.enable_input_require_grads()
+        # peft keeps adapters in fp32 over a bf16 base: they need no bf16 master copies
+        config = ds_config(cfg, dtype if lora is None else "float32")
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
+        self.ref = None
+        if lora is None:
+            self.ref = self._reference(model_path, load, config)
+
+    def _reference(self, model_path: str | Path, load: dict, config: dict):
+        """A frozen copy of the starting model (ZeRO-3: partitioned like the actor)."""
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+
+        cfg = self.cfg
         ref = AutoModelForCausalLM.from_pretrained(model_path, **load).eval().requires_grad_(False)
         if cfg.zero_stage == 3:  # partition the reference model too: ZeRO-3 inference
             ref_config = {k: config[k] for k in ("train_micro_batch_size_per_gpu", "zero_optimization", "bf16")}
             ref_config["zero_optimization"] = {"stage": 3}
             ref, *_ = deepspeed.initialize(model=ref, config=ref_config)
-        self.ref = ref if cfg.zero_stage == 3 else ref.to(self.engine.device)
+        return ref if cfg.zero_stage == 3 else ref.to(self.engine.device)
 
     # ---- scoring ---------------------------------------------------------------------------------
 
     @torch.no_grad()
     def logprobs(self, samples: list[Sample], reference: bool = False) -> list[torch.Tensor]:
         """Log-probs of each sample's action tokens under the actor (or the reference). [n_action] each."""
-        model = self.ref if reference else self.engine
+        model = self.ref if reference and self.ref is not None else self.engine
         model.eval()
+        base_only = self.engine.module.disable_adapter() if reference and self.ref is None else contextlib.nullcontext()
         out: list[torch.Tensor] = []
-        for micro in self._micro_batches(samples, self._global_max(len(self._split(samples)))):
-            out += [lp.float().cpu() for lp in self._forward(model, micro)]  # an empty micro keeps step (ZeRO-3)
+        with base_only:  # LoRA: the reference is the base with the adapters off
+            for micro in self._micro_batches(samples, self._global_max(len(self._split(samples)))):
+                out += [lp.float().cpu() for lp in self._forward(model, micro)]  # an empty micro keeps step (ZeRO-3)
         return out
 
     # ---- training --------------------------------------------------------------------------------

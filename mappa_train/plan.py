@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mappa_train.config import TrainConfig
+from mappa_train.config import ConfigError, TrainConfig
 
 GiB = 1 << 30
 ENGINE_OVERHEAD = 2 * GiB  # CUDA context, graphs, sampler and activation workspace of one vLLM engine
@@ -81,16 +81,32 @@ def micro_batch_tokens(cfg: TrainConfig) -> int:
         g.max_prompt_tokens + g.max_new_tokens)
 
 
-def learner_bytes(shape: Shape, cfg: TrainConfig, ranks: int) -> dict[str, int]:
-    """GPU memory of one learner rank: weights, grads, optimizer (unless offloaded), reference, activations."""
+def adapter_params(shape: Shape, cfg: TrainConfig) -> int:
+    """Parameters of one LoRA adapter: rank × (in + out) for every targeted projection of every layer."""
+    s = shape
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    sizes = {"q_proj": (s.hidden, q), "k_proj": (s.hidden, kv), "v_proj": (s.hidden, kv), "o_proj": (q, s.hidden),
+             "gate_proj": (s.hidden, s.intermediate), "up_proj": (s.hidden, s.intermediate),
+             "down_proj": (s.intermediate, s.hidden)}
+    per_layer = sum(sum(sizes[m]) for m in cfg.lora.target_modules if m in sizes)
+    return s.layers * cfg.lora.rank * per_layer
+
+
+def learner_bytes(shape: Shape, cfg: TrainConfig, ranks: int, adapters: int = 0) -> dict[str, int]:
+    """GPU memory of one learner rank: weights, grads, optimizer (unless offloaded), reference, activations.
+    With `adapters` (LoRA) the base is frozen: fp32 grads and Adam moments for the adapters only, no reference."""
     lc, p = cfg.learner, shape.params
     b = 2 if cfg.model.dtype == "bfloat16" else 4
     zero = lc.zero_stage
     weights = p * b // (ranks if zero == 3 else 1)
     grads = p * 4 // (ranks if zero >= 2 else 1)
     optimizer_state = p * (12 if b == 2 else 8) // (ranks if zero >= 1 else 1)  # fp32 master + Adam moments
+    reference = weights
+    if adapters:
+        trained = adapters * adapter_params(shape, cfg)
+        weights, grads, optimizer_state, reference = weights + trained * 4, trained * 4, trained * 8, 0
     out = {"weights": weights, "grads": grads, "optimizer": 0 if lc.offload_optimizer else optimizer_state,
-           "reference": weights, "activations": activation_bytes(shape, micro_batch_tokens(cfg), cfg)["total"],
+           "reference": reference, "activations": activation_bytes(shape, micro_batch_tokens(cfg), cfg)["total"],
            "overhead": RANK_OVERHEAD}
     out["total"] = sum(out.values())
     out["cpu_optimizer"] = optimizer_state if lc.offload_optimizer else 0
@@ -129,14 +145,22 @@ def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
     weights = shape.params * b
     max_len = g.max_prompt_tokens + g.max_new_tokens
     ranks = cfg.ray.learner_ranks if cfg.ray.enabled else 1
-    learner = learner_bytes(shape, cfg, ranks)
+    lora = cfg.model.policies == "lora"  # one base serves every policy: one engine, one learner
+    learner = learner_bytes(shape, cfg, ranks, adapters=len(policies) if lora else 0)
 
     def engine_line(names: list[str]) -> tuple[str, int]:
         if g.backend == "hf":  # a full transformers copy per policy; its KV cache grows with the batch
             kv = cfg.rollout.num_envs * max_len * shape.kv_bytes_per_token(b)
             each = weights + kv
+            if lora:
+                each += len(names) * adapter_params(shape, cfg) * 4
+                return (f"transformers generator, LoRA adapters {', '.join(names)}: {_gib(each)} (one base + "
+                        "adapters + KV of num_envs × max_model_len)"), each
             return f"transformers generators {', '.join(names)}: {_gib(each)} each (weights + KV of num_envs × " \
                    f"max_model_len)", each * len(names)
+        label = f"vLLM engines {', '.join(names)}"
+        if lora:
+            label, names = f"vLLM engine, multi-LoRA {', '.join(names)}", names[:1]
         share = g.vllm_gpu_memory_utilization / len(names)
         each = share * capacity
         kv_tokens = int((each - weights - ENGINE_OVERHEAD) // shape.kv_bytes_per_token(b))
@@ -145,7 +169,7 @@ def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
                             f"{max(kv_tokens, 0)} KV tokens < max_model_len {max_len}: vLLM refuses to start; raise "
                             "generation.vllm_gpu_memory_utilization, give each policy its own GPU, or lower "
                             "max_prompt_tokens")
-        return (f"vLLM engines {', '.join(names)}: gpu_memory_utilization {share:.3f} each = {_gib(each)} "
+        return (f"{label}: gpu_memory_utilization {share:.3f} each = {_gib(each)} "
                 f"(weights {_gib(weights)}, KV cache {max(kv_tokens, 0):,} tokens = "
                 f"{max(kv_tokens, 0) / max_len:.1f} × max_model_len {max_len})"), int(each * len(names))
 
@@ -156,12 +180,17 @@ def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
                 f"{_gib(m['grads'])}, optimizer {_gib(m['optimizer'])}{offloaded}, reference {_gib(m['reference'])}, "
                 f"activations {_gib(m['activations'])}, overhead {_gib(m['overhead'])})"), m["total"]
 
+    if lora:
+        learner_names = [f"base + {len(policies)} LoRA adapters ({adapter_params(shape, cfg) * 4 / (1 << 20):.0f} MiB "
+                         "fp32 each)"]
+    else:
+        learner_names = policies
     if not cfg.ray.enabled:  # one process on GPU 0
-        for what, size in (engine_line(policies), *[learner_line(p, 0) for p in policies]):
+        for what, size in (engine_line(policies), *[learner_line(p, 0) for p in learner_names]):
             gpus[0].holds.append((what, size))
         if g.backend == "vllm":
             room = (1 - g.vllm_gpu_memory_utilization) * capacity
-            need = sum(learner_line(p, 0)[1] for p in policies)
+            need = sum(learner_line(p, 0)[1] for p in learner_names)
             if need > room:
                 problems.append(f"GPU 0: the learners need {_gib(need)} beside the engines' "
                                 f"{g.vllm_gpu_memory_utilization:g} of the GPU ({_gib(room)} left); lower "
@@ -188,9 +217,9 @@ def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
         if gpu.memory() > capacity:
             problems.append(f"GPU {gpu.index} needs {_gib(gpu.memory())} > {hw.gpu_memory_gb:g} GiB")
     if learner["cpu_optimizer"]:
-        total = learner["cpu_optimizer"] * ranks * len(policies)
+        total = learner["cpu_optimizer"] * ranks * len(learner_names)
         lines.append(f"CPU memory: offloaded optimizer states {_gib(total)} in all "
-                     f"({len(policies)} policies × {ranks} ranks × {_gib(learner['cpu_optimizer'])})")
+                     f"({len(learner_names)} learners × {ranks} ranks × {_gib(learner['cpu_optimizer'])})")
     return Plan(lines, problems)
 
 
@@ -232,24 +261,32 @@ def dry_run(cfg: TrainConfig, echo=print) -> int:
     except ImportError:
         echo("torch is not installed: pip install 'mappa[train]'")
         return 1
-    try:
-        info = describe_model(cfg.model.path, tiny_dir=f"{cfg.out_dir}/tiny_model", seed=cfg.seed)
-    except ModelSourceError as e:
-        echo(f"model: {e}")
-        return 1
-    shape = Shape.of(info.config)
-    echo(f"model {cfg.model.path} -> {info.path}: {shape.params / 1e9:.2f} B parameters, {shape.layers} layers, "
-         f"vocab {shape.vocab}, context {shape.max_positions}")
-    try:
-        fmt = ChatFormat.of(AutoTokenizer.from_pretrained(info.path), cfg.generation.continuation)
-        echo(f"chat template: ok (continuation={cfg.generation.continuation}, stop ids {list(fmt.stop_token_ids)}"
-             f"{', system folded into the first user turn' if fmt.fold_system else ''})")
-    except TemplateError as e:
-        problems.append(f"chat template: {e}")
+    shape = None
     max_len = cfg.generation.max_prompt_tokens + cfg.generation.max_new_tokens
-    if shape.max_positions and max_len > shape.max_positions:
-        problems.append(f"generation.max_prompt_tokens + max_new_tokens = {max_len} > the model's context "
-                        f"{shape.max_positions}")
+    models = [("model", cfg.model.path)] + [(f"model.role_paths.{r}", m) for r, m in cfg.model.role_paths.items()]
+    for key, spec in models:
+        try:
+            info = describe_model(spec, tiny_dir=f"{cfg.out_dir}/tiny_model", seed=cfg.seed)
+        except ModelSourceError as e:
+            echo(f"{key}: {e}")
+            return 1
+        this = Shape.of(info.config)
+        echo(f"{key} {spec} -> {info.path}: {this.params / 1e9:.2f} B parameters, {this.layers} layers, "
+             f"vocab {this.vocab}, context {this.max_positions}")
+        try:
+            fmt = ChatFormat.of(AutoTokenizer.from_pretrained(info.path), cfg.generation.continuation)
+            echo(f"chat template: ok (continuation={cfg.generation.continuation}, stop ids {list(fmt.stop_token_ids)}"
+                 f"{', system folded into the first user turn' if fmt.fold_system else ''})")
+        except TemplateError as e:
+            problems.append(f"chat template of {spec}: {e}" if key != "model" else f"chat template: {e}")
+        if this.max_positions and max_len > this.max_positions:
+            whose = "the model's" if key == "model" else f"{key}'s"
+            problems.append(f"generation.max_prompt_tokens + max_new_tokens = {max_len} > {whose} context "
+                            f"{this.max_positions}")
+        shape = this if shape is None or this.params > shape.params else shape
+    if len(models) > 1:
+        echo(f"model.role_paths: every policy is planned at the largest model's size ({shape.params / 1e9:.2f} B), "
+             "an upper bound")
     policies = _policies(cfg, problems)
     if policies:
         tokens = micro_batch_tokens(cfg)
@@ -280,6 +317,13 @@ def _policies(cfg: TrainConfig, problems: list[str]) -> list[str]:
                         "is its data in place?")
         return []
     try:
+        if cfg.model.policies == "lora":  # one adapter per role or group
+            from mappa_train.adapters import adapter_map
+
+            return sorted(set(adapter_map(cfg, env.possible_agents).values()))
         return list(env.possible_agents)
+    except ConfigError as e:
+        problems.append(str(e))
+        return []
     finally:
         env.close()

@@ -183,12 +183,12 @@ def ray_experience(workers: list):
 def train_with_ray(cfg: TrainConfig) -> Path:
     """`train.train` with rollout workers and learner ranks as Ray actors."""
     ray = _ray()
-    from transformers import AutoTokenizer
 
-    from mappa_train.train import check_template, resolve_model, train
+    from mappa_train.train import check_template, pad_id, policy_paths, resolve_model, train
 
     model_path = str(resolve_model(cfg))
-    check_template(cfg, model_path)  # before any actor starts
+    for path in {model_path, *map(str, policy_paths(cfg, cfg.model.role_paths, model_path).values())}:
+        check_template(cfg, path)  # before any actor starts
     if not ray.is_initialized():
         ray.init(address=cfg.ray.address or None, include_dashboard=False, log_to_driver=True)
     env_vars = {k: os.environ[k] for k in ("DS_ACCELERATOR", "OMP_NUM_THREADS") if k in os.environ}
@@ -198,10 +198,11 @@ def train_with_ray(cfg: TrainConfig) -> Path:
     Rank = ray.remote(LearnerRankImpl).options(**options)
     workers = [Worker.remote(cfg, model_path) for _ in range(cfg.ray.rollout_workers)]
     experience = ray_experience(workers)
-    pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
-    learners = {name: LearnerGroup([Rank.remote(r, cfg.ray.learner_ranks, model_path, cfg, pad_id)
+    names = sorted(set(experience.policy_of.values()))
+    paths = {name: str(path) for name, path in policy_paths(cfg, names, model_path).items()}
+    learners = {name: LearnerGroup([Rank.remote(r, cfg.ray.learner_ranks, paths[name], cfg, pad_id(paths[name]))
                                     for r in range(cfg.ray.learner_ranks)])
-                for name in sorted(set(experience.policy_of.values()))}
+                for name in names}
     start_learners(learners)
     try:
         return train(cfg, experience=experience, learners=learners)

@@ -20,7 +20,7 @@ import random
 import shutil
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,16 @@ def resolve_model(cfg: TrainConfig) -> Path:
     from mappa_train.models import resolve_model as resolve
 
     return resolve(cfg.model.path, tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed)
+
+
+def policy_paths(cfg: TrainConfig, names: Iterable[str], default: Path | str) -> dict[str, Path]:
+    """policy -> its starting checkpoint: `model.role_paths` for the roles it names (per_role: a policy is
+    a role), the resolved `model.path` (`default`) for the rest."""
+    from mappa_train.models import resolve_model as resolve
+
+    paths = cfg.model.role_paths
+    return {n: resolve(paths[n], tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed) if n in paths
+            else Path(default) for n in names}
 
 
 def check_template(cfg: TrainConfig, model_path: Path | str):
@@ -76,7 +86,15 @@ def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = No
 
 
 def policy_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
-    """role -> policy name: one shared policy, or one per role (the paper)."""
+    """role -> policy name: one shared policy, one per role (the paper), or one LoRA adapter per role or group."""
+    if cfg.model.policies == "lora":
+        from mappa_train.adapters import adapter_map
+
+        return adapter_map(cfg, roles)
+    unknown = sorted(set(cfg.model.role_paths) - set(roles))
+    if unknown:
+        raise ConfigError(f"model.role_paths names roles {unknown} that {cfg.env.id} does not have; "
+                          f"its roles: {list(roles)}")
     return {r: (SHARED if cfg.model.policies == "shared" else r) for r in roles}
 
 
@@ -219,16 +237,41 @@ def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[st
     from mappa_train.generation import make_generator
 
     g = cfg.generation
-    limit = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
-    if limit and g.max_prompt_tokens + g.max_new_tokens > limit:
-        raise ValueError(f"generation.max_prompt_tokens + max_new_tokens = {g.max_prompt_tokens + g.max_new_tokens} "
-                         f"exceeds the model's context ({limit}); lower generation.max_prompt_tokens")
+    paths = policy_paths(cfg, names, model_path)
+    for path in sorted(set(paths.values())):
+        limit = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
+        if limit and g.max_prompt_tokens + g.max_new_tokens > limit:
+            raise ValueError(f"generation.max_prompt_tokens + max_new_tokens = {g.max_prompt_tokens + g.max_new_tokens}"
+                             f" exceeds the context of {path} ({limit}); lower generation.max_prompt_tokens")
     if g.backend == "hf":
         kwargs: dict = {"dtype": torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32}
     else:  # one GPU holds this process's engines: they share vllm_gpu_memory_utilization (vLLM checks the sum)
         kwargs = {"dtype": cfg.model.dtype, "max_model_len": g.max_prompt_tokens + g.max_new_tokens,
                   "gpu_memory_utilization": g.vllm_gpu_memory_utilization / len(names), "seed": cfg.seed}
-    return {name: make_generator(g.backend, str(model_path), **kwargs) for name in names}
+    if cfg.model.policies == "lora":  # one engine, every adapter: the memory of one policy, not len(names)
+        from mappa_train.adapters import lora_generators
+
+        if g.backend == "vllm":
+            kwargs["gpu_memory_utilization"] = g.vllm_gpu_memory_utilization
+        return lora_generators(cfg, model_path, names, **kwargs)
+    return {name: make_generator(g.backend, str(paths[name]), **kwargs) for name in names}
+
+
+def make_learners(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Any]:
+    """policy name -> its learner; in LoRA mode one base model's adapters, each behind the same interface."""
+    if cfg.model.policies == "lora":
+        from mappa_train.adapters import lora_learners
+
+        return lora_learners(cfg, model_path, names, pad_id(model_path))
+    paths = policy_paths(cfg, names, model_path)
+    return {name: PolicyLearner(paths[name], cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
+                                attn_implementation=cfg.model.attn_implementation,
+                                temperature=cfg.generation.temperature, pad_id=pad_id(paths[name]))
+            for name in names}
+
+
+def pad_id(model_path: Path | str) -> int:
+    return AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
 
 
 def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSource:
@@ -295,19 +338,17 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     torch.manual_seed(cfg.seed)
     model_path = resolve_model(cfg)
-    check_template(cfg, model_path)
+    for path in {model_path, *policy_paths(cfg, cfg.model.role_paths, model_path).values()}:
+        check_template(cfg, path)
     experience = experience or local_experience(cfg, model_path)
     policy_of = experience.policy_of
     if learners is None:
-        pad_id = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
-        learners = {name: PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
-                                        attn_implementation=cfg.model.attn_implementation,
-                                        temperature=cfg.generation.temperature, pad_id=pad_id)
-                    for name in sorted(set(policy_of.values()))}
+        learners = make_learners(cfg, model_path, sorted(set(policy_of.values())))
     start, ckpt = latest_checkpoint(out)
     if ckpt is not None:
         for name, learner in learners.items():
             learner.load_checkpoint(ckpt / name)
+    if ckpt is not None or cfg.model.policies == "lora":  # fresh adapters are random too (A; B = 0)
         experience.sync(_weights(learners))
     log = MetricsLogger(out, cfg.log, resume_step=start, run_config=to_dict(cfg))
     progress = _progress(cfg, start)
@@ -319,8 +360,10 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
         t1 = time.perf_counter()
         metrics = update(cfg, learners, policy_of, result.transitions, lr_at(step, cfg.learner, cfg.steps))
         t2 = time.perf_counter()
-        experience.sync(_weights(learners))
+        weights = _weights({n: learner for n, learner in learners.items() if not getattr(learner, "frozen", False)})
+        experience.sync(weights)
         t3 = time.perf_counter()
+        metrics["sync_bytes"] = float(sum(t.numel() * t.element_size() for w in weights.values() for t in w.values()))
         metrics.update(_episode_metrics(result), coach_failures=float(result.dropped),
                        prompt_overflows=float(result.overflow), episode_failures=float(result.failed),
                        env_actions=float(sum(e.actions for e in result.episodes)),
@@ -337,11 +380,17 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
         log.log("eval", cfg.steps, heldout_metrics(cfg, experience, cfg.steps, out))
     log.close()
     experience.close()
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    paths = policy_paths(cfg, learners, model_path)
     for name, learner in learners.items():
         learner.save_pretrained(out / "final" / name)
         if learner.rank == 0:
-            tokenizer.save_pretrained(out / "final" / name)
+            AutoTokenizer.from_pretrained(paths[name]).save_pretrained(out / "final" / name)
+    if cfg.model.policies == "lora":
+        from mappa_train.adapters import export_merged, write_manifest
+
+        write_manifest(out / "final", Path(model_path).resolve(), policy_of)
+        if cfg.lora.export_merged:
+            export_merged(out / "final", out / "final" / "merged")
     if cfg.log.plot:
         plot_curves(out / METRICS_FILE, out / "curves.png", title=f"MAPPA on {cfg.env.id}")
     return out

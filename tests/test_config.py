@@ -121,3 +121,14 @@ def test_coach_settings_are_checked_at_load_time(override, message):
 def test_a_coach_spec_and_its_settings_load():
     cfg = load_config(None, ["env.coach=judge@http://127.0.0.1:9/v1", "env.coach_kwargs={structured_output: true}"])
     assert (cfg.env.coach, cfg.env.coach_kwargs) == ("judge@http://127.0.0.1:9/v1", {"structured_output": True})
+
+
+def test_role_paths_need_per_role_and_known_roles():
+    with pytest.raises(ConfigError, match="model.role_paths gives roles their own models, which needs "
+                                          "model.policies=per_role"):
+        load_config(None, ["model.role_paths={verifier: tiny}"])
+    from mappa_train.train import policy_map
+
+    cfg = load_config(None, ["model.policies=per_role", "model.role_paths={checker: tiny}"])
+    with pytest.raises(ConfigError, match=r"model.role_paths names roles \['checker'\] that MathChat-v0 does not"):
+        policy_map(cfg, ["problem_solver", "verifier"])

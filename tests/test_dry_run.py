@@ -36,8 +36,10 @@ def stand_ins(tmp_path_factory):
 
 
 def preset(name: str, model_dir: Path, *overrides: str):
-    data = [f"env.kwargs={{task_source: {BENCH / 'AIME_1983_2024.json'}, split: all}}"] if name == "mathchat" else \
-        ["env.kwargs={}"]  # DSBench's built-in tasks: the preset's CSV folder is not here
+    if name.startswith("mathchat"):
+        data = [f"env.kwargs={{task_source: {BENCH / 'AIME_1983_2024.json'}, split: all}}"]
+    else:
+        data = ["env.kwargs={}"]  # DSBench's built-in tasks: the preset's CSV folder is not here
     return load_config(ROOT / "configs" / f"{name}.yaml", [f"model.path={model_dir}", *data, *overrides])
 
 
@@ -63,6 +65,29 @@ def test_the_presets_plan_fits_eight_gpus(name, stand_ins):
     assert "GPU 7 (node 0)" in out
     assert "GPU 8" not in out
     assert out.splitlines()[-1] == "the plan fits: ready to train"
+
+
+@pytest.mark.skipif(BENCH is None, reason="the reference AIME problems (../shared/data/bench) are not here")
+def test_the_lora_preset_fits_one_gpu(stand_ins):
+    """configs/mathchat_lora.yaml: one multi-LoRA engine and one learner (base + adapters, no reference)
+    on one 80 GB GPU, where the same model per role needs eight (docs/lora.md)."""
+    d = stand_ins["mathchat"]
+    rc, out = run(preset("mathchat_lora", d))
+    assert rc == 0, out
+    assert "vLLM engine, multi-LoRA code_executor, problem_solver, verifier: gpu_memory_utilization 0.700" in out
+    assert out.count("learner ") == 1
+    assert "base + 3 LoRA adapters (45 MiB fp32 each)" in out
+    assert "reference 0.0 GiB" in out
+    assert "GPU 0 (node 0): 76.3 GiB of 80.0 GiB" in out
+    rc, out = run(preset("mathchat_lora", d, "lora.groups={checkers: [code_executor, verifier]}"))
+    assert rc == 0
+    assert "base + 2 LoRA adapters" in out
+    rc, out = run(preset("mathchat_lora", d, "lora.groups={checkers: [coder]}"))
+    assert rc == 1
+    assert "problem: lora.groups names roles ['coder'] that MathChat-v0 does not have" in out
+    rc, out = run(preset("mathchat", d, "ray.enabled=false", "hardware.gpus=1", "model.policies=per_role"))
+    assert rc == 1
+    assert "the learners need 126.7 GiB" in out
 
 
 @pytest.mark.skipif(BENCH is None, reason="the reference AIME problems (../shared/data/bench) are not here")
@@ -138,3 +163,12 @@ def test_activation_estimate_scales_as_documented():
     assert a["logits_chunk"] == 3 * chunk * 49152 * 4 + 49152 * 576 * 4
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["learner.grad_checkpointing=false"])
     assert activation_bytes(shape, 1000, cfg)["layers"] > 5 * a["layers"]  # every layer keeps everything
+
+
+@pytest.mark.skipif(BENCH is None, reason="the reference AIME problems (../shared/data/bench) are not here")
+def test_role_paths_are_described_and_planned_at_the_largest_size(stand_ins, tiny_model_dir):
+    rc, out = run(preset("mathchat", stand_ins["mathchat"], f"model.role_paths={{verifier: {tiny_model_dir}}}"))
+    assert rc == 1  # the tiny model's context is too short for the preset's prompts, and says so
+    assert "max_new_tokens = 28672 > model.role_paths.verifier's context 4096" in out
+    assert f"model.role_paths.verifier {tiny_model_dir} -> {tiny_model_dir}: 0.00 B parameters" in out
+    assert "planned at the largest model's size (4.02 B), an upper bound" in out

@@ -100,3 +100,27 @@ def test_vllm_generator_stays_in_sync_with_the_learner(tmp_path, monkeypatch):
     assert abs(rows[0]["kl"]) < 1e-4  # vLLM's logprobs vs the (identical) reference model
     assert abs(rows[1]["approx_kl"]) < 1e-4
     assert rows[1]["clip_frac"] == 0.0  # after the sync: ratio 1
+
+
+@pytest.mark.slow
+def test_roles_with_their_own_base_models(tmp_path):
+    """model.role_paths: the verifier starts from a different (smaller, other-tokenizer) model than the
+    others; each policy samples and trains with its own model and tokenizer, token-exactly."""
+    from transformers import AutoTokenizer
+
+    from mappa_train.tiny_model import build_tiny_model
+    from mappa_train.train import train
+
+    small = build_tiny_model(tmp_path / "small", vocab_size=1024, hidden_size=64, heads=2, kv_heads=1)
+    cfg = load_config(None, TINY + [f"out_dir={tmp_path / 'run'}", "steps=2", "eval_every=0", "model.policies=per_role",
+                                    f"model.role_paths={{verifier: {small}}}", "log.tensorboard=false",
+                                    "log.plot=false"])
+    out = train(cfg)
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
+    assert rows[1]["tokens/verifier"] > 0
+    assert rows[1]["logprob_gap_max"] < 1e-4  # both models' generators synced to their own learners
+    sizes = {r: json.loads((out / "final" / r / "config.json").read_text())["hidden_size"]
+             for r in ("problem_solver", "code_executor", "verifier")}
+    assert sizes == {"problem_solver": 128, "code_executor": 128, "verifier": 64}
+    vocab = {r: len(AutoTokenizer.from_pretrained(out / "final" / r)) for r in ("problem_solver", "verifier")}
+    assert vocab["verifier"] == len(AutoTokenizer.from_pretrained(small)) != vocab["problem_solver"]

@@ -47,6 +47,8 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
             raise EvalSpecError(f"team spec {spec!r}: {final} holds no trained model; a finished `mappa train` run "
                                 "writes final/<policy>/ (an unfinished one only has checkpoints)")
         backend = backend or "hf"
+        if (final / "lora.json").is_file():  # one base, an adapter per role or group: one engine serves them all
+            return _lora_team(final, backend, seed, sampling)
         if policies == ["shared"]:
             return make_team(f"{backend}:{final / 'shared'}", seed, sampling, models)
         return make_team(";".join(f"{p}={backend}:{final / p}" for p in policies), seed, sampling, models)
@@ -64,6 +66,18 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
         return lambda env: factory(env)
     raise EvalSpecError(f"unknown team spec {spec!r}; expected hf:PATH, vllm:PATH, openai:MODEL@URL, scripted[:SKILL], "
                         "module:factory, or ROLE=SPEC;... (see docs/evaluation.md)")
+
+
+def _lora_team(final: Path, backend: str, seed: int, sampling: SamplingParams) -> Team:
+    """A LoRA run's team: its base with each role's trained adapter (mappa_train.adapters)."""
+    from mappa_train.adapters import load_run_generators
+    from mappa_train.text_policies import GeneratorPolicy
+
+    if backend not in ("hf", "vllm"):
+        raise EvalSpecError(f"team spec run:{final.parent}@{backend}: a LoRA run is served by hf or vllm")
+    generators = load_run_generators(final, backend)
+    seeded = replace(sampling, seed=seed)  # as for model specs: each action adds its driver seed
+    return Team({role: GeneratorPolicy(g, seeded) for role, g in generators.items()})
 
 
 def _skill(text: str, spec: str) -> float:

