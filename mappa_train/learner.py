@@ -65,7 +65,9 @@ def init_distributed() -> tuple[int, int]:
 
     _forget_stale_world_group()
     if not dist.is_initialized():
-        if "RANK" not in os.environ:  # a plain single process: make it a world of one
+        if os.environ.get("WORLD_SIZE", "1") == "1":  # a plain single process: make it a world of one
+            # all five, every time: an earlier world of this process (an in-process vLLM engine's, now
+            # gone) may have left some of them, and DeepSpeed falls back to MPI discovery on a partial set
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                               MASTER_PORT=str(_free_port()))
         backend = "gloo" if get_accelerator().device_name() == "cpu" else get_accelerator().communication_backend_name()

@@ -363,7 +363,9 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
         weights = _weights({n: learner for n, learner in learners.items() if not getattr(learner, "frozen", False)})
         experience.sync(weights)
         t3 = time.perf_counter()
-        metrics["sync_bytes"] = float(sum(t.numel() * t.element_size() for w in weights.values() for t in w.values()))
+        if all(isinstance(w, Mapping) for w in weights.values()):  # Ray passes object refs: not sized here
+            metrics["sync_bytes"] = float(sum(t.numel() * t.element_size()
+                                              for w in weights.values() for t in w.values()))
         metrics.update(_episode_metrics(result), coach_failures=float(result.dropped),
                        prompt_overflows=float(result.overflow), episode_failures=float(result.failed),
                        env_actions=float(sum(e.actions for e in result.episodes)),

@@ -183,11 +183,19 @@ def test_sequence_mean_weighs_every_action_alike(model_dir):
 
 def test_a_learner_starts_after_the_process_group_was_destroyed_and_remade(model_dir):
     """An in-process vLLM engine that shuts down destroys the world DeepSpeed cached a clone of;
-    the next learner must start in the new world, not fail on the stale group."""
-    import torch.distributed as dist
-
-    PolicyLearner(model_dir, LearnerConfig(lr=LR), AlgoConfig())
-    dist.destroy_process_group()
-    learner = PolicyLearner(model_dir, LearnerConfig(lr=LR), AlgoConfig())
-    assert dist.is_initialized()
-    assert learner.world == 1
+    the next learner must start in the new world, not fail on the stale group. In a child process:
+    destroying this process's world would break the cached groups of other tests' engines."""
+    code = (
+        "import torch.distributed as dist\n"
+        "from mappa_train.config import AlgoConfig, LearnerConfig\n"
+        "from mappa_train.learner import PolicyLearner\n"
+        f"PolicyLearner({str(model_dir)!r}, LearnerConfig(lr={LR}), AlgoConfig())\n"
+        "dist.destroy_process_group()\n"
+        f"learner = PolicyLearner({str(model_dir)!r}, LearnerConfig(lr={LR}), AlgoConfig())\n"
+        "assert dist.is_initialized() and learner.world == 1\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok")

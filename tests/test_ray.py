@@ -19,7 +19,8 @@ def test_ray_mode_trains_and_matches_the_episode_count(tmp_path, monkeypatch):
 
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    # address="local": a fresh cluster of our own, never one another process left running on this machine
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         cfg = load_config(None, TINY + [f"out_dir={tmp_path}", "steps=1", "eval_every=1", "ray.enabled=true",
                                         "ray.rollout_workers=2", "ray.learner_ranks=2", "ray.cpus_per_worker=1",
