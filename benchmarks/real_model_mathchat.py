@@ -42,15 +42,11 @@ def overrides(args: argparse.Namespace, model: Path) -> list[str]:
 
 
 def report(out: Path, args: argparse.Namespace, wall_s: float, cpu_s: float) -> dict:
-    from mappa_train.evaluation.stats import paired_bootstrap
-    from mappa_train.metrics import METRICS_FILE, eval_outcomes, read_metrics
+    from mappa_train.metrics import METRICS_FILE, accuracy_change, read_metrics
 
     rows = read_metrics(out / METRICS_FILE)
     steps = sorted({r["step"] for r in rows if r["kind"] == "eval"})
-    before, after = eval_outcomes(out, steps[0], "heldout"), eval_outcomes(out, steps[-1], "heldout")
-    tasks = sorted(set(before) & set(after))
-    mean = lambda d: [sum(d[t]) / len(d[t]) for t in tasks]  # noqa: E731
-    ci = paired_bootstrap(mean(before), mean(after), n_boot=10_000, seed=args.seed)
+    tasks, before, after, ci = accuracy_change(out, "heldout", steps[0], steps[-1], seed=args.seed)
     evals = {r["step"]: r for r in rows if r["kind"] == "eval"}
     train = sorted((r for r in rows if r["kind"] == "train"), key=lambda r: r["step"])
     coach = lambda r: {k.split("/")[-1]: v for k, v in r.items() if k.startswith("heldout/coach/")}  # noqa: E731
@@ -58,7 +54,7 @@ def report(out: Path, args: argparse.Namespace, wall_s: float, cpu_s: float) -> 
         "model": "SmolLM2-135M-Instruct (smollm2-135m, fp32)", "family": args.family,
         "heldout_problems": len(tasks), "k": args.k, "eval_temperature": args.eval_temperature,
         "steps": len(train), "rollouts": len(train) * args.episodes_per_step, "lr": args.lr,
-        "accuracy_before": sum(mean(before)) / len(tasks), "accuracy_after": sum(mean(after)) / len(tasks),
+        "accuracy_before": sum(before) / len(tasks), "accuracy_after": sum(after) / len(tasks),
         "accuracy_delta": ci.delta, "accuracy_delta_ci95": [ci.low, ci.high],
         "interval": "percentile paired bootstrap over held-out problems (10000 resamples)",
         "coach_before": coach(evals[steps[0]]), "coach_after": coach(evals[steps[-1]]),

@@ -257,27 +257,20 @@ def teacher_and_overlap(cfg, spec: StartConfig, out_dir: Path) -> tuple[dict[str
 def build_report(cfg, spec: StartConfig, out: Path, teacher: dict, overlap: dict, wall_s: float, cpu_s: float,
                  n_boot: int) -> dict:
     from mappa_train.evaluation.stats import paired_bootstrap
-    from mappa_train.metrics import METRICS_FILE, eval_outcomes, read_metrics
+    from mappa_train.metrics import METRICS_FILE, accuracy_change, per_problem, read_metrics
 
     rows = read_metrics(out / METRICS_FILE)
     evals = sorted((r for r in rows if r["kind"] == "eval"), key=lambda r: r["step"])
     train = sorted((r for r in rows if r["kind"] == "train"), key=lambda r: r["step"])
     first, last = evals[0], evals[-1]
-    before, after = eval_outcomes(out, first["step"], SET), eval_outcomes(out, last["step"], SET)
-    tasks = sorted(before)
-    if sorted(after) != tasks or any(len(before[t]) != len(after[t]) for t in tasks):
-        raise RuntimeError(f"the evaluations at steps {first['step']} and {last['step']} did not play the same "
-                           f"problems and samples; re-run in a fresh --out directory")
-    per_task = lambda d: [sum(d[t]) / len(d[t]) for t in tasks]  # noqa: E731
-    ci = paired_bootstrap(per_task(before), per_task(after), n_boot=n_boot, seed=cfg.seed)
-    vs_teacher = paired_bootstrap([sum(teacher[t]) / len(teacher[t]) for t in tasks], per_task(after),
-                                  n_boot=n_boot, seed=cfg.seed)
+    tasks, before, after, ci = accuracy_change(out, SET, first["step"], last["step"], n_boot, cfg.seed)
+    vs_teacher = paired_bootstrap(per_problem(teacher, tasks), after, n_boot=n_boot, seed=cfg.seed)
     sft = json.loads((out / "start" / "model" / "warm_start.json").read_text())
     roles = sorted(k.split("/")[-1] for k in first if k.startswith(f"{SET}/coach/"))
     return {
-        "accuracy_before": ci_mean(before), "accuracy_after": ci_mean(after),
+        "accuracy_before": mean(before), "accuracy_after": mean(after),
         "accuracy_delta": ci.delta, "accuracy_delta_ci95": [ci.low, ci.high],
-        "teacher_accuracy": ci_mean(teacher), "warm_start_accuracy": ci_mean(before),
+        "teacher_accuracy": mean(per_problem(teacher, tasks)), "warm_start_accuracy": mean(before),
         "after_minus_teacher": vs_teacher.delta, "after_minus_teacher_ci95": [vs_teacher.low, vs_teacher.high],
         "interval": f"percentile paired bootstrap over held-out problems ({n_boot} resamples; each problem's "
                     f"figure is its mean correctness over its k samples)",
@@ -296,9 +289,8 @@ def build_report(cfg, spec: StartConfig, out: Path, teacher: dict, overlap: dict
     }
 
 
-def ci_mean(outcomes: dict[str, list[float]]) -> float:
-    """Mean over problems of each problem's mean over its samples."""
-    return sum(sum(v) / len(v) for v in outcomes.values()) / len(outcomes)
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def format_report(r: dict) -> str:

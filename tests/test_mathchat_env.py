@@ -97,6 +97,22 @@ def test_executor_without_code_ends_its_turn():
     env.close()
 
 
+@pytest.mark.parametrize("code,credited", [
+    ("print(6 * 7)", True), ("print('x =', 1)\nprint(42)", True),  # the last printed line counts
+    ("print(41)", False), ("y = 6 * 7", False), ("print(42)\nraise ValueError", False),
+])
+def test_the_executor_is_credited_when_its_code_prints_the_answer(code, credited):
+    """`printed_answer_correct` gives the coach the cell's own result: +2 when right, no penalty otherwise."""
+    env = make_env(executor_max_actions=1)
+    steps = play(env, {**GOOD, "code_executor": [f"```python\n{code}\n```"]})
+    checks = steps[1][2]["action"]["checks"]
+    assert checks["printed_answer_correct"] is credited
+    ran, printed = "raise" not in code, "print" in code and "raise" not in code
+    expected = 5 + 0.5 + (1.5 + 0.5 * printed if ran else -2) + 2 * credited
+    assert steps[1][1] == pytest.approx(expected)
+    env.close()
+
+
 def test_two_action_executor_keeps_interpreter_state():
     env = make_env()
     steps = play(env, {**GOOD, "code_executor": ["```python\nsecret = 6 * 7\n```", "```python\nprint(secret)\n```",

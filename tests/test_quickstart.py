@@ -52,7 +52,8 @@ def test_noisy_teacher_breaks_its_code_at_the_given_rate_and_the_coach_sees_it(f
         env.close()
         sandbox.close()
     assert 10 <= sum(correct) <= 30  # about half
-    assert sorted(set(code_scores)) == [3.5, 7.5]  # a raising cell costs 4 points on that very action
+    # a raising cell costs 6 points on that very action: 3.5 for raising, 0.5 for printing nothing, 2 for no answer
+    assert sorted(set(code_scores)) == [3.5, 9.5]
     with pytest.raises(ValueError, match="code_skill"):
         ScriptedMathPolicy([], code_skill=1.5)
 

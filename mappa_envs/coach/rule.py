@@ -15,6 +15,7 @@ What it rewards (start at 5, clip to [0, 10]):
 | answer_present                | +0.5 | -2.0  | the action states an answer in the required format (\\boxed{}) |
 | answer_correct                | +3.5 | -3.5  | that answer matches the ground truth (rule-based, not an LLM) |
 | code_present                  | +0.5 | -1.0  | a tool-using role wrote a code block |
+| printed_answer_correct        | +2.0 |  0    | MathChat: the last line the code printed is the right answer |
 | expected_files_present        | +1.0 | -2.0  | DSBench: the files this role must leave for the next one exist |
 | features_consistent           | +1.0 | -2.0  | DSBench: the Data Engineer's train and test features match |
 | submission_valid              | +2.0 | -3.0  | DSBench: the submission has the right ids, columns and rows |
@@ -33,6 +34,7 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
     "answer_present": (0.5, 2.0),
     "answer_correct": (3.5, 3.5),
     "code_present": (0.5, 1.0),
+    "printed_answer_correct": (2.0, 0.0),  # no penalty: a cell may rightly compute an intermediate step
     "expected_files_present": (1.0, 2.0),
     "features_consistent": (1.0, 2.0),
     "submission_valid": (2.0, 3.0),
@@ -40,7 +42,7 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
 }
 
 
-VERSION = "rule-2"  # bump when the weights or rules change: it is the CachedCoach identity
+VERSION = "rule-3"  # bump when the weights or rules change: it is the CachedCoach identity
 
 
 class RuleCoach:

@@ -13,7 +13,9 @@
   the text itself (a hash). To forge an END line a text would have to contain the hash of itself,
   so it cannot close the quote or open a section of its own; the mark is also checked and
   re-derived in the (astronomically unlikely) case the text contains it. Deterministic: the same
-  text gives the same prompt, which seeded comparisons and prompt caches rely on.
+  text gives the same prompt, which seeded comparisons and prompt caches rely on. The mark is
+  letters only (the digest's hex digits spelt a-p): an agent reading figures out of its prompt (a
+  printed result, a problem's numbers) never sees the fences' 64 random bits as more digits.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import hashlib
 from mappa_envs.sandbox.text import safe_text  # the one sanitizer, for all untrusted text
 
 _MARK_CHARS = 16
+_LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
 
 
 def one_line(value: str | bytes) -> str:
@@ -56,7 +59,8 @@ def indent(text: str, prefix: str = "    ") -> str:
 
 def fence_mark(*texts: str) -> str:
     """A mark none of `texts` contains, derived from their content (see the module docstring)."""
-    digest = hashlib.sha256("\x00".join(texts).encode("utf-8", errors="backslashreplace")).hexdigest()
+    data = "\x00".join(texts).encode("utf-8", errors="backslashreplace")
+    digest = hashlib.sha256(data).hexdigest().translate(_LETTERS)
     for start in range(0, len(digest) - _MARK_CHARS + 1):
         mark = digest[start:start + _MARK_CHARS]
         if not any(mark in t for t in texts):

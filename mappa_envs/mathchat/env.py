@@ -48,6 +48,8 @@ class MathChatScenario:
             has_code = bool(extract_code_blocks(action))
             first_of_turn = not episode.actions or episode.actions[-1].role != EXECUTOR
             checks = {"code_present": has_code} if first_of_turn or has_code else {}
+            if has_code:  # did the code compute the answer? (a bonus only: a cell may compute a step)
+                checks["printed_answer_correct"] = answers_match(_last_printed(results), episode.task.answer)
             answer = None if has_code else extract_answer(action)
             if answer is not None:  # the closing summary states a computed answer
                 checks["answer_correct"] = answers_match(answer, episode.task.answer)
@@ -69,6 +71,14 @@ class MathChatScenario:
 
     def coach_evidence(self, episode: Episode, role: Role) -> dict:
         return {"ask_answer_correct": role.name == VERIFIER}
+
+
+def _last_printed(results: list[ExecResult]) -> str | None:
+    """The last line the episode's cells of this action printed, if the last of them ran."""
+    if not results or not results[-1].ok:
+        return None
+    lines = [line.strip() for line in results[-1].stdout.splitlines() if line.strip()]
+    return lines[-1] if lines else None
 
 
 class MathChatEnv(PipelineEnv):
