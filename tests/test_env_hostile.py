@@ -4,6 +4,8 @@ UTF-8; the MathChat answer is out of reach; a broken scenario or coach is a reco
 import json
 import logging
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -81,6 +83,34 @@ def test_forged_sections_stay_inside_the_quotes_for_the_next_agent_and_the_coach
                 assert forged not in outside, (request.role, forged)
     finally:
         env.close()
+
+
+HANGS_SYMPY = r"""
+import threading
+import mappa_envs
+from mappa_envs.core.pipeline import Task
+env = mappa_envs.make("MathChat-v0", tasks=[Task("t", "What is sin(60 degrees)?", "\\frac{\\sqrt{3}}{2}")],
+                      sandbox="local", executor_max_actions=1)
+def play(verifier):
+    env.reset(seed=0)
+    for agent in env.agent_iter():
+        *_, term, trunc, _ = env.last()
+        env.step(None if term or trunc else {"verifier": verifier}.get(agent, "\\boxed{1}"))
+    return env.episode.outcome.correct
+print(play("\\boxed{9^{9^{9^{9}}}}"))  # sympy would take hours on this, in one C call holding the GIL
+result = []
+worker = threading.Thread(target=lambda: result.append(play("\\boxed{\\dfrac{\\sqrt3}{2}}")))  # as step workers do
+worker.start(); worker.join()
+print(result[0])
+env.close()
+"""
+
+
+def test_an_answer_that_would_hang_sympy_is_no_match_and_the_env_goes_on():
+    """The symbolic match runs in a worker process the env kills after a few seconds; the next one works."""
+    out = subprocess.run([sys.executable, "-c", HANGS_SYMPY], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]
 
 
 def test_a_text_holding_its_own_fence_mark_gets_another():

@@ -8,10 +8,10 @@ them (`\\$60`, `60\\%`, `60^{\\circ}`, `60\\text{ dollars}` all read 60); anythi
 from __future__ import annotations
 
 import re
-import threading
 from fractions import Fraction
 
 from mappa_envs.core.tools import strip_think
+from mappa_envs.mathchat.symbolic import symbolic_match
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
 _FINAL = re.compile(
@@ -101,17 +101,4 @@ def answers_match(pred: object, gold: object) -> bool:
     pn, gn = _as_number(p), _as_number(g)
     if pn is not None and gn is not None:
         return pn == gn
-    return _symbolic_match(p, g)
-
-
-def _symbolic_match(pred: str, gold: str) -> bool:
-    from math_verify import parse, verify
-
-    # math-verify enforces its timeouts with signals, which only work on the main thread.
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    try:
-        gold_parsed = parse(f"${gold}$", parsing_timeout=timeout)
-        pred_parsed = parse(f"${pred}$", parsing_timeout=timeout)
-        return bool(gold_parsed and pred_parsed and verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
-    except Exception:  # a malformed expression is simply not a match
-        return False
+    return symbolic_match(p, g)  # in a child process: a hostile answer can hang sympy for hours
