@@ -4,7 +4,7 @@
    supervised steps on transcripts of a *noisy* scripted team (`mappa_envs.mathchat.scripted`,
    `code_skill`): half of its Code Executor's code is broken (it stores the result under one name
    and prints another, so the sandbox raises NameError; the rule coach scores that action 3.5
-   instead of 7.5) and the team then reports the Problem Solver's wrong guess. The problems are the
+   instead of 9.5) and the team then reports the Problem Solver's wrong guess. The problems are the
    synthetic family `digit_product_sum` ("What is 4 * 7 + 3?"), whose code only has to copy the
    problem's one-digit numbers: a model this small learns that in minutes, not real mathematics.
    Imitation inherits the team's habits, the broken code included.
@@ -15,14 +15,15 @@
 4. report.json, report.md and curves.png: accuracy before and after with a 95% paired bootstrap
    interval over problems, the teacher's accuracy on the same problems, per-role coach scores, KL.
 
-Why the numbers move: the coach scores a broken cell 4 points below a working one, on that very
-action, so RL shifts the executor towards code that runs; a working cell prints the answer, which
-the Verifier then copies (its own reward checks that copy: 9 when right, 2 when wrong). Measured
-(docs/results.md): RL takes the executor's held-out coach score from about 4.5 to 7.5 (all its code
-runs), while the warm start's Verifier still copies the printed value only about one time in five,
-which caps the gain; held-out accuracy is read near-greedily (temperature 0.1), so it reports the
-policy's preferred actions. Nothing here sees a held-out answer: the warm start and RL use training
-problems only, and the rule coach checks answers of training episodes only.
+Why the numbers move: the coach scores a broken cell 6 points below one that runs and prints the
+right answer (2 below one that runs and prints something else), on that very action, so RL shifts
+the executor towards code that computes the answer; a working cell prints it, and the Verifier then
+copies it (its own reward checks the answer: 9 when right, 2 when wrong). Measured
+(docs/results.md): accuracy 0.094 -> 0.271, interval [+0.042, +0.312]; the executor's held-out
+coach score goes from 4.25 to 8.85, while the Verifier's copy of the printed value stays the weak
+link (its score 2.66 -> 3.90). Held-out accuracy is read near-greedily (temperature 0.1), so it
+reports the policy's preferred actions. Nothing here sees a held-out answer: the warm start and RL
+use training problems only, and the rule coach checks answers of training episodes only.
 """
 from __future__ import annotations
 
