@@ -141,6 +141,9 @@ class AlgoConfig:
                                                   "mean over actions of each action's token mean")
     mask_length_cut: bool = doc(True, "leave actions cut at max_new_tokens (finish_reason=length) out of the loss, "
                                       "like the reference code; counted as length_cut either way")
+    mask_excused: bool = doc(True, "leave actions whose inputs an upstream role broke (the env's inputs_ready=False) "
+                                   "out of the loss (with scope episode their rewards still reach upstream "
+                                   "returns); counted as excused either way")
     logprob_gap_warn: float = doc(0.05, "warn when the mean |generator − learner| log-prob gap of a step exceeds this "
                                         "(a broken weight sync or template shows at once)", positive)
 

@@ -50,6 +50,7 @@ class Transition:
     task_id: str
     finish_reason: str = "stop"  # "length": cut at max_new_tokens
     judged_tokens: int | None = None  # the env cut the action's text: only this many ids were judged
+    excused: bool = False  # its inputs were broken upstream (checks["inputs_ready"] False): not its failure
 
 
 @dataclass
@@ -243,7 +244,8 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
             coach_reward=float(record.reward), coach_ok=ok, end_reward=0.0,
             outcome_reward=float(outcome.get("score") or 0.0), episode_id=episode_id,
             action_index=turn.action_index, turn_index=action.turn_index, task_id=str(result.task_id or ""),
-            finish_reason=action.generation.finish_reason, judged_tokens=judged))
+            finish_reason=action.generation.finish_reason, judged_tokens=judged,
+            excused=record.checks.get("inputs_ready") is False))
     for role, bonus in result.end_rewards.items():  # AEC pays it at the end: credit the role's last action
         mine = [t for t in transitions if t.role == role]
         if mine:

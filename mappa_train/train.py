@@ -120,9 +120,13 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     kept = [t for t in kept if t.judged_tokens != 0]  # the env kept none of its text
     # an action cut at max_new_tokens has no natural end, so its coach score says little about its
     # tokens: it stays out of the loss, but its rewards still reach earlier actions' returns
-    trained = [not (cfg.algo.mask_length_cut and t.finish_reason == "length") for t in kept]
+    # an action whose inputs an upstream role broke could not succeed: its low score is not its own
+    # to learn from (with scope "episode" it still reaches the upstream actions' returns)
+    trained = [not (cfg.algo.mask_length_cut and t.finish_reason == "length")
+               and not (cfg.algo.mask_excused and t.excused) for t in kept]
     metrics: dict[str, float] = {"actions": float(sum(trained)), "env_cut": float(env_cut),
-                                 "length_cut": float(sum(t.finish_reason == "length" for t in kept))}
+                                 "length_cut": float(sum(t.finish_reason == "length" for t in kept)),
+                                 "excused": float(sum(t.excused for t in kept))}
     if not any(trained):
         return metrics
     # an action the env cut is trained on the ids the sandbox and the coach saw, no more

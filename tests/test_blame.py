@@ -46,6 +46,33 @@ def test_the_three_fractions_from_hand_made_scores():
     assert row.mean_by_role == {"a": 10 / 3, "b": 19 / 3, "c": 8}
 
 
+def test_an_excused_role_is_neither_blamed_nor_punished():
+    """The analyst's inputs were broken upstream in t1 (the env excused it): it is left out of both fractions."""
+    base = {"t1": {"a": 8, "b": 8, "c": 8}, "t2": {"a": 8, "b": 8, "c": 8}}
+    episodes = {"t1": {"a": 2, "b": 8}, "t2": {"a": 2, "b": 8, "c": 1}}
+    blame.FAULTS["Toy-v0"] = {"none": None, "a_fault": "a"}
+    try:
+        row = blame.blame_row("Toy-v0", "a_fault", "toy", episodes, base, ["a", "b", "c"], failed=0, tolerance=1.0,
+                              excused_in={"t1": {"c"}})
+    finally:
+        del blame.FAULTS["Toy-v0"]
+    assert (row.episodes, row.lowest, row.spared, row.precision, row.excused_episodes) == (2, 0.5, 0.5, 0.5, 1)
+    requests = [CoachRequest(env_id="DSBench-v0", role=r, role_duties="", task="t1", action="x",
+                             checks={"inputs_ready": ok}) for r, ok in (("b", True), ("c", False), ("c", False))]
+    assert blame.excused_roles(requests) == {"t1": {"c"}}
+
+
+def test_the_rule_coach_with_the_envs_hand_off_check_blames_each_faulty_dsbench_role():
+    from mappa_envs.dsbench import builtin_tasks
+
+    three = {"DSBench-v0": {"tasks": builtin_tasks()[:3]}}
+    rows = blame.measure(["DSBench-v0"], {"rule": RuleCoach()}, env_kwargs=three, say=lambda m: None)
+    for row in rows:
+        if row.faulty_role is not None:
+            assert (row.lowest, row.spared, row.precision) == (1.0, 1.0, 1.0), row
+            assert row.excused_episodes == row.episodes  # the analyst could not succeed in any of them
+
+
 def request(i: int, role: str = "verifier") -> CoachRequest:
     return CoachRequest(env_id="MathChat-v0", role=role, role_duties="check", task=f"task {i}",
                         action=f"\\boxed{{{i}}}")

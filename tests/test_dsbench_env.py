@@ -143,6 +143,28 @@ def test_engineer_forgets_test_features_and_the_blame_reaches_the_outcome_and_th
         assert analyst_end.files["model.pkl"] == "modeler"
         # the modeler did its part and the rule coach sees that
         assert all(r.checks.get("expected_files_present") for r in coach.requests if r.role == "modeler")
+        # the modeler needs no test features: it is judged; the analyst could not succeed: it is excused
+        assert all(r.checks["inputs_ready"] for r in coach.requests if r.role == "modeler")
+        assert [r.checks["inputs_ready"] for r in (analyst_cell, analyst_end)] == [False, False]
+        assert analyst_end.metrics["inputs_problem"] == "missing X_test.csv"
+        assert all("inputs_ready" not in r.checks for r in coach.requests if r.role == "data_engineer")
+    finally:
+        env.close()
+
+
+def test_the_hand_off_is_judged_before_the_next_role_can_touch_it(sandbox):
+    """An analyst that deletes an input it was given whole is not excused: the hand-off was fine."""
+    env = DSBenchEnv(sandbox=sandbox, max_actions=1)
+    try:
+        env.reset(options={"task_id": "wine-cultivar"})
+        task = next(t for t in env.scenario.task_list if t.id == "wine-cultivar")
+        env.step(f"```python\n{engineer_code(task)}\n```")
+        env.step(f"```python\n{modeler_code(task)}\n```")
+        env.step("```python\nimport os\nos.remove('X_test.csv')\nos.remove('model.pkl')\n```")
+        modeler, analyst = env.episode.actions[1], env.episode.actions[2]
+        assert modeler.checks["inputs_ready"] is True
+        assert analyst.checks["inputs_ready"] is True  # judged: deleting its inputs is its own doing
+        assert analyst.checks["submission_valid"] is False
     finally:
         env.close()
 
@@ -161,6 +183,7 @@ def test_invalid_submission_is_a_failed_record_naming_the_error(sandbox):
         assert d["failure"]["owner"] == "analyst"
         assert d["failure"]["root_cause"]["file"] == "X_train.csv"
         assert env.episode.actions[-1].checks["submission_valid"] is False
+        assert [a.checks["inputs_ready"] for a in env.episode.actions[1:]] == [False, False]  # nothing was handed on
     finally:
         env.close()
 
@@ -182,6 +205,10 @@ def test_inconsistent_features_are_blamed_on_the_engineer(sandbox):
         assert "20 rows for 53 test ids" in d["failure"]["error"]
         assert d["failure"]["root_cause"] == {"file": "X_test.csv", "owner": "data_engineer",
                                               "reason": "X_test.csv has 20 rows, test.csv has 53"}
+        modeler, analyst = coach.requests[1], coach.requests[2]
+        assert modeler.checks["inputs_ready"] is True  # it trains on X_train alone
+        assert analyst.checks["inputs_ready"] is False
+        assert analyst.metrics["inputs_problem"] == "X_test.csv: X_test.csv has 20 rows, test.csv has 53"
     finally:
         env.close()
 

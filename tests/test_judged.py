@@ -59,6 +59,17 @@ def test_length_cut_actions_are_masked_by_default_and_counted():
     assert len(learner.trained) == 3
 
 
+def test_excused_actions_are_masked_by_default_and_counted():
+    """An action the env excused (its inputs broken upstream) is not trained on; configurable."""
+    ts = [transition(1, 4), transition(2, 5, reward=0.0), transition(3, 3)]
+    ts[1].excused = True
+    metrics, learner = run_update(ts)
+    assert (metrics["excused"], metrics["actions"]) == (1, 2)
+    assert [s.prompt_ids for s in learner.trained] == [[1], [3]]
+    metrics, learner = run_update(ts, "algo.mask_excused=false")
+    assert (metrics["excused"], metrics["actions"]) == (1, 3)
+
+
 def test_a_masked_actions_rewards_still_reach_the_earlier_actions_returns():
     def first_advantages(end_reward):
         ts = [transition(1, 3, episode=0, index=0), transition(2, 3, finish="length", episode=0, index=1,
@@ -126,3 +137,26 @@ def test_the_rollout_records_how_many_ids_the_env_judged():
         assert len(kept) <= 100
         assert record.text.startswith(kept)  # within what the sandbox and the coach saw
         assert len(tok.decode(t.action_ids[:t.judged_tokens + 1], skip_special_tokens=True)) > 100
+
+
+class Idler(LongWriter):
+    """Every action is the same short text with no code: nothing is ever handed on."""
+
+    def generate(self, prompts, params):
+        ids = self.tokenizer.encode("Nothing to do.", add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return [Generation(ids, [0.0] * len(ids), "Nothing to do.", "stop") for _ in prompts]
+
+
+def test_the_rollout_marks_actions_whose_inputs_were_broken_upstream():
+    """DSBench: an engineer that writes no files leaves the modeler and the analyst excused."""
+    from mappa_envs.dsbench import builtin_tasks
+
+    sandbox = make_sandbox("local", pool_size=1, timeout_s=60)
+    env = mappa_envs.make("DSBench-v0", tasks=builtin_tasks()[:1], sandbox=sandbox, max_actions=1)
+    try:
+        rollout = collect([env], Idler(family_tokenizer("smollm2")), SamplingParams(), [{"seed": 0}])
+    finally:
+        env.close()
+        sandbox.close()
+    assert [(t.role, t.excused) for t in rollout.transitions] == [
+        ("data_engineer", False), ("modeler", True), ("analyst", True)]

@@ -5,8 +5,14 @@ The three agents share one sandbox workspace per episode; each runs its Python i
 the host. After every action each file the action created or rewrote is attributed to the acting
 role (`Episode.file_owners`: the last writer; `Episode.file_history`: every change, in order), so
 when something is missing or broken the outcome and the coach can name the file and who wrote it.
-After the Analyst, submission.csv is validated, joined to the answers by id, scored by the task's
-own metric and placed between a trivial baseline (0) and a strong reference (1): `Outcome.score`.
+When a role's turn ends, the hand-off to the next one is checked (`NEEDS`: the files it cannot work
+without; for the Analyst also train/test features that line up): the next role's actions carry the
+check `inputs_ready`, False when an upstream role broke the hand-off. The rule coach does not score
+it; the trainer leaves such actions out of the loss (with `algo.scope: episode` their rewards still
+reach the upstream actions' returns), so no agent is taught by a failure that was not its own.
+
+After the Analyst, submission.csv is validated, joined to the answers by id, scored by the task's own
+metric and placed between a trivial baseline (0) and a strong reference (1): `Outcome.score`.
 
 Workspace files are read back with `core.workspace` (no links followed, no blocking, a size cap:
 `EpisodeLimits.max_read_bytes`); a file that cannot be read is that file's verdict (an invalid
@@ -42,6 +48,8 @@ log = logging.getLogger(__name__)
 ENGINEER, MODELER, ANALYST = "data_engineer", "modeler", "analyst"
 EXPECTED_FILES = {ENGINEER: prompts.ENGINEER_FILES, MODELER: prompts.MODELER_FILES, ANALYST: prompts.ANALYST_FILES}
 TASK_FILES = ("train.csv", "test.csv", "sample_submission.csv")
+# what each role cannot work without, from the roles before it (the Modeler needs no test features)
+NEEDS = {MODELER: ("X_train.csv", "y_train.csv"), ANALYST: ("X_test.csv", "model.pkl")}
 
 
 @dataclass
@@ -96,6 +104,8 @@ class DSBenchScenario:
         turn_over = not has_code or earlier + 1 >= role.max_actions
         present = all(f in episode.file_owners for f in EXPECTED_FILES[role.name])
         checks: dict[str, bool] = {}
+        if role.name in NEEDS:
+            checks["inputs_ready"] = self._handoff(episode, role.name) is None
         if has_code or not present:  # a closing summary after the work is done is not penalized
             checks["code_present"] = has_code
         if present or turn_over:  # exploring before writing files is fine; ending the turn without them is not
@@ -107,6 +117,10 @@ class DSBenchScenario:
             checks["submission_valid"] = report is not None and report.valid
             if report is not None and report.valid:
                 checks["beats_baseline"] = better(report.metric, report.score, self._scores(episode)[0])
+        names = [r.name for r in self.roles]
+        if turn_over and role.name != names[-1]:  # judged as the next role finds it, before it can touch it
+            following = names[names.index(role.name) + 1]
+            episode.state.setdefault("handoff", {})[following] = self._handoff_problem(episode, following)
         return checks
 
     def outcome(self, episode: Episode) -> Outcome:
@@ -129,6 +143,18 @@ class DSBenchScenario:
         details["failure"] = {"file": "submission.csv", "error": error, "owner": owner,
                               "root_cause": self._root_cause(episode, missing, error, owner)}
         return Outcome(score=0.0, correct=False, details=details)
+
+    def _handoff(self, episode: Episode, role: str) -> str | None:
+        """What was wrong with `role`'s inputs when its turn began (None: nothing, or not judged yet)."""
+        return episode.state.get("handoff", {}).get(role)
+
+    def _handoff_problem(self, episode: Episode, role: str) -> str | None:
+        missing = [f for f in NEEDS.get(role, ()) if f not in episode.file_owners]
+        if missing:
+            return f"missing {', '.join(missing)}"
+        if role == ANALYST and (problem := self._features_consistent(episode)) is not None:
+            return f"{problem[0]}: {problem[1]}"
+        return None
 
     def _root_cause(self, episode: Episode, missing: dict[str, str], error: str, owner: str) -> dict:
         """The earliest broken link: a missing file, then inconsistent features, then the submission itself."""
@@ -156,6 +182,8 @@ class DSBenchScenario:
             "missing_files": self._missing_files(episode, role.name),
             "changed_task_files": {f: h for f, h in episode.file_history.items() if f in TASK_FILES and len(h) > 1},
         }
+        if role.name in NEEDS:
+            metrics["inputs_problem"] = self._handoff(episode, role.name)
         if episode.state.get("inventory_error"):
             metrics["inventory_error"] = episode.state["inventory_error"]
         if role.name == ENGINEER and all(f in episode.file_owners for f in prompts.ENGINEER_FILES):

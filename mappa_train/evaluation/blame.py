@@ -13,6 +13,8 @@ scoring them afterwards is scoring them online. Each coach under test then score
 - lowest: the faulty role's mean score is strictly the lowest of the team;
 - spared: no other role scores more than `tolerance` below its own mean on the same tasks with no
   fault (a coach may not punish an agent for a failure upstream of it);
+- a role the env excused in an episode (`inputs_ready` False: its inputs were broken upstream, so
+  the trainer does not learn from its actions) is left out of both: it is neither blamed nor punished;
 - precision: both at once.
 
 The fault-free row ("none") shows each role's baseline. A small LLM is a weak judge; the point of the
@@ -167,38 +169,64 @@ class FaultRow:
     lowest: float | None
     spared: float | None
     precision: float | None
-    mean_by_role: dict[str, float]
+    mean_by_role: dict[str, float]  # over the actions the trainer learns from (excused ones left out)
     failed_scores: int
+    excused_episodes: int = 0  # episodes in which some role was excused (its inputs broken upstream)
+
+
+def excused(request: CoachRequest) -> bool:
+    """The env says an upstream role broke this action's inputs: the trainer does not learn from it."""
+    return request.checks.get("inputs_ready") is False
 
 
 def role_scores(requests: Sequence[CoachRequest], scores: Sequence[CoachScore]) -> dict[str, dict[str, float]]:
-    """task -> role -> mean score of the role's scored actions in that task's episode."""
+    """task -> role -> mean score of the role's scored actions in that task's episode (excused ones left out)."""
     sums: dict[str, dict[str, list[float]]] = {}
     for request, score in zip(requests, scores):
-        if score.ok and score.score is not None:
+        if score.ok and score.score is not None and not excused(request):
             sums.setdefault(request.task, {}).setdefault(request.role, []).append(float(score.score))
     return {task: {role: sum(v) / len(v) for role, v in roles.items()} for task, roles in sums.items()}
 
 
+def excused_roles(requests: Sequence[CoachRequest]) -> dict[str, set[str]]:
+    """task -> the roles every one of whose actions in that episode was excused."""
+    judged, seen = set(), set()
+    for r in requests:
+        seen.add((r.task, r.role))
+        if not excused(r):
+            judged.add((r.task, r.role))
+    out: dict[str, set[str]] = {}
+    for task, role in seen - judged:
+        out.setdefault(task, set()).add(role)
+    return out
+
+
 def blame_row(env_id: str, fault: str, coach_name: str, episodes: dict[str, dict[str, float]],
-              baseline: dict[str, dict[str, float]], roles: Sequence[str], failed: int, tolerance: float) -> FaultRow:
-    """The three fractions for one fault, over the episodes where every role got a score."""
+              baseline: dict[str, dict[str, float]], roles: Sequence[str], failed: int, tolerance: float,
+              excused_in: dict[str, set[str]] | None = None) -> FaultRow:
+    """The three fractions for one fault, over the episodes where every role that was not excused got a
+    score. An excused role (its inputs broken upstream) is not trained on, so it is neither blamed nor punished."""
     faulty = FAULTS[env_id][fault]
-    complete = {t: s for t, s in episodes.items() if set(s) == set(roles)}
+    excused_in = excused_in or {}
+    expected = {t: set(roles) - excused_in.get(t, set()) for t in episodes}
+    complete = {t: s for t, s in episodes.items() if set(s) == expected[t]}
     lowest = spared = both = 0
     for task, score in complete.items():
-        is_lowest = faulty is not None and all(score[faulty] < score[r] for r in roles if r != faulty)
+        others = [r for r in roles if r != faulty and r in score]
+        is_lowest = faulty in score and all(score[faulty] < score[r] for r in others)
         base = baseline.get(task, {})
-        is_spared = all(score[r] >= base.get(r, score[r]) - tolerance for r in roles if r != faulty)
+        is_spared = all(score[r] >= base.get(r, score[r]) - tolerance for r in others)
         lowest, spared, both = lowest + is_lowest, spared + is_spared, both + (is_lowest and is_spared)
     n = len(complete)
-    mean = {r: sum(s[r] for s in complete.values()) / n for r in roles} if n else {}
+    mean = {r: sum(s[r] for s in complete.values() if r in s) / k for r in roles
+            if (k := sum(r in s for s in complete.values()))}
 
     def frac(k: int) -> float | None:
         return k / n if n and faulty is not None else None
 
+    n_excused = sum(bool(excused_in.get(t)) for t in complete)
     return FaultRow(env_id, fault, faulty, coach_name, n, frac(lowest), frac(spared) if n else None, frac(both),
-                    mean, failed)
+                    mean, failed, n_excused)
 
 
 def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 1.0, batch: int = 4,
@@ -219,7 +247,8 @@ def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 
             per_task = {f: role_scores(recorded[f], s) for f, s in scored.items()}
             for fault in FAULTS[env_id]:
                 failed = sum(not s.ok for s in scored[fault])
-                rows.append(blame_row(env_id, fault, name, per_task[fault], per_task["none"], roles, failed, tolerance))
+                rows.append(blame_row(env_id, fault, name, per_task[fault], per_task["none"], roles, failed, tolerance,
+                                      excused_roles(recorded[fault])))
     return rows
 
 
@@ -228,13 +257,13 @@ def markdown(rows: Sequence[FaultRow]) -> str:
         return "–" if x is None else f"{100 * x:.0f}%"
 
     lines = ["| env | fault | faulty role | coach | episodes | faulty lowest | others spared | precision "
-             "| mean score by role |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| mean score by role | episodes with a role excused |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         means = ", ".join(f"{role} {v:.1f}" for role, v in r.mean_by_role.items())
         failed = f" ({r.failed_scores} unscored)" if r.failed_scores else ""
         lines.append(f"| {r.env_id} | {r.fault} | {r.faulty_role or '–'} | {r.coach} | {r.episodes}{failed} | "
-                     f"{pct(r.lowest)} | {pct(r.spared)} | {pct(r.precision)} | {means} |")
+                     f"{pct(r.lowest)} | {pct(r.spared)} | {pct(r.precision)} | {means} | {r.excused_episodes} |")
     return "\n".join(lines) + "\n"
 
 
