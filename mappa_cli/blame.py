@@ -20,6 +20,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how far below its fault-free score another role may fall")
     parser.add_argument("--num-tasks", type=int, default=20,
                         help="MathChat: synthetic eval problems (episodes per fault)")
+    parser.add_argument("--dsbench-tasks", type=int, default=None,
+                        help="DSBench: the first N built-in tasks (episodes per fault; default all of them)")
     parser.add_argument("--batch", type=int, default=4, help="envs played at once")
     parser.add_argument("--concurrency", type=int, default=8, help="coach calls in flight")
     parser.add_argument("--out", type=Path, default=Path("runs/blame"), help="writes results.json and blame.md here")
@@ -34,6 +36,14 @@ def run(args: argparse.Namespace) -> int:
     settings = key_values(args.coach_set, "--coach-set", "structured_output=true")
     coaches = {spec: make_coach(spec, None if spec == "rule" else settings) for spec in (args.coach or ["rule"])}
     env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}}
+    if args.dsbench_tasks is not None:
+        from mappa_envs.dsbench import builtin_tasks
+
+        tasks = builtin_tasks()
+        if not 1 <= args.dsbench_tasks <= len(tasks):
+            raise UsageError(f"--dsbench-tasks must be between 1 and {len(tasks)} (the built-in tasks), "
+                             f"got {args.dsbench_tasks}")
+        env_kwargs["DSBench-v0"] = {"tasks": tasks[:args.dsbench_tasks]}
     rows = measure(args.env or sorted(FAULTS), coaches, args.tolerance, args.batch, args.concurrency, env_kwargs,
                    say=lambda m: print(m, flush=True))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -73,6 +73,7 @@ def test_bad_coach_spec(capsys, out):
     (["run", "MathChat-v0", "--policy", "nosuch"], "expected 'scripted', 'random' or 'module:factory'"),
     (["sandbox", "check", "--cells", "-1"], "argument --cells: must be >= 1, got -1"),
     (["blame", "--num-tasks", "0"], "--num-tasks, --batch and --concurrency must be >= 1"),
+    (["blame", "--dsbench-tasks", "11"], "--dsbench-tasks must be between 1 and 10 (the built-in tasks), got 11"),
 ])
 def test_out_of_range_and_malformed_arguments(argv, message, capsys):
     line = fails(argv, capsys)
