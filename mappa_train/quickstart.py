@@ -10,8 +10,9 @@
    Imitation inherits the team's habits, the broken code included.
 2. The teacher is played on the held-out problems (disjoint from training by problem text).
 3. MAPPA trains the warm start (configs/quickstart.yaml: shared policy, rule coach, local
-   sandbox), evaluating on the held-out problems before the first update, every `eval_every`
-   steps and after the last, always with the same k samples per problem at the same temperature.
+   sandbox, advantages whitened per role), evaluating on the held-out problems before the first
+   update, every `eval_every` steps and after the last, always with the same k samples per problem
+   at the same temperature.
 4. report.json, report.md and curves.png: accuracy before and after with a 95% paired bootstrap
    interval over problems, the teacher's accuracy on the same problems, per-role coach scores, KL.
 
@@ -19,9 +20,9 @@ Why the numbers move: the coach scores a broken cell 6 points below one that run
 right answer (2 below one that runs and prints something else), on that very action, so RL shifts
 the executor towards code that computes the answer; a working cell prints it, and the Verifier then
 copies it (its own reward checks the answer: 9 when right, 2 when wrong). Measured
-(docs/results.md): accuracy 0.094 -> 0.271, interval [+0.042, +0.312]; the executor's held-out
-coach score goes from 4.25 to 8.85, while the Verifier's copy of the printed value stays the weak
-link (its score 2.66 -> 3.90). Held-out accuracy is read near-greedily (temperature 0.1), so it
+(docs/results.md): accuracy 0.094 -> 0.354, interval [+0.135, +0.396]; the executor's held-out
+coach score goes from 4.25 to 8.58, while the Verifier's copy of the printed value stays the weak
+link (its score 2.66 -> 4.48). Held-out accuracy is read near-greedily (temperature 0.1), so it
 reports the policy's preferred actions. Nothing here sees a held-out answer: the warm start and RL
 use training problems only, and the rule coach checks answers of training episodes only.
 """
