@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mappa_envs.coach.types import excused
 from mappa_envs.driver import Driver, EpisodeResult, Request, Turn
 from mappa_train.chat_tokens import ChatFormat, env_cut_chars, judged_prefix
 from mappa_train.generation import Generation, Generator, SamplingParams
@@ -245,7 +246,7 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
             outcome_reward=float(outcome.get("score") or 0.0), episode_id=episode_id,
             action_index=turn.action_index, turn_index=action.turn_index, task_id=str(result.task_id or ""),
             finish_reason=action.generation.finish_reason, judged_tokens=judged,
-            excused=record.checks.get("inputs_ready") is False))
+            excused=excused(record.checks)))
     for role, bonus in result.end_rewards.items():  # AEC pays it at the end: credit the role's last action
         mine = [t for t in transitions if t.role == role]
         if mine:

@@ -28,7 +28,7 @@ reproducible offline default and a floor to compare LLM coaches against, not a s
 """
 from __future__ import annotations
 
-from mappa_envs.coach.types import CoachRequest, CoachScore
+from mappa_envs.coach.types import INPUTS_READY, CoachRequest, CoachScore
 
 # check name -> (reward when True, penalty when False)
 CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
@@ -40,7 +40,7 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
     "features_consistent": (1.0, 2.0),
     "submission_valid": (2.0, 3.0),
     "beats_baseline": (2.0, 1.0),
-    "inputs_ready": (0.0, 0.0),  # not a judgement of the action: False makes the trainer leave it out
+    INPUTS_READY: (0.0, 0.0),  # not a judgement of the action: False makes the trainer leave it out
 }
 
 

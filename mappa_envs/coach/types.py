@@ -4,6 +4,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+INPUTS_READY = "inputs_ready"  # a check a scenario may report: False when an upstream role broke the action's inputs
+
+
+def excused(checks: dict[str, bool]) -> bool:
+    """The scenario says the action's inputs were broken upstream: it could not succeed, so it is not
+    judged as its own failure (the trainer leaves it out of the loss, `mappa blame` out of the table)."""
+    return checks.get(INPUTS_READY) is False
+
 
 @dataclass
 class CoachRequest:

@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from mappa_envs.coach.types import INPUTS_READY
 from mappa_envs.core.pipeline import Episode, EpisodeLimits, Outcome, PipelineEnv, Role, Task
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.core.untrusted import one_line
@@ -105,7 +106,7 @@ class DSBenchScenario:
         present = all(f in episode.file_owners for f in EXPECTED_FILES[role.name])
         checks: dict[str, bool] = {}
         if role.name in NEEDS:
-            checks["inputs_ready"] = self._handoff(episode, role.name) is None
+            checks[INPUTS_READY] = self._handoff(episode, role.name) is None
         if has_code or not present:  # a closing summary after the work is done is not penalized
             checks["code_present"] = has_code
         if present or turn_over:  # exploring before writing files is fine; ending the turn without them is not

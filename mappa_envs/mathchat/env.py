@@ -74,7 +74,7 @@ class MathChatScenario:
 
 
 def _last_printed(results: list[ExecResult]) -> str | None:
-    """The last line the episode's cells of this action printed, if the last of them ran."""
+    """The last non-empty line this action's last cell printed, if that cell ran."""
     if not results or not results[-1].ok:
         return None
     lines = [line.strip() for line in results[-1].stdout.splitlines() if line.strip()]

@@ -81,10 +81,6 @@ class SymbolicMatcher:
             self._proc.wait()
             self._proc = None
 
-    def close(self) -> None:
-        with self._lock:
-            self._stop()
-
 
 _matcher = SymbolicMatcher()
 

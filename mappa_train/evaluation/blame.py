@@ -30,7 +30,7 @@ from typing import Any
 
 from mappa_envs.coach.batch import score_many
 from mappa_envs.coach.rule import RuleCoach
-from mappa_envs.coach.types import CoachRequest, CoachScore
+from mappa_envs.coach.types import CoachRequest, CoachScore, excused
 
 FAULTS: dict[str, dict[str, str | None]] = {  # env id -> fault -> the role at fault
     "MathChat-v0": {"none": None, "solver_wrong": "problem_solver", "executor_miscopy": "code_executor",
@@ -174,16 +174,11 @@ class FaultRow:
     excused_episodes: int = 0  # episodes in which some role was excused (its inputs broken upstream)
 
 
-def excused(request: CoachRequest) -> bool:
-    """The env says an upstream role broke this action's inputs: the trainer does not learn from it."""
-    return request.checks.get("inputs_ready") is False
-
-
 def role_scores(requests: Sequence[CoachRequest], scores: Sequence[CoachScore]) -> dict[str, dict[str, float]]:
     """task -> role -> mean score of the role's scored actions in that task's episode (excused ones left out)."""
     sums: dict[str, dict[str, list[float]]] = {}
     for request, score in zip(requests, scores):
-        if score.ok and score.score is not None and not excused(request):
+        if score.ok and score.score is not None and not excused(request.checks):
             sums.setdefault(request.task, {}).setdefault(request.role, []).append(float(score.score))
     return {task: {role: sum(v) / len(v) for role, v in roles.items()} for task, roles in sums.items()}
 
@@ -193,7 +188,7 @@ def excused_roles(requests: Sequence[CoachRequest]) -> dict[str, set[str]]:
     judged, seen = set(), set()
     for r in requests:
         seen.add((r.task, r.role))
-        if not excused(r):
+        if not excused(r.checks):
             judged.add((r.task, r.role))
     out: dict[str, set[str]] = {}
     for task, role in seen - judged:
