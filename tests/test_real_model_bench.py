@@ -49,3 +49,20 @@ def test_real_model_bench_report_is_a_paired_interval_over_problems(tmp_path):
     assert r["accuracy_delta_ci95"] == pytest.approx([0.5, 0.5])
     assert r["coach_before"] == {"verifier": 3.0}
     assert r["coach_after"] == {"verifier": 5.0}
+    assert "no warm start" in _bench().markdown(r)
+
+
+def test_real_model_bench_reports_the_warm_start_teacher_on_the_same_problems(tmp_path):
+    rows = [{"kind": "eval", "step": 0}, {"kind": "train", "step": 1}, {"kind": "eval", "step": 1}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    episodes = [{"step": s, "set": "heldout", "task_id": f"t{i}", "sample": 0, "correct": i == 0, "score": 0}
+                for s in (0, 1) for i in range(2)]
+    (tmp_path / "eval_episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    bench = _bench()
+    spec = bench.start_spec(_args(tmp_path, warm_start_steps=10, sft_lr=1e-4))
+    assert (spec.sft_short_steps, spec.sft_steps, spec.sft_lr) == (7, 3, 1e-4)
+    # the teacher also played a problem the model's evaluations did not: it is left out
+    start = {"summary": {"steps": 10}, "teacher": {"t0": [1.0], "t1": [1.0], "t9": [0.0]}}
+    r = bench.report(tmp_path, _args(tmp_path), wall_s=1.0, cpu_s=1.0, start=start)
+    assert r["teacher_accuracy"] == pytest.approx(1.0)
+    assert "10 supervised steps" in bench.markdown(r)
