@@ -65,4 +65,5 @@ def test_real_model_bench_reports_the_warm_start_teacher_on_the_same_problems(tm
     start = {"summary": {"steps": 10}, "teacher": {"t0": [1.0], "t1": [1.0], "t9": [0.0]}}
     r = bench.report(tmp_path, _args(tmp_path), wall_s=1.0, cpu_s=1.0, start=start)
     assert r["teacher_accuracy"] == pytest.approx(1.0)
+    assert r["after_minus_teacher"] == pytest.approx(-0.5)  # t1 was right for the teacher, wrong after
     assert "10 supervised steps" in bench.markdown(r)
