@@ -37,7 +37,8 @@ def overrides(args: argparse.Namespace, model: Path) -> list[str]:
         f"out_dir={args.out}", f"seed={args.seed}", f"steps={args.steps}", f"eval_every={args.steps}",
         f"eval_episodes={args.heldout}", f"eval_samples={args.k}", f"checkpoint_every={args.steps}",
         f"model.path={model}", "model.policies=shared",
-        f'env.kwargs={{task_source: "synthetic:{args.family}", num_tasks: 512, executor_max_actions: 1}}',
+        f'env.kwargs={{task_source: "synthetic:{args.family}", num_tasks: 512, executor_max_actions: 1, '
+        f'reward_mode: "{args.reward}"}}',
         f"env.eval_sets={{heldout: {{split: eval, num_tasks: {args.heldout}}}}}",
         f"generation.backend={args.backend}", f"generation.max_new_tokens={args.max_new_tokens}",
         "generation.max_prompt_tokens=1536", "generation.temperature=1.0",
@@ -77,7 +78,8 @@ def report(out: Path, args: argparse.Namespace, wall_s: float, cpu_s: float, sta
         teacher = {"warm_start": start["summary"], "teacher_accuracy": sum(taught) / len(tasks),
                    "after_minus_teacher": vs.delta, "after_minus_teacher_ci95": [vs.low, vs.high]}
     return {
-        "model": "SmolLM2-135M-Instruct (smollm2-135m, fp32)", "family": args.family, **teacher,
+        "model": "SmolLM2-135M-Instruct (smollm2-135m, fp32)", "family": args.family, "reward": args.reward,
+        **teacher,
         "heldout_problems": len(tasks), "k": args.k, "eval_temperature": args.eval_temperature,
         "steps": len(train), "rollouts": len(train) * args.episodes_per_step, "lr": args.lr,
         "accuracy_before": sum(before) / len(tasks), "accuracy_after": sum(after) / len(tasks),
@@ -97,7 +99,7 @@ def markdown(r: dict) -> str:
     return "\n".join([
         f"# {r['model']} trained with MAPPA on MathChat `{r['family']}` ({r['wall_s'] / 60:.0f} min wall)", "",
         f"Held-out: {r['heldout_problems']} problems, k = {r['k']} at temperature {r['eval_temperature']}; "
-        f"{r['steps']} steps, {r['rollouts']} training episodes, lr {r['lr']:g}.", "",
+        f"{r['steps']} steps, {r['rollouts']} training episodes, lr {r['lr']:g}, {r['reward']} reward.", "",
         f"Accuracy {r['accuracy_before']:.3f} -> {r['accuracy_after']:.3f}: {r['accuracy_delta']:+.3f}, 95% interval "
         f"[{lo:+.3f}, {hi:+.3f}] ({r['interval']}). Held-out accuracy {verdict}.", "",
         *([f"Warm start: {r['warm_start']['steps']} supervised steps on the noisy scripted team, whose held-out "
@@ -127,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-start-steps", type=int, default=96,
                         help="supervised steps on the noisy scripted team before MAPPA; 0 = none")
     parser.add_argument("--sft-lr", type=float, default=1e-4, help="peak learning rate of the warm start")
+    parser.add_argument("--reward", default="process", choices=["process", "outcome", "process+outcome"],
+                        help="the RL reward: the coach's per-action score (the paper), the team's result, or both")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))

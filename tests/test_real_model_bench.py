@@ -20,7 +20,7 @@ def _bench():
 
 def _args(tmp_path, **kw):
     base = dict(out=tmp_path, family="product_sum", steps=3, episodes_per_step=16, heldout=4, k=2,
-                eval_temperature=0.7, max_new_tokens=96, lr=1e-5, backend="hf", seed=0)
+                eval_temperature=0.7, max_new_tokens=96, lr=1e-5, backend="hf", seed=0, reward="process")
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -30,6 +30,10 @@ def test_real_model_bench_overrides_make_a_valid_config(tmp_path):
     assert cfg.eval_every == cfg.steps == 3
     assert cfg.env.eval_sets == {"heldout": {"split": "eval", "num_tasks": 4}}
     assert cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt == 16
+    assert cfg.env.kwargs["reward_mode"] == "process"
+    outcome = load_config(ROOT / "configs" / "quickstart.yaml",
+                          _bench().overrides(_args(tmp_path, reward="outcome"), tmp_path / "model"))
+    assert outcome.env.kwargs["reward_mode"] == "outcome"
 
 
 def test_real_model_bench_report_is_a_paired_interval_over_problems(tmp_path):
