@@ -70,7 +70,9 @@ def report(out: Path, args: argparse.Namespace, wall_s: float, cpu_s: float, sta
     tasks, before, after, ci = accuracy_change(out, "heldout", steps[0], steps[-1], seed=args.seed)
     evals = {r["step"]: r for r in rows if r["kind"] == "eval"}
     train = sorted((r for r in rows if r["kind"] == "train"), key=lambda r: r["step"])
-    coach = lambda r: {k.split("/")[-1]: v for k, v in r.items() if k.startswith("heldout/coach/")}  # noqa: E731
+    def coach(row: dict) -> dict:  # none under the outcome reward: the env calls no coach, its scores read 0
+        return {} if args.reward == "outcome" else {
+            k.split("/")[-1]: v for k, v in row.items() if k.startswith("heldout/coach/")}
     teacher = {}
     if start is not None:
         taught = per_problem(start["teacher"], tasks)
@@ -107,9 +109,9 @@ def markdown(r: dict) -> str:
            f"minus the teacher: {r['after_minus_teacher']:+.3f}, 95% interval "
            f"[{r['after_minus_teacher_ci95'][0]:+.3f}, {r['after_minus_teacher_ci95'][1]:+.3f}].", ""]
           if "warm_start" in r else ["Start: SmolLM2-135M-Instruct as it comes (no warm start).", ""]),
-        "Held-out coach score by role, before -> after: " + "; ".join(
+        "Held-out coach score by role, before -> after: " + ("; ".join(
             f"{role} {b:.2f} -> {r['coach_after'].get(role, float('nan')):.2f}"
-            for role, b in r["coach_before"].items()),
+            for role, b in r["coach_before"].items()) or "none (no coach calls under the outcome reward)."),
         "",
     ])
 

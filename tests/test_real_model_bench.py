@@ -54,6 +54,9 @@ def test_real_model_bench_report_is_a_paired_interval_over_problems(tmp_path):
     assert r["coach_before"] == {"verifier": 3.0}
     assert r["coach_after"] == {"verifier": 5.0}
     assert "no warm start" in _bench().markdown(r)
+    outcome = _bench().report(tmp_path, _args(tmp_path, reward="outcome"), wall_s=1.0, cpu_s=1.0)
+    assert outcome["coach_before"] == outcome["coach_after"] == {}
+    assert "no coach calls" in _bench().markdown(outcome)
 
 
 def test_real_model_bench_reports_the_warm_start_teacher_on_the_same_problems(tmp_path):
