@@ -116,32 +116,57 @@ def markdown(r: dict) -> str:
     ])
 
 
+def even_int(text: str) -> int:
+    """Episodes per step: pairs of samples of one prompt (rollout.samples_per_prompt is 2)."""
+    from mappa_cli.args import positive_int
+
+    value = positive_int(text)
+    if value % 2:
+        raise argparse.ArgumentTypeError(f"must be even (two samples per prompt), got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(ROOT))
+    from mappa_cli.args import non_negative_float, positive_int
+
+    def steps_or_zero(text: str) -> int:
+        return 0 if text.strip() == "0" else positive_int(text)
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/real_model"))
     parser.add_argument("--family", default="product_sum", help="synthetic MathChat family (tasks.EASY_FAMILIES)")
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--episodes-per-step", type=int, default=8)
-    parser.add_argument("--heldout", type=int, default=32, help="held-out problems")
-    parser.add_argument("--k", type=int, default=2, help="samples per held-out problem")
-    parser.add_argument("--eval-temperature", type=float, default=0.1)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=3e-5)
+    parser.add_argument("--steps", type=positive_int, default=12)
+    parser.add_argument("--episodes-per-step", type=even_int, default=8)
+    parser.add_argument("--heldout", type=positive_int, default=32, help="held-out problems")
+    parser.add_argument("--k", type=positive_int, default=2, help="samples per held-out problem")
+    parser.add_argument("--eval-temperature", type=non_negative_float, default=0.1)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=128)
+    parser.add_argument("--lr", type=non_negative_float, default=3e-5)
     parser.add_argument("--backend", default="vllm", choices=["hf", "vllm"])
-    parser.add_argument("--warm-start-steps", type=int, default=96,
+    parser.add_argument("--warm-start-steps", type=steps_or_zero, default=96,
                         help="supervised steps on the noisy scripted team before MAPPA; 0 = none")
-    parser.add_argument("--sft-lr", type=float, default=1e-4, help="peak learning rate of the warm start")
+    parser.add_argument("--sft-lr", type=non_negative_float, default=1e-4, help="peak learning rate of the warm start")
     parser.add_argument("--reward", default="process", choices=["process", "outcome", "process+outcome"],
                         help="the RL reward: the coach's per-action score (the paper), the team's result, or both")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-    from mappa_train.config import load_config
+    from mappa_train.config import ConfigError, load_config
     from mappa_train.models import resolve_model
     from mappa_train.train import train
 
-    started = time.perf_counter()
     preset = ROOT / "configs" / "quickstart.yaml"
+    from mappa_envs.errors import EnvArgumentError
+    from mappa_envs.mathchat.tasks import synthetic_tasks
+
+    try:  # a bad family or size is one line here, before any model is loaded
+        load_config(preset, overrides(args, Path("model")))
+        synthetic_tasks(512, split="train", families=[args.family])
+        synthetic_tasks(args.heldout, split="eval", families=[args.family])
+    except (ConfigError, EnvArgumentError) as e:
+        parser.error(str(e))
+
+    started = time.perf_counter()
     model, start = resolve_model("smollm2-135m"), None
     if args.warm_start_steps:
         from mappa_train.quickstart import teacher_and_overlap, warm_start

@@ -74,3 +74,17 @@ def test_real_model_bench_reports_the_warm_start_teacher_on_the_same_problems(tm
     assert r["teacher_accuracy"] == pytest.approx(1.0)
     assert r["after_minus_teacher"] == pytest.approx(-0.5)  # t1 was right for the teacher, wrong after
     assert "10 supervised steps" in bench.markdown(r)
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--episodes-per-step", "3"], "must be even"),
+    (["--warm-start-steps", "-1"], "must be >= 1"),
+    (["--family", "nope"], "unknown synthetic families"),
+    (["--family", "divisors"], "distinct train problems; ask for fewer"),
+])
+def test_real_model_bench_bad_input_is_one_line_before_any_model_loads(tmp_path, capsys, argv, says):
+    with pytest.raises(SystemExit) as exit_:
+        _bench().main([*argv, "--out", str(tmp_path / "run")])
+    assert exit_.value.code == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
