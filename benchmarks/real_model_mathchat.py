@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TRAIN_PROBLEMS = 512
 
 
 def overrides(args: argparse.Namespace, model: Path) -> list[str]:
@@ -37,7 +38,7 @@ def overrides(args: argparse.Namespace, model: Path) -> list[str]:
         f"out_dir={args.out}", f"seed={args.seed}", f"steps={args.steps}", f"eval_every={args.steps}",
         f"eval_episodes={args.heldout}", f"eval_samples={args.k}", f"checkpoint_every={args.steps}",
         f"model.path={model}", "model.policies=shared",
-        f'env.kwargs={{task_source: "synthetic:{args.family}", num_tasks: 512, executor_max_actions: 1, '
+        f'env.kwargs={{task_source: "synthetic:{args.family}", num_tasks: {TRAIN_PROBLEMS}, executor_max_actions: 1, '
         f'reward_mode: "{args.reward}"}}',
         f"env.eval_sets={{heldout: {{split: eval, num_tasks: {args.heldout}}}}}",
         f"generation.backend={args.backend}", f"generation.max_new_tokens={args.max_new_tokens}",
@@ -128,10 +129,7 @@ def even_int(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
-    from mappa_cli.args import non_negative_float, positive_int
-
-    def steps_or_zero(text: str) -> int:
-        return 0 if text.strip() == "0" else positive_int(text)
+    from mappa_cli.args import non_negative_float, non_negative_int, positive_int
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/real_model"))
@@ -144,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=positive_int, default=128)
     parser.add_argument("--lr", type=non_negative_float, default=3e-5)
     parser.add_argument("--backend", default="vllm", choices=["hf", "vllm"])
-    parser.add_argument("--warm-start-steps", type=steps_or_zero, default=96,
+    parser.add_argument("--warm-start-steps", type=non_negative_int, default=96,
                         help="supervised steps on the noisy scripted team before MAPPA; 0 = none")
     parser.add_argument("--sft-lr", type=non_negative_float, default=1e-4, help="peak learning rate of the warm start")
     parser.add_argument("--reward", default="process", choices=["process", "outcome", "process+outcome"],
@@ -160,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     from mappa_envs.mathchat.tasks import synthetic_tasks
 
     try:  # a bad family or size is one line here, before any model is loaded
-        load_config(preset, overrides(args, Path("model")))
-        synthetic_tasks(512, split="train", families=[args.family])
+        cfg = load_config(preset, overrides(args, Path("model")))  # the warm start reads all but model.path
+        synthetic_tasks(TRAIN_PROBLEMS, split="train", families=[args.family])
         synthetic_tasks(args.heldout, split="eval", families=[args.family])
     except (ConfigError, EnvArgumentError) as e:
         parser.error(str(e))
@@ -171,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm_start_steps:
         from mappa_train.quickstart import teacher_and_overlap, warm_start
 
-        cfg, spec = load_config(preset, overrides(args, model)), start_spec(args)
+        spec = start_spec(args)
         summary = warm_start(cfg, spec, model, args.out / "start")
         teacher, _ = teacher_and_overlap(cfg, spec, args.out / "start" / "teacher")
         model, start = args.out / "start", {"summary": summary, "teacher": teacher}

@@ -13,6 +13,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     value = _number(text, float)
     if value < 0:
