@@ -1,47 +1,118 @@
 """Rule-based answer checking: pull the final answer out of model text and compare it with the truth.
 
-Correctness is decided here, never by the LLM coach. Numbers are compared exactly (integers with
-leading zeros, decimals, fractions), after dropping currency, percent, degree and unit marks around
-them (`\\$60`, `60\\%`, `60^{\\circ}`, `60\\text{ dollars}` all read 60); anything else goes to
-`math-verify` (symbolic equivalence).
+Correctness is decided here, never by the LLM coach. The rules, and why:
+
+- A reference that is a number (`31`, `142.0`, `\\frac{7}{8}`, `0.25`) is matched only by a number
+  *written out*, compared exactly after dropping currency, percent, degree and unit marks and
+  thousands separators (`031`, `31.0`, `1,000`, `\\$31`, `31\\%`, `31^\\circ`, `31\\text{ dollars}`).
+  An expression to evaluate never matches it: `\\boxed{4 \\cdot 7 + 3}` for "What is 4 * 7 + 3?"
+  would otherwise be right without any work (the team boxes the question). An integer reference
+  also refuses fractions and powers (`62/2`, `10^{3}`, `1e3`); a non-integer one takes a fraction
+  or a decimal (`\\frac{7}{8}`, `7/8`, `0.875`).
+- Any other reference (`2\\sqrt{2}`, `x^2+2x+1`) keeps symbolic equivalence among closed forms
+  (math-verify, in a child process: `symbolic.py`).
+- Nothing an action controls runs unbounded here, in the trainer's process: answers longer than
+  `MAX_ANSWER_CHARS` never match, numbers are parsed from bounded digit strings and exponents
+  (no `Fraction("1e99999999999")`, which computes 10**99999999999 holding the GIL), and
+  extraction is linear in the length of the text (no backtracking regex over the whole action).
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from fractions import Fraction
 
 from mappa_envs.core.tools import strip_think
 from mappa_envs.mathchat.symbolic import symbolic_match
 
+MAX_ANSWER_CHARS = 1_000  # longer than any real answer; a longer one is not a match
+MAX_DIGITS = 200  # digits in one number; 10**200 is instant, 10**99999999999 is not
+MAX_EXPONENT = 400  # |e| in scientific notation
+
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
-_FINAL = re.compile(
-    r"(?:final\s+answer\s*(?:is)?\s*[:=]?|answer\s*(?:is|[:=]))\s*\**\s*\$?([^\n$*]+?)\$?\**\s*(?:\.|$)",
-    re.IGNORECASE | re.MULTILINE,
-)
+_BRACE = re.compile(r"[{}]")
+_TOKEN = re.compile(r"[^\s$]+")
+# "Final answer: X" / "The answer is X": the label, then the value up to the end of its line
+_LABEL = re.compile(r"final\s+answer\s*(?:is)?\s*[:=]?|answer\s*(?:is|[:=])", re.IGNORECASE)
+_LEAD = re.compile(r"\s*\**\s*\$?")
+_STOP = re.compile(r"[\n$*]")
+_CUT = re.compile(r"\.(?:\s|$)")  # a sentence end ("3.5" is no cut)
+_TAIL = re.compile(r"\$?\**[^\S\n]*(?:\.|\n|$)")
+_NON_SPACE = re.compile(r"\S")
+
 _WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|displaystyle)\s*\{([^{}]*)\}")
 # Units and currency around a number: "\$60", "60\%", "60^\circ", "60^{\circ}", "60\text{ dollars}".
 _UNIT_TEXT = re.compile(r"(?<=\d)\s*\\(?:text|textrm|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z .]*\}\s*$")
 _DEGREES = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)")
 _UNIT_MARKS = ("\\$", "\\%", "%", "\\euro", "€", "£")
 
+# number literals (spaces already removed); digit counts are checked after the match
+_ASSIGNED = re.compile(r"[A-Za-z](?:_\{?\w+\}?)?=")  # "x=31", "n_0=31": the value is what counts
+_INT = re.compile(r"[-+]?\d+")
+_DEC = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+)")
+_SCI = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+))[eE]([-+]?\d+)")
+_FRAC = re.compile(r"([-+]?)\\[dt]?frac(?:\{([-+]?\d+)\}\{([-+]?\d+)\}|(\d)(\d))")
+_SLASH = re.compile(r"([-+]?\d+)/([-+]?\d+)")
 
-def _boxed_contents(text: str) -> list[str]:
-    """Contents of every \\boxed{...} / \\fbox{...} (balanced braces), and of `\\boxed 5`."""
-    found = []
-    for m in _BOXED.finditer(text):
+
+@dataclass(frozen=True)
+class Number:
+    """A number literal: its exact value and how it was written ("int", "dec", "sci" or "frac")."""
+
+    value: Fraction
+    kind: str
+
+
+def _boxed_answer(text: str) -> str | None:
+    """The contents of the last non-empty \\boxed{...} / \\fbox{...} (balanced braces), or `\\boxed 5`.
+
+    One pass pairs every brace, so nested or unclosed boxes cost O(len(text)), not O(len^2)."""
+    starts = list(_BOXED.finditer(text))
+    if not starts:
+        return None
+    close, stack = {}, []
+    for m in _BRACE.finditer(text):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif stack:
+            close[stack.pop()] = m.start()
+    for m in reversed(starts):
         i = m.end()
         if i < len(text) and text[i] == "{":
-            depth, j = 0, i
-            while j < len(text):
-                depth += {"{": 1, "}": -1}.get(text[j], 0)
-                if depth == 0:
-                    found.append(text[i + 1 : j])
-                    break
-                j += 1
+            j = close.get(i)
+            if j is not None and _NON_SPACE.search(text, i + 1, j):
+                return text[i + 1 : j].strip()
         else:
-            token = re.match(r"[^\s$]+", text[i:])
+            token = _TOKEN.match(text, i)
             if token:
-                found.append(token.group(0))
+                return token.group()
+    return None
+
+
+def _final_line_answer(text: str) -> str | None:
+    """The value of the last "Final answer: X" / "the answer is X" label.
+
+    A label's value runs to the end of its line, cut at the first sentence end, or stops at a `$`
+    or `*` after which only `$`, `*`, spaces and a full stop may follow. It never reaches past the
+    next label, so each character is read a bounded number of times."""
+    labels = list(_LABEL.finditer(text))
+    found = None
+    for k, m in enumerate(labels):
+        end = labels[k + 1].start() if k + 1 < len(labels) else len(text)
+        p = _LEAD.match(text, m.end(), end).end()
+        stop_m = _STOP.search(text, p, end)
+        stop = stop_m.start() if stop_m else end
+        cut = _CUT.search(text, p, stop + 1 if stop < len(text) else stop)
+        if cut and cut.start() < stop:
+            value = text[p : cut.start()]
+        elif stop < end or end == len(text):
+            if not _TAIL.match(text, stop):
+                continue
+            value = text[p:stop]
+        else:  # runs into the next label without ending: not a stated answer
+            continue
+        if value.strip():
+            found = value.strip()
     return found
 
 
@@ -49,16 +120,12 @@ def extract_answer(text: str) -> str | None:
     """The final answer in `text`: the last \\boxed{} (or \\fbox{}), else a "Final answer: X" line.
 
     Text inside `<think>` is ignored. Returns the answer as written (normalised by `answers_match`),
-    or None when the text states no answer.
+    or None when the text states no answer. Linear in len(text).
     """
     if not isinstance(text, str):
         return None
     text = strip_think(text)
-    boxed = [b for b in _boxed_contents(text) if b.strip()]
-    if boxed:
-        return boxed[-1].strip()
-    lines = _FINAL.findall(text)
-    return lines[-1].strip() if lines else None
+    return _boxed_answer(text) or _final_line_answer(text)
 
 
 def normalize_answer(answer: object) -> str:
@@ -76,29 +143,59 @@ def normalize_answer(answer: object) -> str:
     return s.rstrip(".").strip()
 
 
-def _as_number(s: str) -> Fraction | None:
+def parse_number(s: str) -> Number | None:
+    """`s` (normalised) as a number literal, or None: an integer, a decimal, scientific notation
+    or a fraction of integers, each with at most MAX_DIGITS digits and |exponent| <= MAX_EXPONENT.
+    Anything else (an expression, a power, a huge literal) is None. Cheap whatever `s` is."""
     s = s.replace(" ", "")
-    m = re.fullmatch(r"\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}", s) or re.fullmatch(r"(-?\d+)/(-?\d+)", s)
-    try:
-        if m:
-            return Fraction(int(m.group(1)), int(m.group(2)))
-        if re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?", s, re.IGNORECASE):
-            return Fraction(s)
-    except (ValueError, ZeroDivisionError):
+    if len(s) > 2 * MAX_DIGITS + 20:
         return None
-    return None
+    s = _ASSIGNED.sub("", s, count=1) if _ASSIGNED.match(s) else s
+    if _INT.fullmatch(s) and _digits(s) <= MAX_DIGITS:
+        return Number(Fraction(int(s)), "int")
+    if _DEC.fullmatch(s) and _digits(s) <= MAX_DIGITS:
+        return Number(Fraction(s), "dec")  # digits only, no exponent: exact and cheap
+    m = _SCI.fullmatch(s)
+    if m and _digits(m.group(1)) <= MAX_DIGITS and len(m.group(2).lstrip("+-")) <= 4 \
+            and abs(int(m.group(2))) <= MAX_EXPONENT:
+        return Number(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2)), "sci")
+    m = _FRAC.fullmatch(s)
+    if m:
+        num, den = (m.group(2), m.group(3)) if m.group(2) is not None else (m.group(4), m.group(5))
+        return _fraction(num, den, negate=m.group(1) == "-")
+    m = _SLASH.fullmatch(s)
+    return _fraction(m.group(1), m.group(2)) if m else None
+
+
+def _digits(s: str) -> int:
+    return sum(c.isdigit() for c in s)
+
+
+def _fraction(num: str, den: str, negate: bool = False) -> Number | None:
+    if _digits(num) > MAX_DIGITS or _digits(den) > MAX_DIGITS or int(den) == 0:
+        return None
+    value = Fraction(int(num), int(den))
+    return Number(-value if negate else value, "frac")
 
 
 def answers_match(pred: object, gold: object) -> bool:
-    """True when `pred` equals `gold` as a number or, failing that, symbolically (math-verify)."""
+    """True when `pred` states the answer `gold`; see the module docstring for the rules."""
     if pred is None or gold is None:
         return False
-    p, g = normalize_answer(pred), normalize_answer(gold)
+    p, g = str(pred), str(gold)
+    if len(p) > MAX_ANSWER_CHARS or len(g) > MAX_ANSWER_CHARS:
+        return False
+    p, g = normalize_answer(p), normalize_answer(g)
     if not p:
         return False
+    reference = parse_number(g)
+    if reference is not None:  # a number is answered by a number, never by an expression that evaluates to it
+        stated = parse_number(p)
+        if stated is None:
+            return False
+        if reference.value.denominator == 1 and stated.kind not in ("int", "dec"):
+            return False  # an integer is written out: not 62/2, \frac{62}{2} or 3.1e1
+        return stated.value == reference.value
     if p == g:
         return True
-    pn, gn = _as_number(p), _as_number(g)
-    if pn is not None and gn is not None:
-        return pn == gn
     return symbolic_match(p, g)  # in a child process: a hostile answer can hang sympy for hours
