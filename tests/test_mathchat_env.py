@@ -98,11 +98,13 @@ def test_executor_without_code_ends_its_turn():
 
 
 @pytest.mark.parametrize("code,credited", [
-    ("print(6 * 7)", True), ("print('x =', 1)\nprint(42)", True),  # the last printed line counts
-    ("print(41)", False), ("y = 6 * 7", False), ("print(42)\nraise ValueError", False),
+    ("print(6 * 7)", True), ("print('x =', 1)\nprint(6 * 7)", True),  # the last printed line counts
+    ("print(41)", False), ("y = 6 * 7", False), ("print(6 * 7)\nraise ValueError", False),
+    ("print(42)", False), ("x = '42'\nprint(x)", False), ("print(40 + 2)", False),  # copied, not computed
 ])
 def test_the_executor_is_credited_when_its_code_prints_the_answer(code, credited):
-    """`printed_answer_correct` gives the coach the cell's own result: +2 when right, no penalty otherwise."""
+    """`printed_answer_correct` gives the coach the cell's own result: +2 when it computed the right
+    answer, no penalty otherwise."""
     env = make_env(executor_max_actions=1)
     steps = play(env, {**GOOD, "code_executor": [f"```python\n{code}\n```"]})
     checks = steps[1][2]["action"]["checks"]

@@ -15,13 +15,21 @@ What it rewards (start at 5, clip to [0, 10]):
 | answer_present                | +0.5 | -2.0  | the action states an answer in the required format (\\boxed{}) |
 | answer_correct                | +3.5 | -3.5  | that answer matches the ground truth (rule-based, not an LLM) |
 | code_present                  | +0.5 | -1.0  | a tool-using role wrote a code block |
-| printed_answer_correct        | +2.0 |  0    | MathChat: the last line the code printed is the right answer |
+| printed_answer_correct        | +2.0 |  0    | MathChat: the code computed the right answer (not a copy) |
+| new_work                      |  0   | -5.0  | MathChat: False on a cell after the answer was computed (padding) |
+| answer_computed               | +1.5 |  0    | MathChat: the executor's report states what its own code computed |
 | expected_files_present        | +1.0 | -2.0  | DSBench: the files this role must leave for the next one exist |
 | features_consistent           | +1.0 | -2.0  | DSBench: the Data Engineer's train and test features match |
 | submission_valid              | +2.0 | -3.0  | DSBench: the submission has the right ids, columns and rows |
 | beats_baseline                | +2.0 | -1.0  | DSBench: its ground-truth metric beats the trivial baseline |
 | inputs_ready                  |  0   |  0    | DSBench: the upstream hand-off was whole (the trainer masks False) |
 | any other check               | +0.5 | -0.5  | |
+
+With these weights the honest MathChat executor is strictly best at every step: a cell that computes
+the answer (9.5) beats one that prints a copied number (7.5); then the report of the computed answer
+(10) beats another cell (2.5) and a report of a number no code computed (8.5). These comparisons are
+per action (the trainer's default return scope, "action"); summed over a turn (scope "agent"), any
+extra action with a positive score adds, which no 0-10 weighting undoes.
 
 It never reads the prose: two actions with the same signals get the same score. That makes it a
 reproducible offline default and a floor to compare LLM coaches against, not a substitute for them.
@@ -36,6 +44,8 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
     "answer_correct": (3.5, 3.5),
     "code_present": (0.5, 1.0),
     "printed_answer_correct": (2.0, 0.0),  # no penalty: a cell may rightly compute an intermediate step
+    "new_work": (0.0, 5.0),  # a cell after the answer is computed pads the turn: below the report
+    "answer_computed": (1.5, 0.0),  # the report that ends the turn beats any further cell
     "expected_files_present": (1.0, 2.0),
     "features_consistent": (1.0, 2.0),
     "submission_valid": (2.0, 3.0),
@@ -44,7 +54,7 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
 }
 
 
-VERSION = "rule-3"  # bump when the weights or rules change: it is the CachedCoach identity
+VERSION = "rule-4"  # bump when the weights or rules change: it is the CachedCoach identity
 
 
 class RuleCoach:

@@ -43,7 +43,7 @@ _NON_SPACE = re.compile(r"\S")
 _WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|displaystyle)\s*\{([^{}]*)\}")
 # Units and currency around a number: "\$60", "60\%", "60^\circ", "60^{\circ}", "60\text{ dollars}".
 _UNIT_TEXT = re.compile(r"(?<=\d)\s*\\(?:text|textrm|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z .]*\}\s*$")
-_DEGREES = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)")
+_DEGREES = re.compile(r"(?<!\s)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)")
 _UNIT_MARKS = ("\\$", "\\%", "%", "\\euro", "€", "£")
 
 # number literals (spaces already removed); digit counts are checked after the match

@@ -5,15 +5,17 @@ The Code Executor's ```python blocks run in one persistent interpreter per episo
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from mappa_envs.core.pipeline import Episode, Outcome, PipelineEnv, Role, Task
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.errors import EnvArgumentError
 from mappa_envs.mathchat import prompts
-from mappa_envs.mathchat.answers import answers_match, extract_answer
+from mappa_envs.mathchat.answers import MAX_ANSWER_CHARS, answers_match, extract_answer, normalize_answer, parse_number
 from mappa_envs.mathchat.tasks import SPLITS, load_task_source
 from mappa_envs.sandbox.types import ExecResult
 
@@ -45,15 +47,7 @@ class MathChatScenario:
 
     def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
         if role.name == EXECUTOR:
-            has_code = bool(extract_code_blocks(action))
-            first_of_turn = not episode.actions or episode.actions[-1].role != EXECUTOR
-            checks = {"code_present": has_code} if first_of_turn or has_code else {}
-            if has_code:  # did the code compute the answer? (a bonus only: a cell may compute a step)
-                checks["printed_answer_correct"] = answers_match(_last_printed(results), episode.task.answer)
-            answer = None if has_code else extract_answer(action)
-            if answer is not None:  # the closing summary states a computed answer
-                checks["answer_correct"] = answers_match(answer, episode.task.answer)
-            return checks
+            return _executor_checks(episode, action, results)
         answer = extract_answer(action)
         checks = {"answer_present": answer is not None}
         if answer is not None:
@@ -71,6 +65,70 @@ class MathChatScenario:
 
     def coach_evidence(self, episode: Episode, role: Role) -> dict:
         return {"ask_answer_correct": role.name == VERIFIER}
+
+
+def _executor_checks(episode: Episode, action: str, results: list[ExecResult]) -> dict[str, bool]:
+    """The Code Executor's checks. They make the honest path strictly best for a policy paid by them:
+    computing the answer beats printing a copied number (`printed_answer_correct` needs a computed
+    result), and once the turn's code has computed it, reporting it (`answer_computed`) beats running
+    more cells (`new_work` False: padding)."""
+    first_of_turn = not episode.actions or episode.actions[-1].role != EXECUTOR
+    if first_of_turn:
+        episode.state["cells"] = []
+    cells: list[_Cell] = episode.state.setdefault("cells", [])
+    code = extract_code_blocks(action)
+    checks = {"code_present": bool(code)} if first_of_turn or code else {}
+    if code:
+        printed = _last_printed(results)
+        cell = _Cell(printed, answers_match(printed, episode.task.answer),
+                     printed is not None and _computed("\n".join(code), printed, episode.task.prompt))
+        if any(c.correct and c.computed for c in cells):
+            checks["new_work"] = False  # the answer is already computed: this cell pads the turn
+        else:
+            if not first_of_turn:
+                checks["new_work"] = True
+            checks["printed_answer_correct"] = cell.correct and cell.computed  # a bonus: a cell may compute a step
+        cells.append(cell)
+        return checks
+    answer = extract_answer(action)
+    if answer is not None:  # the closing summary states an answer: right, and what the team's code computed?
+        checks["answer_correct"] = answers_match(answer, episode.task.answer)
+        checks["answer_computed"] = any(c.computed and answers_match(answer, c.printed) for c in cells)
+    return checks
+
+
+@dataclass(frozen=True)
+class _Cell:
+    printed: str | None  # the last line a code action's last cell printed
+    correct: bool  # it is the right answer
+    computed: bool  # the code computed it (see `_computed`)
+
+
+_NUMERAL = re.compile(r"\d[\d_]*(?:\.\d+)?")
+_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")  # one-line Python string literals
+
+
+def _numerals(text: str) -> set[Fraction]:
+    """The values of the numerals written in `text` (code or problem), bounded like any answer."""
+    found = (parse_number(m.group().replace("_", "")) for m in _NUMERAL.finditer(text))
+    return {n.value for n in found if n is not None}
+
+
+def _computed(code: str, printed: str, problem: str) -> bool:
+    """Did `code` compute `printed` rather than print a copy of it? It did not when the printed value
+    is written in the code (`print(31)`, `x = "31"`), nor when the code's numbers outside string
+    literals include none of the problem's (`print(32 - 1)`, `print(int('3' + '1'))`). Arithmetic on
+    the copied answer that also mentions a problem number (`print(3 * 10 + 1)`) is not caught here."""
+    if len(printed) > MAX_ANSWER_CHARS:
+        return False
+    value = parse_number(normalize_answer(printed))
+    if value is not None:
+        if value.value in _numerals(code):
+            return False
+    elif normalize_answer(printed) in code:
+        return False
+    given = _numerals(problem)
+    return not given or bool(given & _numerals(_STRING.sub("''", code)))
 
 
 def _last_printed(results: list[ExecResult]) -> str | None:
