@@ -1,20 +1,26 @@
-"""Reading a score out of a coach model's reply, strictly.
+"""Reading the judge's own verdict out of a coach model's reply, strictly.
 
-`parse_score(text) -> (score, answer_correct)`. A score is taken only from a *labelled* place:
+`parse_score(text) -> (score, answer_correct)`. The judge's reply quotes the agent it scores, and the
+agent writes what it likes (`{"score": 10}`, a line `FINAL SCORE: 10`), so a score is read from one
+of two places only, and a reply that leaves any doubt is no verdict (the coach then retries once and
+records a failure; it never guesses):
 
-1. a JSON key: `"score": 7` or `"process_score": 7` (anywhere, also inside a truncated or fenced
-   JSON object); its `"rationale"` is the rationale;
-2. a line that starts with the label: `SCORE: 7`, `**Final score:** 7/10`, `- Score = [8.5]`,
-   `## Overall score: 6`, and the reference implementation's `PROCESS_SCORE: 7`,
-   `**PROCESS_SCORE:** 8`, `PROCESS_SCORE = 2`, `PROCESS_SCORE: [6]`. When several such lines
-   exist the last "final"/"overall" one wins, else the last one (the verdict comes after the
-   reasoning);
+1. a reply that is one JSON object and nothing else (also inside one ```json fence): its `"score"`
+   (or `"process_score"`; both present must agree), `"answer_correct"` and `"rationale"`;
+2. otherwise the labelled lines of the judge's own text: `SCORE: 7`, `**Final score:** 7/10`,
+   `- Score = [8.5]`, `## Overall score: 6`, and the reference implementation's
+   `PROCESS_SCORE: 7`, `**PROCESS_SCORE:** 8`, `PROCESS_SCORE = 2`, `PROCESS_SCORE: [6]`. The
+   judge's own text is the reply without `<think>` spans, code fences, `>` quote lines and the
+   prompt's `<<<BEGIN ...>>>` evidence blocks. The verdict is the last labelled line; an earlier
+   labelled line with another value makes the reply ambiguous (no "final" label outranks another:
+   the agent can write that label too). A JSON `"score"` inside prose is never read;
 3. a reply that is nothing but a number: `7`, `**7/10**`, `[8]`, `7.5/10`.
 
 A value outside [0, 10], or a fraction whose denominator is not 10, is rejected (None), never
 clamped or rescaled. Numbers in prose ("the sum is 42", "a score of 5 would be too low") are
-never used. `answer_correct` comes from `ANSWER_CORRECT: yes|no` (or true/false,
-correct/incorrect) or a JSON `"answer_correct": true`; otherwise None.
+never used. `answer_correct` comes from the same text: `ANSWER_CORRECT: yes|no` (or true/false,
+correct/incorrect, 1/0) or the JSON `"answer_correct"`; absent or contradictory, None.
+Every step is linear in the length of the reply.
 """
 from __future__ import annotations
 
@@ -22,22 +28,31 @@ import json
 import re
 from dataclasses import dataclass
 
+from mappa_envs.core.tools import strip_think
+
 _NUM = r"(-?\d+(?:\.\d+)?)"
-_VALUE = rf"[\[\(\"']*\s*{_NUM}\s*(?:/\s*{_NUM})?\s*[\]\)\"']*"
-_JSON_SCORE = re.compile(rf'"(?:process_)?score"\s*:\s*"?{_NUM}"?', re.IGNORECASE)
+_VALUE = rf"[\[\(\"']*[ \t]*{_NUM}[ \t]*(?:/[ \t]*{_NUM})?[ \t]*[\]\)\"']*"
 _LINE_SCORE = re.compile(
-    rf"^[\s#>*_\-]*(final\s+|overall\s+)?(?:process[\s_]*)?score\s*[*_\"']*\s*[:=]\s*[*_]*\s*{_VALUE}",
-    re.IGNORECASE | re.MULTILINE,
+    r"[ \t#*_\-]*(?:final[ \t]+|overall[ \t]+)?(?:process[ \t_]*)?score"
+    rf"[ \t]*[*_\"']*[ \t]*[:=][ \t]*[*_]*[ \t]*{_VALUE}",
+    re.IGNORECASE,
 )
-_BARE = re.compile(rf"^\s*{_VALUE}\s*\.?\s*$")
-_JSON_CORRECT = re.compile(r'"answer_correct"\s*:\s*"?(true|false|yes|no)"?', re.IGNORECASE)
+_BARE = re.compile(rf"\s*{_VALUE}\s*\.?\s*")
 _LINE_CORRECT = re.compile(
-    r"^[\s#>*_\-]*answer[\s_]correct\s*[*_\"']*\s*[:=]\s*[*_\[\(\"']*\s*(yes|no|true|false|correct|incorrect)\b",
-    re.IGNORECASE | re.MULTILINE,
+    r"[ \t#*_\-]*answer[ \t_]correct[ \t]*[*_\"']*[ \t]*[:=][ \t]*[*_\[\(\"']*[ \t]*"
+    r"(yes|no|true|false|correct|incorrect|1|0)\b",
+    re.IGNORECASE,
 )
+_JSON_FENCE = re.compile(r"\s*```(?:json)?[ \t]*\n(.*)\n[ \t]*```\s*", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"^[ \t]*```.*?(?:^[ \t]*```[^\n]*$|\Z)", re.DOTALL | re.MULTILINE)
+_EVIDENCE = re.compile(r"<<<BEGIN ([^>\n]{1,200})>>>.*?(?:<<<END \1>>>|\Z)", re.DOTALL)
+_QUOTE_LINE = re.compile(r"^[ \t]*>[^\n]*$", re.MULTILINE)
 _JSON_RATIONALE = re.compile(r'"rationale"\s*:\s*"((?:[^"\\]|\\.)*)"?', re.IGNORECASE)
-_RATIONALE = re.compile(r"^[\s#>*_\-]*rationale\s*[*_]*\s*:[*_]*\s*", re.IGNORECASE | re.MULTILINE)
-_TRUE = {"yes", "true", "correct"}
+_RATIONALE = re.compile(r"^[ \t#>*_\-]*rationale[ \t]*[*_]*[ \t]*:[*_]*[ \t]*", re.IGNORECASE | re.MULTILINE)
+_BLANKS = re.compile(r"[ \t]+")
+_BARE_MAX_CHARS = 40  # a reply that is only a number is short
+_TRUE = {"yes", "true", "correct", "1"}
+_SCORE_KEYS = ("score", "process_score")
 
 
 @dataclass
@@ -59,19 +74,91 @@ def parse_reply(text: str | None, schema: dict | None = None) -> Verdict:
     a reply without a score then names that schema's fields in `problem`."""
     if not text or not text.strip():
         return Verdict(None, None, "", "empty reply")
-    plain = text.replace("**", "").replace("__", "")
+    whole = _whole_json(text)
+    if whole is not None:
+        return _json_verdict(whole, text, schema)
+    # runs of blanks become one space: no regex below can then backtrack over a long run
+    plain = _BLANKS.sub(" ", own_text(text).replace("**", "").replace("__", ""))
     answer_correct = _answer_correct(plain)
     rationale = _rationale(text, plain)
     found = _labelled(plain)
+    if isinstance(found, str):
+        return Verdict(None, answer_correct, rationale, found)
     if found is None:
         expected = f"the JSON object of {_describe(schema)}" if schema else "a line 'SCORE: <0-10>'"
         return Verdict(None, answer_correct, rationale, f"no labelled score (expected {expected})")
+    return _checked(found, answer_correct, rationale)
+
+
+def own_text(text: str) -> str:
+    """The judge's own words: `text` without `<think>` spans, code fences, `>` quote lines and the
+    prompt's evidence blocks (an unclosed one runs to the end)."""
+    text = strip_think(text)
+    text = _EVIDENCE.sub("\n", text)
+    text = _FENCE.sub("\n", text)
+    return _QUOTE_LINE.sub("", text)
+
+
+def _checked(found: tuple[float, float | None], answer_correct: bool | None, rationale: str) -> Verdict:
     value, denominator = found
     if denominator is not None and denominator != 10:
         return Verdict(None, answer_correct, rationale, f"score given as a fraction of {denominator:g}, not of 10")
     if not 0.0 <= value <= 10.0:
         return Verdict(None, answer_correct, rationale, f"score {value:g} is outside [0, 10]")
     return Verdict(value, answer_correct, rationale, None)
+
+
+def _whole_json(text: str) -> dict | None:
+    """The JSON object that is the whole reply (or the whole of one ```json fence), else None."""
+    body = text.strip()
+    fenced = _JSON_FENCE.fullmatch(text)
+    if fenced:
+        body = fenced.group(1).strip()
+    if not body.startswith("{"):
+        return None
+    try:
+        value = json.loads(body)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _json_verdict(obj: dict, text: str, schema: dict | None) -> Verdict:
+    rationale = obj.get("rationale")
+    rationale = rationale.strip() if isinstance(rationale, str) else text.strip()
+    correct = obj.get("answer_correct")
+    answer_correct = _truth(correct)
+    keys = {k.lower(): v for k, v in obj.items() if isinstance(k, str) and k.lower() in _SCORE_KEYS}
+    values = {k: _json_number(v) for k, v in keys.items()}
+    if not values:
+        expected = f"the JSON object of {_describe(schema)}" if schema else 'a "score" key'
+        return Verdict(None, answer_correct, rationale, f"no score in the JSON reply (expected {expected})")
+    if any(v is None for v in values.values()):
+        return Verdict(None, answer_correct, rationale, "the JSON score is not a number")
+    if len(set(values.values())) > 1:
+        problem = f"ambiguous: the JSON reply gives {sorted(keys)} different values"
+        return Verdict(None, answer_correct, rationale, problem)
+    return _checked(next(iter(values.values())), answer_correct, rationale)
+
+
+def _json_number(v: object) -> tuple[float, float | None] | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v), None
+    if isinstance(v, str):
+        m = _BARE.fullmatch(v)
+        if m:
+            return float(m.group(1)), float(m.group(2)) if m.group(2) else None
+    return None
+
+
+def _truth(v: object) -> bool | None:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in _TRUE | {"no", "false", "incorrect", "0"}:
+        return v.strip().lower() in _TRUE
+    return None
 
 
 def _describe(schema: dict) -> str:
@@ -83,29 +170,35 @@ def _describe(schema: dict) -> str:
     return f"schema {name} {{{fields}}}" if name else f"schema {{{fields}}}"
 
 
-def _labelled(plain: str) -> tuple[float, float | None] | None:
-    json_hits = _JSON_SCORE.findall(plain)
-    if json_hits:
-        return float(json_hits[-1]), None
-    lines = list(_LINE_SCORE.finditer(plain))
-    if lines:
-        final = [m for m in lines if m.group(1)]
-        m = (final or lines)[-1]
-        return float(m.group(2)), float(m.group(3)) if m.group(3) else None
-    bare = _BARE.match(plain)
+def _labelled(plain: str) -> tuple[float, float | None] | str | None:
+    """The last labelled score line as (value, denominator); a problem string when labelled lines
+    disagree; None when there is none (then a reply that is a bare number counts)."""
+    found = []
+    for line in plain.splitlines():
+        m = _LINE_SCORE.match(line)
+        if m:
+            found.append((float(m.group(1)), float(m.group(2)) if m.group(2) else None))
+    if found:
+        distinct = {(v, 10.0 if d is None else d) for v, d in found}
+        if len(distinct) > 1:
+            shown = ", ".join(f"{v:g}" + (f"/{d:g}" if d is not None else "") for v, d in found[-4:])
+            return f"ambiguous: {len(found)} labelled score lines that disagree ({shown})"
+        return found[-1]
+    bare = _BARE.fullmatch(plain.strip()) if len(plain.strip()) <= _BARE_MAX_CHARS else None
     if bare:
         return float(bare.group(1)), float(bare.group(2)) if bare.group(2) else None
     return None
 
 
 def _answer_correct(plain: str) -> bool | None:
-    hits = _JSON_CORRECT.findall(plain) or _LINE_CORRECT.findall(plain)
-    return hits[-1].lower() in _TRUE if hits else None
+    hits = {m.group(1).lower() in _TRUE for line in plain.splitlines() if (m := _LINE_CORRECT.match(line))}
+    return hits.pop() if len(hits) == 1 else None
 
 
 def _rationale(text: str, plain: str) -> str:
-    """The JSON "rationale" field, else the text after a RATIONALE: label, else the whole reply."""
-    quoted = _JSON_RATIONALE.search(text)
+    """The JSON "rationale" field (of a reply cut off mid-object), else the text after a RATIONALE:
+    label, else the whole reply. Only a description: the score never comes from here."""
+    quoted = _JSON_RATIONALE.search(text) if text.lstrip().startswith(("{", "```")) else None
     if quoted:
         try:
             return json.loads(f'"{quoted.group(1)}"').strip()
@@ -115,6 +208,6 @@ def _rationale(text: str, plain: str) -> str:
     if m is None:
         return plain.strip()
     rest = plain[m.end():]
-    stop = re.search(r"^[\s#>*_\-]*(final\s+|overall\s+)?(process[\s_]*)?(score|answer[\s_]correct)\s*[:=]", rest,
-                     re.IGNORECASE | re.MULTILINE)
+    stop = re.search(r"^[ \t#>*_\-]*(final[ \t]+|overall[ \t]+)?(process[ \t_]*)?(score|answer[ \t_]correct)[ \t]*[:=]",
+                     rest, re.IGNORECASE | re.MULTILINE)
     return (rest[: stop.start()] if stop else rest).strip()
