@@ -17,6 +17,12 @@ that raises (in reset, step or the env's own code) is reported as a failed `Epis
 error and the driver goes on; only a run of `max_failures` failures in a row stops it, since that
 is a broken set-up rather than a bad episode.
 
+Every reset and step has a deadline (`step_deadline_s`): one that overruns is recorded as the failed
+action of a failed episode, and the other episodes go on. Its env is set aside, since its step is
+still running in its thread and cannot be stopped from outside; when that step returns, the env is
+reset for the next job. (A deadline cannot help against work that holds the GIL, which stops every
+thread: nothing an action controls may run unbounded in this process — see mathchat/answers.py.)
+
 Evaluation, `mappa run`, the quickstart's warm start (via `VectorRunner`) and training rollouts
 (`mappa_train.rollout`, which adds the token bookkeeping) all play through this one loop.
 """
@@ -35,6 +41,7 @@ from mappa_envs.policy import Team, TextPolicy, route_roles
 
 log = logging.getLogger(__name__)
 Schedule = Literal["async", "rounds"]
+STEP_DEADLINE_S = 900.0  # above any sane step (cells time out in 10-60 s, a coach call in 120 s), finite
 Job = tuple  # (seed: int | None, options: dict | None): the reset arguments of one episode
 
 
@@ -98,6 +105,11 @@ class DriverStats:
     wall_s: float = 0.0
     failures: int = 0
     stopped: int = 0
+    overran: int = 0  # resets/steps that ran past the deadline (their episodes are among `failures`)
+
+
+class StepDeadlineError(TimeoutError):
+    """An env's reset or step ran past the driver's deadline."""
 
 
 def action_seed(episode_seed: int | None, action_index: int) -> int | None:
@@ -152,6 +164,23 @@ class _Live:
     actions: int = 0
 
 
+class _Jobs:
+    """The job iterator, with a look ahead (is there another job?) that does not lose the job."""
+
+    def __init__(self, jobs: Iterable[Job]):
+        self._it, self._ahead = iter(jobs), []
+
+    def more(self) -> bool:
+        if not self._ahead:
+            job = next(self._it, None)
+            if job is not None:
+                self._ahead.append(job)
+        return bool(self._ahead)
+
+    def next(self) -> Job | None:
+        return self._ahead.pop() if self.more() else None
+
+
 def _timed(fn, *args, **kwargs) -> tuple[Any, float]:
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
@@ -174,36 +203,44 @@ class Driver:
             max_gather_s) to join the same call: envs that finish together share a call, a slow
             one holds nobody back for long.
         max_failures: failed episodes in a row before the driver gives up and raises.
+        step_deadline_s: seconds a reset or step may take before its episode is failed and its env
+            set aside until the step returns (None: no deadline).
     """
 
     def __init__(self, envs: Sequence[Any], policies: Any, role_policy: Mapping[str, str] | None = None,
                  workers: int | None = None, schedule: Schedule = "async",
                  stop: Callable[[EpisodeResult, Turn], str | None] | None = None, gather_s: float = 0.02,
-                 straggle: float = 0.5, max_gather_s: float = 0.25, max_failures: int = 3):
+                 straggle: float = 0.5, max_gather_s: float = 0.25, max_failures: int = 3,
+                 step_deadline_s: float | None = STEP_DEADLINE_S):
         if not envs:
             raise ValueError("the driver needs at least one env")
+        if step_deadline_s is not None and (isinstance(step_deadline_s, bool) or not step_deadline_s > 0):
+            raise ValueError(f"step_deadline_s must be a number > 0 or None, got {step_deadline_s!r}")
         if schedule not in ("async", "rounds"):
             raise ValueError(f"schedule must be 'async' or 'rounds', got {schedule!r}")
         self.envs, self.actors = list(envs), as_actors(policies)
         self.route = route_roles(self.actors, envs[0].possible_agents, role_policy)
         self.workers, self.schedule, self.stop = workers or len(envs), schedule, stop
         self.gather_s, self.straggle, self.max_gather_s = gather_s, straggle, max_gather_s
-        self.max_failures = max_failures
+        self.max_failures, self.step_deadline_s = max_failures, step_deadline_s
         self._failures_in_a_row = 0
         self._sent: dict[Future, float] = {}  # when each in-flight reset/step was handed to the pool
+        self._what: dict[Future, str] = {}  # "reset" or "step"
+        self._stuck: dict[Future, int] = {}  # overran steps still running -> their (set aside) env
         self.stats = DriverStats(calls={name: 0 for name in self.actors})
 
     def play(self, jobs: Iterable[Job]) -> Iterator[EpisodeResult]:
         """Play one episode per (seed, options) job; yield each as it ends, before its env is reset
         for the next job (so the env's own record of the episode can still be read)."""
-        pending, numbers = iter(jobs), iter(range(1 << 62))
+        pending, numbers = _Jobs(jobs), iter(range(1 << 62))
         live: dict[int, _Live] = {}
         inflight: dict[Future, int] = {}
         started = time.perf_counter()
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mappa-env")
+        self._stuck = {}
 
         def start(i: int) -> None:
-            job = next(pending, None)
+            job = pending.next()
             if job is None:
                 live.pop(i, None)
                 return
@@ -215,16 +252,27 @@ class Driver:
             for i in range(len(self.envs)):
                 start(i)
             first = True  # the first batch waits for every env's first reset: they all start together
-            while inflight:
+            while inflight or (self._stuck and pending.more()):
+                if not inflight:  # every free env is set aside: wait for one to come back
+                    for i in self._released(block=True):
+                        start(i)
+                    continue
                 ready: list[int] = []
                 for i in self._harvest(inflight, live, ready, everyone=first):
                     yield live[i].result
+                    if i in self._stuck.values():
+                        live.pop(i)  # its step still runs: the env is reset only once it returns
+                    else:
+                        start(i)
+                for i in self._released(block=False):
                     start(i)
                 first = False
                 if ready:
                     self._dispatch(sorted(ready), live, inflight, pool)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            if self._stuck:
+                log.warning("%d env step(s) still running past the deadline are abandoned", len(self._stuck))
+            pool.shutdown(wait=not self._stuck, cancel_futures=True)
             self.stats.wall_s += time.perf_counter() - started
 
     # ---- one iteration ------------------------------------------------------------------------
@@ -236,18 +284,19 @@ class Driver:
 
         "rounds" (or `everyone`) waits for all of them; "async" for the first, then gives the others
         a short grace (see `straggle`) to join the same policy call."""
+        timeout = self._time_left(inflight)
         if self.schedule == "rounds" or everyone:
-            done, _ = wait(list(inflight))
+            done, _ = wait(list(inflight), timeout=timeout)
         else:
-            done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
-            took = time.perf_counter() - min(self._sent[f] for f in done)  # how long a step takes now
-            grace = min(self.max_gather_s, max(self.gather_s, self.straggle * took))
-            if len(done) < len(inflight):
+            done, _ = wait(list(inflight), timeout=timeout, return_when=FIRST_COMPLETED)
+            if done and len(done) < len(inflight):
+                took = time.perf_counter() - min(self._sent[f] for f in done)  # how long a step takes now
+                grace = min(self.max_gather_s, max(self.gather_s, self.straggle * took))
                 done |= wait([f for f in inflight if f not in done], timeout=grace)[0]
-        finished = []
+        finished = self._overdue(inflight, live, done)
         for future in sorted(done, key=inflight.__getitem__):  # env order: deterministic bookkeeping
             i = inflight.pop(future)
-            del self._sent[future]
+            del self._sent[future], self._what[future]
             episode, env = live[i], self.envs[i]
             try:
                 turn, seconds = future.result()
@@ -267,6 +316,39 @@ class Driver:
                 continue
             (finished if over or reason else ready).append(i)
         return finished
+
+    def _time_left(self, inflight: dict[Future, int]) -> float | None:
+        """Seconds until the first in-flight reset/step reaches its deadline (None: no deadline)."""
+        if self.step_deadline_s is None:
+            return None
+        return max(0.0, min(self._sent[f] for f in inflight) + self.step_deadline_s - time.perf_counter())
+
+    def _overdue(self, inflight: dict[Future, int], live: dict[int, _Live], done: set[Future]) -> list[int]:
+        """Fail the episodes whose reset/step ran past the deadline; set their envs aside."""
+        if self.step_deadline_s is None:
+            return []
+        now, failed = time.perf_counter(), []
+        for future in [f for f in inflight if f not in done and now - self._sent[f] >= self.step_deadline_s]:
+            i, what = inflight.pop(future), self._what.pop(future)
+            del self._sent[future]
+            self._stuck[future] = i
+            self.stats.overran += 1
+            self._fail(live[i].result, StepDeadlineError(
+                f"the env's {what} ran past the driver's deadline of {self.step_deadline_s:g} s "
+                f"(step_deadline_s); the episode is failed and env {i} is set aside until the {what} returns"))
+            failed.append(i)
+        return failed
+
+    def _released(self, block: bool) -> list[int]:
+        """Envs set aside whose overrunning step has now returned. With `block`, wait for one up to
+        the deadline, and raise if none comes back: every env is hung."""
+        if block:
+            wait(list(self._stuck), timeout=self.step_deadline_s, return_when=FIRST_COMPLETED)
+        back = [f for f in self._stuck if f.done()]
+        if block and not back:
+            raise RuntimeError(f"all {len(self._stuck)} free envs are stuck in steps that ran past the deadline "
+                               f"of {self.step_deadline_s:g} s and have not returned: the env or its sandbox hangs")
+        return [self._stuck.pop(f) for f in back]
 
     def _dispatch(self, waiting: list[int], live: dict[int, _Live], inflight: dict[Future, int], pool) -> None:
         """One batched call per policy for every waiting agent, then each env's step in the pool."""
@@ -296,6 +378,7 @@ class Driver:
     def _submit(self, pool, inflight: dict[Future, int], i: int, fn, *args, **kwargs) -> None:
         future = pool.submit(_timed, fn, *args, **kwargs)
         inflight[future], self._sent[future] = i, time.perf_counter()
+        self._what[future] = "reset" if getattr(fn, "__name__", "") == "reset" else "step"
 
     def _step(self, i: int, request: Request, output: Any, usage: dict | None) -> Turn:
         """In the pool: step the env with the action; the turn's reward is filled in by `_record`."""

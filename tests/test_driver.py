@@ -252,3 +252,72 @@ def test_stepping_happens_in_worker_threads_while_the_main_thread_batches(sandbo
     play(make_envs(sandbox, 2, Probe(lambda r: 0.0)), Where(), [(0, None), (1, None)])
     assert threading.main_thread().name in seen
     assert any(n.startswith("mappa-env") for n in seen)
+
+
+class Hanging:
+    """The rule coach, except that scoring any action of `task` blocks until `release` is set (a
+    hung sandbox or judge). The block releases the GIL, as a stuck socket or child process does."""
+
+    def __init__(self, task, release: threading.Event, limit_s: float = 60.0):
+        self.rule, self.task, self.release, self.limit_s = RuleCoach(), task, release, limit_s
+
+    def score(self, request):
+        if request.task == self.task.prompt:
+            self.release.wait(self.limit_s)
+        return self.rule.score(request)
+
+    async def ascore(self, request):
+        return self.score(request)
+
+
+def test_a_step_past_the_deadline_fails_its_episode_and_the_others_finish(sandbox):
+    """One poisoned episode among healthy ones: its step overruns, it is reported failed with why,
+    every healthy episode finishes, and its env comes back for later jobs once the step returns."""
+    release = threading.Event()
+    envs = make_envs(sandbox, 2, Hanging(TASKS[0], release))
+    driver = Driver(envs, SeededTeam(), step_deadline_s=1.0)
+    jobs = [(k, {"task_index": k}) for k in range(6)]
+    results = []
+    try:
+        for result in driver.play(jobs):
+            results.append(result)
+            if result.error:
+                release.set()  # the hung step returns now: its env may be used again
+    finally:
+        release.set()
+        for env in envs:
+            env.close()
+    assert len(results) == 6
+    failed = [r for r in results if r.error]
+    assert [r.episode for r in failed] == [0]
+    assert "ran past the driver's deadline of 1 s" in failed[0].error
+    assert (driver.stats.overran, driver.stats.failures) == (1, 1)
+    healthy = [r for r in results if not r.error]
+    assert all(r.outcome is not None and len(r.turns) == 4 for r in healthy)
+    assert failed[0].env_index in {r.env_index for r in healthy if r.episode > 1}  # it came back
+
+
+def test_when_every_env_is_stuck_the_driver_says_so(sandbox):
+    release = threading.Event()
+    envs = make_envs(sandbox, 1, Hanging(TASKS[0], release))
+    results = []
+    try:
+        with pytest.raises(RuntimeError, match="stuck in steps that ran past the deadline"):
+            for result in Driver(envs, SeededTeam(), step_deadline_s=0.5).play([(k, {"task_index": k})
+                                                                                 for k in range(3)]):
+                results.append(result)
+    finally:
+        release.set()
+        time.sleep(0.2)  # let the released step finish before its env closes
+        envs[0].close()
+    assert [bool(r.error) for r in results] == [True]
+
+
+def test_the_deadline_is_checked(sandbox):
+    envs = make_envs(sandbox, 1)
+    try:
+        for bad in (0, -1, True, float("nan")):
+            with pytest.raises(ValueError, match="step_deadline_s"):
+                Driver(envs, SeededTeam(), step_deadline_s=bad)
+    finally:
+        envs[0].close()
