@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 METRICS_FILE = "metrics.jsonl"
 EVAL_EPISODES_FILE = "eval_episodes.jsonl"
+TRAIN_EPISODES_FILE = "train_episodes.jsonl"
+ANSWER_LOG_CHARS = 2_000  # an answer this long is never a match (MAX_ANSWER_CHARS): the rest is not kept
 
 
 class MetricsLogger:
@@ -84,13 +86,29 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 
 def append_eval_episodes(out_dir: str | Path, step: int, eval_set: str, episodes, samples: int) -> None:
-    """One line per evaluation episode (step, set, task, sample, correct, score) in EVAL_EPISODES_FILE.
-    Episode i of an evaluation is sample i % samples of its task. A resumed run re-evaluates its
-    last step: readers keep the last line of each (step, set, task, sample)."""
+    """One line per evaluation episode (step, set, task, sample, correct, score, the extracted answer
+    that was judged) in EVAL_EPISODES_FILE. Episode i of an evaluation is sample i % samples of its
+    task. A resumed run re-evaluates its last step: readers keep the last line of each (step, set,
+    task, sample)."""
     with (Path(out_dir) / EVAL_EPISODES_FILE).open("a") as f:
         for e in episodes:
             f.write(json.dumps({"step": step, "set": eval_set, "task_id": e.task_id, "sample": e.episode_id % samples,
-                                "correct": bool(e.correct), "score": e.score}) + "\n")
+                                "correct": bool(e.correct), "score": e.score, "answer": _clip(e.answer)}) + "\n")
+
+
+def append_train_episodes(out_dir: str | Path, step: int, episodes) -> None:
+    """One line per training episode of `step` in TRAIN_EPISODES_FILE: its task, the extracted answer
+    the env judged, correct, score, and why it failed or stopped early, so anyone can check what the
+    reward counted."""
+    with (Path(out_dir) / TRAIN_EPISODES_FILE).open("a") as f:
+        for e in episodes:
+            f.write(json.dumps({"step": step, "episode": e.episode_id, "task_id": e.task_id, "answer": _clip(e.answer),
+                                "correct": e.correct, "score": e.score, "error": e.error, "stopped": e.stopped},
+                               ensure_ascii=False) + "\n")
+
+
+def _clip(answer: str | None) -> str | None:
+    return answer if answer is None or len(answer) <= ANSWER_LOG_CHARS else answer[:ANSWER_LOG_CHARS] + "...[cut]"
 
 
 def eval_outcomes(out_dir: str | Path, step: int, eval_set: str) -> dict[str, list[float]]:

@@ -65,6 +65,7 @@ class EpisodeStats:
     truncated: bool
     error: str | None = None  # the episode failed (nothing of it is trained on)
     stopped: str | None = None  # ended early by the curriculum rule
+    answer: str | None = None  # the answer the env extracted and judged (outcome "predicted"), as written
 
 
 @dataclass
@@ -255,4 +256,11 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
         out.transitions += transitions
         out.dropped += dropped
     return EpisodeStats(episode_id, str(result.task_id or ""), outcome.get("score"), outcome.get("correct"),
-                        len(result.turns), dropped, result.truncated, result.error, result.stopped)
+                        len(result.turns), dropped, result.truncated, result.error, result.stopped,
+                        _answer(outcome))
+
+
+def _answer(outcome: dict) -> str | None:
+    """The extracted answer the outcome was judged on, so a log shows what was counted."""
+    predicted = outcome.get("predicted")
+    return None if predicted is None else str(predicted)

@@ -31,7 +31,7 @@ from transformers import AutoTokenizer
 from mappa_train import algo
 from mappa_train.config import ConfigError, TrainConfig, to_dict
 from mappa_train.learner import PolicyLearner, Sample, lr_at
-from mappa_train.metrics import METRICS_FILE, MetricsLogger, append_eval_episodes, plot_curves
+from mappa_train.metrics import METRICS_FILE, MetricsLogger, append_eval_episodes, append_train_episodes, plot_curves
 
 SHARED = "shared"
 
@@ -377,6 +377,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
                        time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2)
         metrics.update({f"time_{k}": v for k, v in result.timing().items()})
         log.log("train", step + 1, metrics)
+        append_train_episodes(out, step + 1, result.episodes)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             save_checkpoint(out, step + 1, learners, cfg.keep_checkpoints)
         progress.update(1)

@@ -19,6 +19,25 @@ TINY = ["model.path=tiny", "env.kwargs={task_source: synthetic, num_tasks: 16, e
         "algo.mask_length_cut=false"]  # a random tiny model rarely stops within 12 tokens: train on cut actions too
 
 
+def test_episode_logs_keep_the_extracted_answer(tmp_path):
+    """Training and eval episode lines carry the answer the env judged (clipped when absurdly long)."""
+    from mappa_train.metrics import ANSWER_LOG_CHARS, append_eval_episodes, append_train_episodes
+    from mappa_train.rollout import EpisodeStats
+
+    episodes = [EpisodeStats(0, "t0", 1.0, True, 4, 0, False, answer="31"),
+                EpisodeStats(1, "t1", 0.0, False, 4, 0, False, answer="4 \\cdot 7 + 3"),
+                EpisodeStats(2, "t2", 0.0, False, 4, 0, False, answer="9" * 50_000),
+                EpisodeStats(3, "t3", None, None, 1, 0, False, error="boom")]
+    append_train_episodes(tmp_path, 3, episodes)
+    append_eval_episodes(tmp_path, 3, "heldout", episodes, samples=1)
+    for name in ("train_episodes.jsonl", "eval_episodes.jsonl"):
+        rows = read_metrics(tmp_path / name)
+        assert [r["answer"] for r in rows][:2] == ["31", "4 \\cdot 7 + 3"]
+        assert len(rows[2]["answer"]) <= ANSWER_LOG_CHARS + 10
+        assert rows[3]["answer"] is None
+    assert read_metrics(tmp_path / "train_episodes.jsonl")[3]["error"] == "boom"
+
+
 def test_tasks_for_step_covers_each_task_once_per_pass():
     cfg = load_config(None, ["rollout.prompts_per_step=3", "rollout.samples_per_prompt=2"])
     ids = [f"t{i}" for i in range(6)]
@@ -49,6 +68,10 @@ def test_tiny_end_to_end(tmp_path):
     assert (out / "curves.png").stat().st_size > 0
     assert (out / "tb").is_dir()
     assert json.loads((out / "config.json").read_text())["steps"] == 2
+    trained = read_metrics(out / "train_episodes.jsonl")  # what each training episode's reward counted
+    assert sorted({r["step"] for r in trained}) == [1, 2]
+    assert all("answer" in r and "correct" in r for r in trained)
+    assert all("answer" in r for r in read_metrics(out / "eval_episodes.jsonl"))
 
     # token-exact: the learner, synced to the generator, scores the sampled ids as the generator did
     from mappa_train.learner import PolicyLearner
