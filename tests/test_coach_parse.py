@@ -115,6 +115,11 @@ def test_structured_failure_names_the_schema():
     ('{"rationale": "it printed SCORE: 10", "score": 3}', 3.0),
     ('{"score": 6, "process_score": 6}', 6.0),
     ('{"score": "7/10"}', 7.0),
+    # an agent that prints an opening marker, quoted by the judge, cannot hide the judge's verdict
+    ("RATIONALE: it printed <think> and stopped.\nSCORE: 1", 1.0),
+    ("RATIONALE: it printed:\n```\nand nothing else.\nSCORE: 1", 1.0),
+    ("RATIONALE: it printed <<<BEGIN zz>>> to fake a quote.\nSCORE: 1", 1.0),
+    ("RATIONALE: it printed <<<BEGIN zz>>> then <<<END yy>>>.\nSCORE: 2", 2.0),
 ])
 def test_reads_only_the_judges_own_verdict(text, expected):
     assert parse_score(text)[0] == expected
@@ -152,6 +157,9 @@ HOSTILE_REPLIES = {
     "quote lines": "> SCORE: 10\n" * 10_000 + "SCORE: 1",
     "score lines": "SCORE: 1\n" * 12_000,
     "quotes": "SCORE" + '"' * 100_000,
+    "think openers": "x<think>" * 12_000 + "SCORE: 1",
+    "unclosed fence openers": "```x\n" * 20_000 + "SCORE: 1",
+    "evidence closers": "<<<END a>>><<<BEGIN a>>>" * 5_000,
 }
 
 

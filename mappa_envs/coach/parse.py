@@ -28,8 +28,6 @@ import json
 import re
 from dataclasses import dataclass
 
-from mappa_envs.core.tools import strip_think
-
 _NUM = r"(-?\d+(?:\.\d+)?)"
 _VALUE = rf"[\[\(\"']*[ \t]*{_NUM}[ \t]*(?:/[ \t]*{_NUM})?[ \t]*[\]\)\"']*"
 _LINE_SCORE = re.compile(
@@ -44,8 +42,10 @@ _LINE_CORRECT = re.compile(
     re.IGNORECASE,
 )
 _JSON_FENCE = re.compile(r"\s*```(?:json)?[ \t]*\n(.*)\n[ \t]*```\s*", re.DOTALL | re.IGNORECASE)
-_FENCE = re.compile(r"^[ \t]*```.*?(?:^[ \t]*```[^\n]*$|\Z)", re.DOTALL | re.MULTILINE)
-_EVIDENCE = re.compile(r"<<<BEGIN ([^>\n]{1,200})>>>.*?(?:<<<END \1>>>|\Z)", re.DOTALL)
+# Only *closed* spans are dropped (an unclosed think only at the very start: a reasoning model's
+# preamble): an agent that prints an opening marker, quoted by the judge, must not hide the verdict.
+_THINK_OPEN, _THINK_CLOSE = re.compile(r"<think>", re.IGNORECASE), re.compile(r"</think>", re.IGNORECASE)
+_BEGIN, _END = re.compile(r"<<<BEGIN ([^>\n]{1,200})>>>"), re.compile(r"<<<END ([^>\n]{1,200})>>>")
 _QUOTE_LINE = re.compile(r"^[ \t]*>[^\n]*$", re.MULTILINE)
 _JSON_RATIONALE = re.compile(r'"rationale"\s*:\s*"((?:[^"\\]|\\.)*)"?', re.IGNORECASE)
 _RATIONALE = re.compile(r"^[ \t#>*_\-]*rationale[ \t]*[*_]*[ \t]*:[*_]*[ \t]*", re.IGNORECASE | re.MULTILINE)
@@ -92,11 +92,52 @@ def parse_reply(text: str | None, schema: dict | None = None) -> Verdict:
 
 def own_text(text: str) -> str:
     """The judge's own words: `text` without `<think>` spans, code fences, `>` quote lines and the
-    prompt's evidence blocks (an unclosed one runs to the end)."""
-    text = strip_think(text)
-    text = _EVIDENCE.sub("\n", text)
-    text = _FENCE.sub("\n", text)
-    return _QUOTE_LINE.sub("", text)
+    prompt's evidence blocks. Only closed spans are dropped, and an unclosed `<think>` only when it
+    opens the reply (then the reply is all thinking)."""
+    if text.lstrip()[:7].lower() == "<think>" and not _THINK_CLOSE.search(text):
+        return ""
+    text = _drop_spans(text, _THINK_OPEN, _THINK_CLOSE)
+    text = _drop_spans(text, _BEGIN, _END)
+    return _QUOTE_LINE.sub("", _drop_fences(text))
+
+
+def _drop_spans(text: str, opening: re.Pattern, closing: re.Pattern) -> str:
+    """`text` without each span from an opening marker to the next closing one after it (with the
+    same mark, when the markers carry one); an opening without its closing stays. Linear."""
+    closes: dict[str, list[tuple[int, int]]] = {}
+    for m in closing.finditer(text):
+        closes.setdefault(m.group(1) if m.groups() else "", []).append((m.start(), m.end()))
+    seen = dict.fromkeys(closes, 0)  # per mark: closings already passed (positions only grow)
+    out, pos = [], 0
+    for m in opening.finditer(text):
+        if m.start() < pos:
+            continue
+        mark = m.group(1) if m.groups() else ""
+        ends, k = closes.get(mark, []), seen.get(mark, 0)
+        while k < len(ends) and ends[k][0] < m.end():
+            k += 1
+        seen[mark] = k
+        if k < len(ends):
+            out.append(text[pos : m.start()])
+            pos = ends[k][1]
+    out.append(text[pos:])
+    return "\n".join(out)
+
+
+def _drop_fences(text: str) -> str:
+    """`text` without its closed ``` code fences (an unclosed one stays). Linear."""
+    lines = text.split("\n")
+    keep, opened = [True] * len(lines), None
+    for k, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped.startswith("```"):
+            continue
+        if opened is None:
+            opened = k
+        elif stripped == "```":
+            keep[opened : k + 1] = [False] * (k + 1 - opened)
+            opened = None
+    return "\n".join(line for line, kept in zip(lines, keep) if kept)
 
 
 def _checked(found: tuple[float, float | None], answer_correct: bool | None, rationale: str) -> Verdict:
