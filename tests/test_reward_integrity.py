@@ -151,11 +151,13 @@ STALL = textwrap.dedent("""
 
     tasks = synthetic_tasks(6, seed=0, families=["product_sum"])
     HOSTILE = "\\\\boxed{1e99999999999}"
+    CELL = "```python\\nprint('1e99999999999')\\nprint('1E99999999999')\\nprint('9' * 200_000)\\n```"
 
     class Team(ScriptedMathPolicy):
         def respond(self, conversations, roles, seeds=None):
             out = super().respond(conversations, roles, seeds)
-            return [HOSTILE if tasks[0].prompt in c[1]["content"] else o for c, o in zip(conversations, out)]
+            return [(CELL if r == "code_executor" and len(c) == 2 else HOSTILE) if tasks[0].prompt in c[1]["content"]
+                    else o for c, r, o in zip(conversations, roles, out)]
 
     envs = [mappa_envs.make("MathChat-v0", tasks=tasks, sandbox="local") for _ in range(6)]
     results = list(Driver(envs, Team(tasks)).play([(0, {"task_index": i}) for i in range(6)]))
@@ -167,7 +169,9 @@ STALL = textwrap.dedent("""
 
 def test_a_huge_exponent_in_an_answer_stalls_nothing():
     """`\\boxed{1e99999999999}` once made Fraction() compute 10**exp holding the GIL: no episode
-    finished. In a child process with a generous limit, so a regression fails instead of hanging."""
+    finished. Here one episode's executor prints such numbers (and a 200k-digit one) and every role
+    boxes one; the five healthy episodes finish. In a child process with a generous limit, so a
+    regression fails instead of hanging."""
     out = subprocess.run([sys.executable, "-c", STALL], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     results = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 -- our own child's repr of plain tuples
