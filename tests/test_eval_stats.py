@@ -136,3 +136,14 @@ def test_paired_bootstrap_rejects_bad_input():
         paired_bootstrap([1, 2], [1])
     with pytest.raises(ValueError, match="no paired problems"):
         paired_bootstrap([], [])
+
+
+def test_majority_vote_never_pools_a_number_with_an_expression():
+    """Four samples box the question, three the answer: the expressions do not vote for 31."""
+    from mappa_train.evaluation.runner import same_answer
+
+    answers = ["4 \\cdot 7 + 3"] * 4 + ["31", "031", "31.0"]
+    correct = [False] * 4 + [True] * 3
+    assert majority_vote(answers, correct, same_answer) == 0.0
+    assert majority_vote(["31", "4 \\cdot 7 + 3", "4 \\cdot 7 + 3"], [True, False, False], same_answer) == 0.0
+    assert same_answer("031", "31.0")

@@ -260,16 +260,24 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
     return records, overlaps
 
 
+def same_answer(a: object, b: object) -> bool:
+    """Are two samples' answers one vote (maj@k)? `answers_match` both ways: it is not symmetric,
+    since a number reference refuses an expression but an expression reference takes a number, and
+    "31" must not pool with "4 \\cdot 7 + 3" (which would make the expression's votes count as right)."""
+    from mappa_envs.mathchat import answers_match
+
+    return answers_match(a, b) and answers_match(b, a)
+
+
 def evaluate_team(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, run_name: str, team_spec: str = "",
                   k: int = 1, seed: int = 0, batch_size: int = 8, env_kwargs: dict | None = None,
                   config: dict | None = None, plots: bool = True, reporter: Reporter | None = None,
                   identity: dict | None = None) -> dict:
     """`run_eval`, then write `results.json` and the plots into `out_dir`; returns the results."""
-    from mappa_envs.mathchat import answers_match
     from mappa_train.evaluation.report import build_results, write_results
 
     records, overlaps = run_eval(team, eval_sets, out_dir, k, seed, batch_size, env_kwargs, reporter, identity)
-    results = build_results(run_name, team_spec, records, k, seed, config or {}, same=answers_match, overlaps=overlaps)
+    results = build_results(run_name, team_spec, records, k, seed, config or {}, same=same_answer, overlaps=overlaps)
     write_results(out_dir, results)
     if plots:
         from mappa_train.evaluation.plots import write_plots
