@@ -125,6 +125,16 @@ def test_ending_the_turn_with_the_report_beats_padding():
     assert [c.get("new_work") for role, _, c in steps if role == "code_executor"] == [None, False, False]
 
 
+def test_a_number_copied_in_an_earlier_cell_is_still_copied():
+    """The interpreter persists: `x = 31` in one cell and `print(x + 0 * 4)` in the next is a copy."""
+    steps, _ = play({"problem_solver": ["\\boxed{31}"],
+                     "code_executor": ["```python\nx = 31\n```", "```python\nprint(x + 0 * 4)\n```", "\\boxed{31}"],
+                     "verifier": ["\\boxed{31}"]})
+    executor = [c for role, _, c in steps if role == "code_executor"]
+    assert executor[1]["printed_answer_correct"] is False
+    assert executor[2]["answer_computed"] is False
+
+
 def test_work_before_the_answer_is_not_padding():
     steps, _ = play({"problem_solver": ["\\boxed{31}"],
                      "code_executor": ["```python\nx = 4 * 7\nprint(x)\n```", "```python\nprint(x + 3)\n```",

@@ -74,14 +74,16 @@ def _executor_checks(episode: Episode, action: str, results: list[ExecResult]) -
     more cells (`new_work` False: padding)."""
     first_of_turn = not episode.actions or episode.actions[-1].role != EXECUTOR
     if first_of_turn:
-        episode.state["cells"] = []
+        episode.state["cells"], episode.state["code"] = [], []
     cells: list[_Cell] = episode.state.setdefault("cells", [])
     code = extract_code_blocks(action)
     checks = {"code_present": bool(code)} if first_of_turn or code else {}
     if code:
         printed = _last_printed(results)
+        turn_code = episode.state.setdefault("code", [])
+        turn_code += code  # the interpreter persists: a value set in an earlier cell is as copied as one set here
         cell = _Cell(printed, answers_match(printed, episode.task.answer),
-                     printed is not None and _computed("\n".join(code), printed, episode.task.prompt))
+                     printed is not None and _computed("\n".join(turn_code), printed, episode.task.prompt))
         if any(c.correct and c.computed for c in cells):
             checks["new_work"] = False  # the answer is already computed: this cell pads the turn
         else:
