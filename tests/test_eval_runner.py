@@ -98,6 +98,8 @@ def test_cli_eval_writes_transcripts_results_plots_and_leaderboard(tmp_path, cap
     assert executor["seen"]
     assert episode["outcome"]["correct"] is True
     assert episode["ground_truth"] == episode["outcome"]["gold"]
+    # every episode keeps the extracted answer it was judged on, so anyone can check what was counted
+    assert all(json.loads(line)["outcome"]["predicted"] == json.loads(line)["outcome"]["gold"] for line in lines)
     results = json.loads((run / "results.json").read_text())
     s = results["sets"]["synthetic:3"]
     assert s["avg@k"]["mean"] == 1.0
