@@ -133,6 +133,9 @@ def test_reads_only_the_judges_own_verdict(text, expected):
     ("SCORE: 4\nSCORE: 6", "ambiguous"),
     ("SCORE: 7\nSCORE: 7/10\nSCORE: 8", "ambiguous"),
     ('{"score": 2, "process_score": 9}', "ambiguous"),
+    ('{"score": 1, "score": 10}', "ambiguous"),  # a repeated key is not silently its last value
+    ('{"Score": 1, "score": 10}', "ambiguous"),
+    ('{"score": ' + "9" * 5000 + "}", "no labelled score"),  # past Python's int digit limit: not JSON to us
     ('{"score": true}', "not a number"),
     ('{"rationale": "fine"}', "no score"),
     ('{"rationale": "the output 99 is wrong", "score": 2', "no labelled score"),  # cut off: not a whole object

@@ -158,10 +158,22 @@ def _whole_json(text: str) -> dict | None:
     if not body.startswith("{"):
         return None
     try:
-        value = json.loads(body)
-    except (json.JSONDecodeError, RecursionError):
+        value = json.loads(body, object_pairs_hook=_Object.of)
+    except (ValueError, RecursionError):  # not JSON; an integer past Python's digit limit; nested too deep
         return None
     return value if isinstance(value, dict) else None
+
+
+class _Object(dict):
+    """A JSON object that remembers every key/value pair in order, repeated keys included."""
+
+    pairs: list
+
+    @classmethod
+    def of(cls, pairs: list) -> _Object:
+        obj = cls(pairs)
+        obj.pairs = pairs
+        return obj
 
 
 def _json_verdict(obj: dict, text: str, schema: dict | None) -> Verdict:
@@ -169,17 +181,17 @@ def _json_verdict(obj: dict, text: str, schema: dict | None) -> Verdict:
     rationale = rationale.strip() if isinstance(rationale, str) else text.strip()
     correct = obj.get("answer_correct")
     answer_correct = _truth(correct)
-    keys = {k.lower(): v for k, v in obj.items() if isinstance(k, str) and k.lower() in _SCORE_KEYS}
-    values = {k: _json_number(v) for k, v in keys.items()}
-    if not values:
+    pairs = getattr(obj, "pairs", list(obj.items()))  # a repeated key is kept, not silently the last one
+    found = [(k, _json_number(v)) for k, v in pairs if isinstance(k, str) and k.lower() in _SCORE_KEYS]
+    if not found:
         expected = f"the JSON object of {_describe(schema)}" if schema else 'a "score" key'
         return Verdict(None, answer_correct, rationale, f"no score in the JSON reply (expected {expected})")
-    if any(v is None for v in values.values()):
+    if any(v is None for _, v in found):
         return Verdict(None, answer_correct, rationale, "the JSON score is not a number")
-    if len(set(values.values())) > 1:
-        problem = f"ambiguous: the JSON reply gives {sorted(keys)} different values"
+    if len({v for _, v in found}) > 1:
+        problem = f"ambiguous: the JSON reply gives {[k for k, _ in found]} different values"
         return Verdict(None, answer_correct, rationale, problem)
-    return _checked(next(iter(values.values())), answer_correct, rationale)
+    return _checked(found[0][1], answer_correct, rationale)
 
 
 def _json_number(v: object) -> tuple[float, float | None] | None:
