@@ -269,6 +269,7 @@ class Driver:
                 first = False
                 if ready:
                     self._dispatch(sorted(ready), live, inflight, pool)
+            self._settle()
         finally:
             if self._stuck:
                 log.warning("%d env step(s) still running past the deadline are abandoned", len(self._stuck))
@@ -349,6 +350,17 @@ class Driver:
             raise RuntimeError(f"all {len(self._stuck)} free envs are stuck in steps that ran past the deadline "
                                f"of {self.step_deadline_s:g} s and have not returned: the env or its sandbox hangs")
         return [self._stuck.pop(f) for f in back]
+
+    def _settle(self) -> None:
+        """At the end of a play, wait (up to the deadline) for steps set aside: an env must not be
+        handed to the next play while an old step still runs in it. One that never returns is hung."""
+        if not self._stuck:
+            return
+        wait(list(self._stuck), timeout=self.step_deadline_s)
+        self._stuck = {f: i for f, i in self._stuck.items() if not f.done()}
+        if self._stuck:
+            raise RuntimeError(f"env(s) {sorted(self._stuck.values())} are still inside a step that ran past the "
+                               f"deadline of {self.step_deadline_s:g} s: they hang and cannot be used again")
 
     def _dispatch(self, waiting: list[int], live: dict[int, _Live], inflight: dict[Future, int], pool) -> None:
         """One batched call per policy for every waiting agent, then each env's step in the pool."""

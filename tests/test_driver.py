@@ -272,10 +272,10 @@ class Hanging:
 
 def test_a_step_past_the_deadline_fails_its_episode_and_the_others_finish(sandbox):
     """One poisoned episode among healthy ones: its step overruns, it is reported failed with why,
-    every healthy episode finishes, and its env comes back for later jobs once the step returns."""
+    and every healthy episode finishes."""
     release = threading.Event()
     envs = make_envs(sandbox, 2, Hanging(TASKS[0], release))
-    driver = Driver(envs, SeededTeam(), step_deadline_s=1.0)
+    driver = Driver(envs, SeededTeam(), step_deadline_s=4.0)
     jobs = [(k, {"task_index": k}) for k in range(6)]
     results = []
     try:
@@ -290,11 +290,25 @@ def test_a_step_past_the_deadline_fails_its_episode_and_the_others_finish(sandbo
     assert len(results) == 6
     failed = [r for r in results if r.error]
     assert [r.episode for r in failed] == [0]
-    assert "ran past the driver's deadline of 1 s" in failed[0].error
+    assert "ran past the driver's deadline of 4 s" in failed[0].error
     assert (driver.stats.overran, driver.stats.failures) == (1, 1)
     healthy = [r for r in results if not r.error]
     assert all(r.outcome is not None and len(r.turns) == 4 for r in healthy)
-    assert failed[0].env_index in {r.env_index for r in healthy if r.episode > 1}  # it came back
+
+
+def test_an_env_set_aside_comes_back_once_its_step_returns(sandbox):
+    release = threading.Event()
+    envs = make_envs(sandbox, 1, Hanging(TASKS[0], release))
+    results = []
+    try:
+        for result in Driver(envs, SeededTeam(), step_deadline_s=3.0).play([(k, {"task_index": k}) for k in range(3)]):
+            results.append(result)
+            release.set()  # the hung step returns now: the driver, waiting for its only env, takes it back
+    finally:
+        release.set()
+        envs[0].close()
+    assert [bool(r.error) for r in results] == [True, False, False]
+    assert all(len(r.turns) == 4 for r in results[1:])
 
 
 def test_when_every_env_is_stuck_the_driver_says_so(sandbox):
@@ -303,7 +317,7 @@ def test_when_every_env_is_stuck_the_driver_says_so(sandbox):
     results = []
     try:
         with pytest.raises(RuntimeError, match="stuck in steps that ran past the deadline"):
-            for result in Driver(envs, SeededTeam(), step_deadline_s=0.5).play([(k, {"task_index": k})
+            for result in Driver(envs, SeededTeam(), step_deadline_s=3.0).play([(k, {"task_index": k})
                                                                                  for k in range(3)]):
                 results.append(result)
     finally:
@@ -321,3 +335,28 @@ def test_the_deadline_is_checked(sandbox):
                 Driver(envs, SeededTeam(), step_deadline_s=bad)
     finally:
         envs[0].close()
+
+
+def test_a_play_ends_only_once_its_set_aside_steps_have_returned(sandbox):
+    """The next play must never share an env with a step still running in it: a play whose jobs ran
+    out waits (up to the deadline) for its set-aside steps, and names the env that never returns."""
+    release = threading.Event()
+    envs = make_envs(sandbox, 2, Hanging(TASKS[0], release))
+    jobs = [(k, {"task_index": k}) for k in range(2)]
+    try:
+        timer = threading.Timer(8.0, release.set)  # the hung step returns after its deadline, within the wait
+        timer.start()
+        late = list(Driver(envs, SeededTeam(), step_deadline_s=5.0).play(jobs))
+        timer.join()
+        release.clear()
+        hung = []
+        with pytest.raises(RuntimeError, match=r"env\(s\) \[\d\] are still inside a step that ran past"):
+            for result in Driver(envs, SeededTeam(), step_deadline_s=4.0).play(jobs):
+                hung.append(result)
+    finally:
+        release.set()
+        time.sleep(0.5)  # let the released step finish before its env closes
+        for env in envs:
+            env.close()
+    assert sorted(bool(r.error) for r in late) == [False, True]
+    assert sorted(bool(r.error) for r in hung) == [False, True]
