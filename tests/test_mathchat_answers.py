@@ -92,7 +92,7 @@ def test_real_answers_are_not_confused_with_neighbours():
 
 @pytest.mark.parametrize("pred", [
     "31", "31.0", "031", "+31", "31.00", "\\$31", "31\\%", "31^\\circ", "31^{\\circ}", "31\\text{ apples}",
-    "\\text{31}", "\\mathbf{31}", "x = 31", "n_0=31", "(C) 31",
+    "\\text{31}", "\\mathbf{31}", "x = 31", "n_0=31", "(C) 31", "\\textbf{(C)}\\ 31", "31~\\text{cm}", "31\\quad",
 ])
 def test_an_integer_is_matched_by_itself_written_out(pred):
     assert answers_match(pred, "31")

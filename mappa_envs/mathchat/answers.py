@@ -44,6 +44,7 @@ _WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|displaystyle)\s*\{([^{}]
 # Units and currency around a number: "\$60", "60\%", "60^\circ", "60^{\circ}", "60\text{ dollars}".
 _UNIT_TEXT = re.compile(r"(?<=\d)\s*\\(?:text|textrm|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z .]*\}\s*$")
 _DEGREES = re.compile(r"(?<!\s)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)")
+_LATEX_SPACE = re.compile(r"\\(?:[ ;:]|q?quad\b)|~")  # "\textbf{(C)}\ 142", "31~\text{cm}"
 _UNIT_MARKS = ("\\$", "\\%", "%", "\\euro", "€", "£")
 
 # number literals (spaces already removed); digit counts are checked after the match
@@ -131,7 +132,7 @@ def extract_answer(text: str) -> str | None:
 def normalize_answer(answer: object) -> str:
     """Strip LaTeX wrappers, currency, units, spaces and thousands separators: '\\text{ 033 }' -> '033',
     '\\$60' -> '60', '60^{\\circ}' -> '60', '60\\text{ dollars}' -> '60'."""
-    s = _UNIT_TEXT.sub("", str(answer).strip())
+    s = _UNIT_TEXT.sub("", _LATEX_SPACE.sub(" ", str(answer)).strip())
     s = _DEGREES.sub("", s)
     for mark in _UNIT_MARKS:
         s = s.replace(mark, "")
