@@ -8,11 +8,12 @@ from pathlib import Path
 from mappa_cli.args import key_values
 from mappa_cli.errors import UsageError
 
-ENVS = ["DSBench-v0", "MathChat-v0"]  # the envs mappa_train.evaluation.blame.FAULTS covers (checked in tests)
+# the envs mappa_train.evaluation.blame.FAULTS covers (checked in tests)
+ENVS = ["CodeTest-v0", "DSBench-v0", "MathChat-v0"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", action="append", choices=ENVS, help="env(s) to measure (default: both)")
+    parser.add_argument("--env", action="append", choices=ENVS, help="env(s) to measure (default: all)")
     parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
     parser.add_argument("--coach-set", action="append", default=[], metavar="KEY=VALUE",
                         help="an LLMCoachConfig setting for every LLM coach (repeatable), e.g. structured_output=true")

@@ -10,7 +10,8 @@ Per-action checks (what the rule coach scores; no hidden test is used in any of 
   `examples_pass` (the docstring's own examples, run by the judge on the host's terms);
 - Test Writer: `tests_present` (an assert), `tests_ran` (no cell failed except on an assert), and,
   against ground truth in a session of their own, `tests_correct` (they pass on the reference
-  solution) and `tests_catch_bug` (they fail on a broken copy of it);
+  solution) and `tests_catch_bug` (they fail on a broken copy of it); when they failed on the team's
+  code, `tests_found_bug` (= `tests_correct`: the failure is the code's fault, not the test's);
 - Reviewer without code: `verdict_present` (APPROVED), with `examples_pass` of what it approved.
 
 The outcome: the HumanEval tests, run by the host (`judge`) against the final solution loaded in a
@@ -109,6 +110,8 @@ class CodeTestScenario:
         checks["tests_correct"] = _run_tests(judged, problem.program(problem.reference_solution), blocks,
                                              self.judge_timeout_s) is True
         checks["tests_catch_bug"] = _run_tests(judged, broken_program(problem), blocks, self.judge_timeout_s) is False
+        if results and (results[-1].error or "").startswith("AssertionError"):  # they failed on the team's code:
+            checks["tests_found_bug"] = checks["tests_correct"]  # a real bug, if they hold for the reference
         return checks
 
     def _examples(self, episode: Episode, problem: Problem, solution: str) -> bool:
