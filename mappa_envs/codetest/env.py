@@ -31,7 +31,7 @@ from typing import Any
 from mappa_envs.codetest import judge, team
 from mappa_envs.codetest.integrity import verify_sandbox
 from mappa_envs.codetest.mutant import broken_program
-from mappa_envs.codetest.tasks import SPLITS, Problem, load_problems, select
+from mappa_envs.codetest.tasks import SPLITS, Problem, load_problems, parse, select
 from mappa_envs.core.pipeline import Episode, Outcome, PipelineEnv, Role, Task
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.errors import EnvArgumentError
@@ -173,7 +173,7 @@ def compiles(source: str) -> bool:
 def fingerprint(solution: str) -> str:
     """A short hash of the solution's syntax tree: equal programs vote together in maj@k."""
     try:
-        text = ast.dump(ast.parse(solution))
+        text = ast.dump(parse(solution))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         text = solution.strip()
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
@@ -181,7 +181,7 @@ def fingerprint(solution: str) -> str:
 
 def _asserts(block: str) -> bool:
     try:
-        return any(isinstance(n, ast.Assert) for n in ast.walk(ast.parse(block)))
+        return any(isinstance(n, ast.Assert) for n in ast.walk(parse(block)))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "assert " in block
 

@@ -23,9 +23,11 @@ import ast
 import json
 import math
 import secrets
+import textwrap
 import time
 from dataclasses import dataclass, field
 
+from mappa_envs.codetest.tasks import parse
 from mappa_envs.core.untrusted import clip, one_line
 from mappa_envs.sandbox.types import SandboxSession
 
@@ -215,20 +217,17 @@ def run_hidden_tests(session: SandboxSession, prompt: str, test: str, program: s
     one test (a failing one does not stop the next); the others are set-up."""
     fn = RemoteFunction(session, program, entry, timeout, time.monotonic() + budget_s)
     report = Report()
+    param, statements = check_statements(test)
     namespace: dict = {"__name__": "__hidden_test__"}
     exec(compile(prompt, "<prompt>", "exec"), namespace)  # trusted dataset code: its helpers (poly, encode_shift)
     exec(compile(test, "<hidden test>", "exec"), namespace)
-    check = next(n for n in ast.parse(test).body if isinstance(n, ast.FunctionDef) and n.name == "check")
-    param = check.args.args[0].arg
     namespace[param] = namespace[entry] = fn  # some tests call the function by its own name
     if not fn.load():
         report.fail(fn.load_error)
-    for n, stmt in enumerate(check.body, 1):
-        names = {x.id for x in ast.walk(stmt) if isinstance(x, ast.Name)}
-        is_test = param in names and any(isinstance(x, ast.Assert) for x in ast.walk(stmt))
+    for code, is_test in statements:
         report.total += is_test
         try:
-            exec(compile(ast.Module([stmt], []), f"<hidden test {n}>", "exec"), namespace)
+            exec(code, namespace)
         except Exception as e:  # a failed assert, a call with no result, a wrong type
             if is_test:
                 report.fail(f"test {report.total}: {type(e).__name__}: {one_line(e) if str(e) else ''}".rstrip(": "))
@@ -236,6 +235,24 @@ def run_hidden_tests(session: SandboxSession, prompt: str, test: str, program: s
         report.passed += is_test
     report.calls = fn.calls
     return report
+
+
+_STATEMENTS: dict[str, tuple[str, list]] = {}
+
+
+def check_statements(test: str) -> tuple[str, list]:
+    """`check`'s parameter name and its body as (compiled statement, is it a test), cached per test text."""
+    if test not in _STATEMENTS:
+        check = next(n for n in parse(test).body if isinstance(n, ast.FunctionDef) and n.name == "check")
+        param = check.args.args[0].arg
+        statements = []
+        for n, stmt in enumerate(check.body, 1):
+            names = {x.id for x in ast.walk(stmt) if isinstance(x, ast.Name)}
+            is_test = param in names and any(isinstance(x, ast.Assert) for x in ast.walk(stmt))
+            source = textwrap.dedent(ast.get_source_segment(test, stmt, padded=True))
+            statements.append((compile(source, f"<hidden test {n}>", "exec"), is_test))
+        _STATEMENTS[test] = (param, statements)
+    return _STATEMENTS[test]
 
 
 def run_examples(session: SandboxSession, program: str, entry: str, examples, timeout: float, budget_s: float,

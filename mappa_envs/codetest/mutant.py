@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from mappa_envs.codetest.tasks import Problem
+from mappa_envs.codetest.tasks import Problem, parse
 
 _ADJUST = '''def _adjust(value):
     if isinstance(value, bool):
@@ -44,9 +44,18 @@ class _WrapReturns(ast.NodeTransformer):
         return ast.copy_location(ast.Return(ast.Call(ast.Name("_adjust", ast.Load()), [value], [])), node)
 
 
+_CACHE: dict[str, str] = {}
+
+
 def broken_solution(problem: Problem) -> str:
     """The reference function with every return value adjusted, and the helper that adjusts it."""
-    tree = ast.parse(problem.reference_solution)
+    if problem.task_id not in _CACHE:
+        _CACHE[problem.task_id] = _broken(problem)
+    return _CACHE[problem.task_id]
+
+
+def _broken(problem: Problem) -> str:
+    tree = parse(problem.reference_solution)
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == problem.entry_point)
     _WrapReturns(fn).visit(fn)
     return _ADJUST + "\n\n" + ast.unparse(ast.fix_missing_locations(tree)) + "\n"

@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import json
 import re
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -28,6 +29,16 @@ EVAL_FRACTION = 0.25
 # Docstring examples that disagree with the reference solution (HumanEval errata; a test checks the
 # rest agree): these tasks get no public-examples check.
 ERRATA = frozenset({"HumanEval/32", "HumanEval/47", "HumanEval/116", "HumanEval/130"})
+
+
+# CPython 3.11 corrupts its AST-building state when threads call ast.parse at once ("AST constructor
+# recursion depth mismatch"); envs step in thread pools, so every parse here takes this lock.
+AST_LOCK = threading.Lock()
+
+
+def parse(source: str, mode: str = "exec") -> ast.AST:
+    with AST_LOCK:
+        return ast.parse(source, mode=mode)
 
 
 @dataclass(frozen=True)
@@ -151,7 +162,7 @@ def public_examples(prompt: str, entry: str) -> tuple[tuple[tuple, object], ...]
             else:
                 continue
             try:
-                call = ast.parse(line[m.start():end], mode="eval").body
+                call = parse(line[m.start():end], mode="eval").body
                 if call.keywords:
                     continue
                 args = tuple(ast.literal_eval(a) for a in call.args)
