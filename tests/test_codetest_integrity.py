@@ -2,6 +2,8 @@
 enter a sandbox, and the classic test-runner hacks pass no hidden test (while the reference passes all)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import mappa_envs
@@ -149,8 +151,10 @@ def test_the_hidden_tests_never_enter_a_sandbox(sandbox):
     """Everything sent to any session during whole episodes (agents, judge, outcome) holds no test."""
     rec = Recording(sandbox)
     envs = [mappa_envs.make("CodeTest-v0", task_ids=["HumanEval/0", "HumanEval/2"], sandbox=rec)]
-    results = VectorRunner(envs, for_env(envs[0], skill=0.5, seed=1)).play([(0, {"task_index": 0}),
-                                                                             (1, {"task_index": 1})])
+    shown = []  # what the env hands out: every transcript (prompts, actions, tool output, outcome) and infos
+    results = VectorRunner(envs, for_env(envs[0], skill=0.5, seed=1)).play(
+        [(0, {"task_index": 0}), (1, {"task_index": 1})],
+        on_episode=lambda result, env: shown.append(json.dumps([env.unwrapped.transcript(), env.unwrapped.infos])))
     envs[0].close()
     assert all(r.error is None for r in results)
     assert len(rec.sent) > 10
@@ -159,3 +163,5 @@ def test_the_hidden_tests_never_enter_a_sandbox(sandbox):
         for text in rec.sent:
             assert "def check(" not in text
             assert not any(a in text for a in asserts), f"a hidden test of {tid} was sent to a sandbox"
+        assert len(shown) == 2
+        assert not any(a in text or json.dumps(a)[1:-1] in text for a in asserts for text in shown)
