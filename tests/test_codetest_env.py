@@ -229,3 +229,12 @@ def test_the_scripted_team_plays_under_the_vector_runner(local_sandbox):
     assert [r.error for r in results] == [None] * 4
     for env in envs:
         env.close()
+
+
+def test_llm_coaches_get_codetest_criteria_for_every_role():
+    from mappa_envs.coach.prompts import load_template
+
+    template = load_template("CodeTest-v0")
+    assert template.version.startswith("codetest")
+    assert all(template.criteria(r["name"]) for r in TEAM)
+    assert "tests_found_bug" in template.system  # the checks the env computes are explained to the coach
