@@ -238,3 +238,23 @@ def test_llm_coaches_get_codetest_criteria_for_every_role():
     assert template.version.startswith("codetest")
     assert all(template.criteria(r["name"]) for r in TEAM)
     assert "tests_found_bug" in template.system  # the checks the env computes are explained to the coach
+
+
+@pytest.mark.slow
+def test_the_trainer_learns_on_codetest_with_one_policy_per_role(tmp_path):
+    pytest.importorskip("torch")
+    from mappa_train.config import load_config
+    from mappa_train.train import train
+
+    cfg = load_config(None, [
+        "model.path=tiny", "model.policies=per_role", "env.id=CodeTest-v0", "env.kwargs={split: train, num_tasks: 8}",
+        "env.eval_sets={heldout: {split: eval, num_tasks: 2}}", "env.sandbox=local",
+        "env.sandbox_kwargs={preimport: []}", "generation.max_new_tokens=12", "generation.max_prompt_tokens=4000",
+        "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1", "eval_episodes=2",
+        "log.progress=false", "log.tensorboard=false", "log.plot=false", "algo.mask_length_cut=false",
+        f"out_dir={tmp_path}", "steps=1", "eval_every=1"])
+    out = train(cfg)
+    step = next(json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+                if json.loads(line)["kind"] == "train")
+    assert all(step[f"tokens/{r['name']}"] > 0 for r in TEAM)
+    assert sorted(p.name for p in (out / "final").iterdir()) == sorted(r["name"] for r in TEAM)
