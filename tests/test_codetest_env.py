@@ -258,3 +258,20 @@ def test_the_trainer_learns_on_codetest_with_one_policy_per_role(tmp_path):
                 if json.loads(line)["kind"] == "train")
     assert all(step[f"tokens/{r['name']}"] > 0 for r in TEAM)
     assert sorted(p.name for p in (out / "final").iterdir()) == sorted(r["name"] for r in TEAM)
+
+
+@pytest.mark.parametrize("where", ["flag", "/tmp/flag"])
+def test_a_test_that_leaves_a_flag_for_the_next_run_cannot_tell_the_runs_apart(local_sandbox, where):
+    """Its tests pass on whichever judge run comes first and fail after: a run that leaves files in the
+    workspace or /tmp spends its session, so every run is the first."""
+    p = PROBLEMS["HumanEval/0"]
+    flagged = (f"```python\nimport os\nfirst = not os.path.exists({where!r})\nopen({where!r}, 'w').close()\n"
+               "assert first\n```")
+    env = mappa_envs.make("CodeTest-v0", task_ids=["HumanEval/0"], sandbox=local_sandbox)
+    env.reset(seed=0)
+    env.step(f"```python\n{p.reference_solution}```")
+    env.step("done")
+    env.step(flagged)
+    checks = env.unwrapped.last_action.checks
+    env.close()
+    assert (checks["tests_correct"], checks["tests_catch_bug"]) == (True, False)

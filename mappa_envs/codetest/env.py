@@ -11,7 +11,7 @@ Per-action checks (what the rule coach scores; no hidden test is used in any of 
 - Test Writer: `tests_present` (an assert), `tests_ran` (no cell failed except on an assert), and,
   against ground truth in a session of their own, `tests_correct` (they pass on the reference
   solution) and `tests_catch_bug` (they fail on a broken copy of it); when they failed on the team's
-  code, `tests_found_bug` (= `tests_correct`: the failure is the code's fault, not the test's);
+  code (run in the judge session too), `tests_found_bug` (= `tests_correct`: the code's fault);
 - Reviewer without code: `verdict_present` (APPROVED), with `examples_pass` of what it approved.
 
 The outcome: the HumanEval tests, run by the host (`judge`) against the final solution loaded in a
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -113,12 +114,23 @@ class CodeTestScenario:
             return checks
         checks["tests_ran"] = len(results) == len(blocks) and all(r.ok for r in results[:-1]) and (
             results[-1].ok or (results[-1].error or "").startswith("AssertionError"))
-        judged = self._judge_session(episode)
-        checks["tests_correct"] = _run_tests(judged, problem.program(problem.reference_solution), blocks,
-                                             self.judge_timeout_s) is True
-        checks["tests_catch_bug"] = _run_tests(judged, broken_program(problem), blocks, self.judge_timeout_s) is False
-        if results and (results[-1].error or "").startswith("AssertionError"):  # they failed on the team's code:
-            checks["tests_found_bug"] = checks["tests_correct"]  # a real bug, if they hold for the reference
+        # The tests against the reference, a broken copy and the team's code, all in the judge session (so
+        # they cannot tell it from the agents' one); a run that leaves a flag (workspace, /tmp) gets the next
+        # run a fresh session, and the order is drawn from the action's own hash besides.
+        programs = {"reference": problem.program(problem.reference_solution), "broken": broken_program(problem)}
+        if episode.state.get("solution") is not None:
+            programs["team"] = problem.program(episode.state["solution"])
+        order = sorted(programs)
+        random.Random(hashlib.sha256(f"{problem.task_id}\0{chr(0).join(blocks)}".encode()).digest()).shuffle(order)
+        passed: dict[str, bool | None] = {}
+        for name in order:  # a run that left files behind spends its session: the next run gets a fresh one
+            passed[name], dirty = _run_tests(self._judge_session(episode), programs[name], blocks, self.judge_timeout_s)
+            if dirty:
+                close_judge(episode)
+        checks["tests_correct"] = passed["reference"] is True
+        checks["tests_catch_bug"] = passed["broken"] is False
+        if passed.get("team") is False:  # they fail on the team's code: a real bug if they hold for the reference
+            checks["tests_found_bug"] = checks["tests_correct"]
         return checks
 
     def _examples(self, episode: Episode, problem: Problem, solution: str) -> bool:
@@ -193,15 +205,20 @@ def _asserts(block: str) -> bool:
         return "assert " in block
 
 
-def _run_tests(session, program: str, blocks: list[str], timeout: float) -> bool | None:
-    """The Test Writer's blocks against `program` (as solution.py and in the kernel) in a fresh kernel:
-    True when every block runs, False when one fails (an assert or any error), None if the program
-    itself does not load."""
+_SCRATCH = "import os\nprint(sorted((d, n) for d in ('/tmp', '/dev/shm') if os.path.isdir(d) for n in os.listdir(d)))"
+
+
+def _run_tests(session, program: str, blocks: list[str], timeout: float) -> tuple[bool | None, bool]:
+    """The Test Writer's blocks against `program` (as solution.py and in the kernel) in a fresh kernel.
+    Returns (True when every block runs, False when one fails (an assert or any error), None when the
+    program itself does not load; whether the run changed /tmp or /dev/shm: then the session is spent)."""
     session.write_file(SOLUTION_FILE, program)
     session.restart("tests")
-    if not session.run(program, timeout=timeout, kernel="tests").ok:
-        return None
-    return all(session.run(b, timeout=timeout, kernel="tests").ok for b in blocks)
+    before = session.run(_SCRATCH, timeout=timeout, kernel="tests").stdout
+    loaded = session.run(program, timeout=timeout, kernel="tests").ok
+    passed = all(session.run(b, timeout=timeout, kernel="tests").ok for b in blocks) if loaded else None
+    session.restart("tests")
+    return passed, session.run(_SCRATCH, timeout=timeout, kernel="tests").stdout != before
 
 
 def sandbox_of(episode: Episode):
