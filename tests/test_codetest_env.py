@@ -275,3 +275,18 @@ def test_a_test_that_leaves_a_flag_for_the_next_run_cannot_tell_the_runs_apart(l
     checks = env.unwrapped.last_action.checks
     env.close()
     assert (checks["tests_correct"], checks["tests_catch_bug"]) == (True, False)
+
+
+def test_each_judge_run_of_the_tests_starts_from_empty_scratch_space(local_sandbox):
+    """The team's code leaves a file in the judge session's /tmp when its examples are checked; the Test
+    Writer's reference run must not see it (else code and tests could signal each other)."""
+    p = PROBLEMS["HumanEval/0"]
+    env = mappa_envs.make("CodeTest-v0", task_ids=["HumanEval/0"], sandbox=local_sandbox)
+    env.reset(seed=0)
+    env.step(f"```python\nopen('/tmp/team', 'w').close()\n\n{p.reference_solution}```")
+    assert env.unwrapped.last_action.checks["examples_pass"] is True
+    env.step("done")
+    env.step("```python\nimport os\nassert not os.listdir('/tmp')\n```")
+    checks = env.unwrapped.last_action.checks
+    env.close()
+    assert checks["tests_correct"] is True

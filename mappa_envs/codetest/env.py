@@ -123,8 +123,12 @@ class CodeTestScenario:
         order = sorted(programs)
         random.Random(hashlib.sha256(f"{problem.task_id}\0{chr(0).join(blocks)}".encode()).digest()).shuffle(order)
         passed: dict[str, bool | None] = {}
-        for name in order:  # a run that left files behind spends its session: the next run gets a fresh one
-            passed[name], dirty = _run_tests(self._judge_session(episode), programs[name], blocks, self.judge_timeout_s)
+        for name in order:  # each run starts from empty scratch space: one that finds files gets a fresh session
+            session = self._judge_session(episode)
+            if session.run(_SCRATCH, timeout=self.judge_timeout_s, kernel="tests").stdout.strip() != "[]":
+                close_judge(episode)  # e.g. left by the examples check of the team's code
+                session = self._judge_session(episode)
+            passed[name], dirty = _run_tests(session, programs[name], blocks, self.judge_timeout_s)
             if dirty:
                 close_judge(episode)
         checks["tests_correct"] = passed["reference"] is True
