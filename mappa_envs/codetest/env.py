@@ -115,8 +115,8 @@ class CodeTestScenario:
         checks["tests_ran"] = len(results) == len(blocks) and all(r.ok for r in results[:-1]) and (
             results[-1].ok or (results[-1].error or "").startswith("AssertionError"))
         # The tests against the reference, a broken copy and the team's code, all in the judge session (so
-        # they cannot tell it from the agents' one); a run that leaves a flag (workspace, /tmp) gets the next
-        # run a fresh session, and the order is drawn from the action's own hash besides.
+        # they cannot tell it from the agents' one), each from empty scratch space (so no run sees a flag
+        # another left), in an order drawn from the action's own hash besides.
         programs = {"reference": problem.program(problem.reference_solution), "broken": broken_program(problem)}
         if episode.state.get("solution") is not None:
             programs["team"] = problem.program(episode.state["solution"])
@@ -124,13 +124,12 @@ class CodeTestScenario:
         random.Random(hashlib.sha256(f"{problem.task_id}\0{chr(0).join(blocks)}".encode()).digest()).shuffle(order)
         passed: dict[str, bool | None] = {}
         for name in order:  # each run starts from empty scratch space: one that finds files gets a fresh session
-            session = self._judge_session(episode)
+            session = self._judge_session(episode)  # (a fresh one also when the workspace holds strays)
+            session.restart("tests")  # nothing an earlier run started is left to write
             if session.run(_SCRATCH, timeout=self.judge_timeout_s, kernel="tests").stdout.strip() != "[]":
-                close_judge(episode)  # e.g. left by the examples check of the team's code
+                close_judge(episode)  # a flag from an earlier run, or from the examples check of the team's code
                 session = self._judge_session(episode)
-            passed[name], dirty = _run_tests(session, programs[name], blocks, self.judge_timeout_s)
-            if dirty:
-                close_judge(episode)
+            passed[name] = _run_tests(session, programs[name], blocks, self.judge_timeout_s)
         checks["tests_correct"] = passed["reference"] is True
         checks["tests_catch_bug"] = passed["broken"] is False
         if passed.get("team") is False:  # they fail on the team's code: a real bug if they hold for the reference
@@ -212,17 +211,15 @@ def _asserts(block: str) -> bool:
 _SCRATCH = "import os\nprint(sorted((d, n) for d in ('/tmp', '/dev/shm') if os.path.isdir(d) for n in os.listdir(d)))"
 
 
-def _run_tests(session, program: str, blocks: list[str], timeout: float) -> tuple[bool | None, bool]:
-    """The Test Writer's blocks against `program` (as solution.py and in the kernel) in a fresh kernel.
-    Returns (True when every block runs, False when one fails (an assert or any error), None when the
-    program itself does not load; whether the run changed /tmp or /dev/shm: then the session is spent)."""
+def _run_tests(session, program: str, blocks: list[str], timeout: float) -> bool | None:
+    """The Test Writer's blocks against `program` (as solution.py and in the kernel) in a fresh kernel:
+    True when every block runs, False when one fails (an assert or any error), None when the program
+    itself does not load."""
     session.write_file(SOLUTION_FILE, program)
     session.restart("tests")
-    before = session.run(_SCRATCH, timeout=timeout, kernel="tests").stdout
-    loaded = session.run(program, timeout=timeout, kernel="tests").ok
-    passed = all(session.run(b, timeout=timeout, kernel="tests").ok for b in blocks) if loaded else None
-    session.restart("tests")
-    return passed, session.run(_SCRATCH, timeout=timeout, kernel="tests").stdout != before
+    if not session.run(program, timeout=timeout, kernel="tests").ok:
+        return None
+    return all(session.run(b, timeout=timeout, kernel="tests").ok for b in blocks)
 
 
 def sandbox_of(episode: Episode):
