@@ -20,6 +20,12 @@ register(
     description="Data Engineer -> Modeler -> Analyst on Kaggle-style modeling tasks; scored submissions.",
     scripted_policy="mappa_envs.dsbench.scripted:for_env",
 )
+register(
+    "CodeTest-v0",
+    "mappa_envs.codetest.env:CodeTestEnv",
+    description="Coder -> Test Writer -> Reviewer on HumanEval; hidden tests judged on the host.",
+    scripted_policy="mappa_envs.codetest.scripted:for_env",
+)
 
 __all__ = ["EnvSpec", "MappaError", "make", "register", "registry", "spec"]
 __version__ = "0.1.0"

@@ -23,6 +23,11 @@ What it rewards (start at 5, clip to [0, 10]):
 | submission_valid              | +2.0 | -3.0  | DSBench: the submission has the right ids, columns and rows |
 | beats_baseline                | +2.0 | -1.0  | DSBench: its ground-truth metric beats the trivial baseline |
 | inputs_ready                  |  0   |  0    | DSBench: the upstream hand-off was whole (the trainer masks False) |
+| code_compiles                 | +0.5 | -2.0  | CodeTest: the submitted function compiles |
+| examples_pass                 | +1.5 | -2.5  | CodeTest: it gives the docstring's own examples' values |
+| tests_correct                 | +1.5 | -3.0  | CodeTest: the Test Writer's tests hold for the reference solution |
+| tests_catch_bug               | +1.0 | -1.0  | CodeTest: they fail on a broken copy of it |
+| tests_found_bug               | +3.0 |  0    | CodeTest: they failed on the team's code, rightly (offsets the raise) |
 | any other check               | +0.5 | -0.5  | |
 
 With these weights the honest MathChat executor is strictly best at every step: a cell that computes
@@ -51,6 +56,11 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
     "submission_valid": (2.0, 3.0),
     "beats_baseline": (2.0, 1.0),
     INPUTS_READY: (0.0, 0.0),  # not a judgement of the action: False makes the trainer leave it out
+    "code_compiles": (0.5, 2.0),
+    "examples_pass": (1.5, 2.5),
+    "tests_correct": (1.5, 3.0),
+    "tests_catch_bug": (1.0, 1.0),
+    "tests_found_bug": (3.0, 0.0),  # a test failing on buggy code is the tester's job: offsets "a tool call raised"
 }
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import PurePosixPath
 
 from mappa_envs.sandbox.channel import ChannelClosed
+from mappa_envs.sandbox.hidden import hide_argv
 from mappa_envs.sandbox.types import Limits
 
 SEND_TIMEOUT_S = 120.0  # a supervisor that does not read its input for this long is stuck
@@ -41,8 +42,8 @@ def _python_roots(python: str) -> list[str]:
     return keep
 
 
-def bwrap_argv(bwrap: str, limits: Limits, python: str, root: bool) -> list[str]:
-    """bwrap's options for one sandbox (the command to run follows a "--")."""
+def bwrap_argv(bwrap: str, limits: Limits, python: str, root: bool, hide: tuple[str, ...] = ()) -> list[str]:
+    """bwrap's options for one sandbox (the command to run follows a "--"); `hide`: paths masked (`hidden`)."""
     argv = [bwrap, "--die-with-parent", "--new-session", "--as-pid-1", "--unshare-pid", "--unshare-net",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
     if root:  # no user namespace of bwrap's: the keeper maps one per supervisor itself
@@ -67,7 +68,7 @@ def bwrap_argv(bwrap: str, limits: Limits, python: str, root: bool) -> list[str]
                 argv += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
         argv += ["--ro-bind", r, r]
-    return argv + ["--remount-ro", "/", "--chdir", "/workspace"]
+    return argv + hide_argv(hide) + ["--remount-ro", "/", "--chdir", "/workspace"]
 
 
 def probe(argv: list[str]) -> str | None:

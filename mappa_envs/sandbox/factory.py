@@ -9,7 +9,7 @@ from mappa_envs.sandbox.types import Limits, Sandbox
 log = logging.getLogger(__name__)
 
 _LIMITS = {f.name for f in fields(Limits)}
-_LOCAL_OPTIONS = {"pool_size", "preimport", "python", "isolation", "workspace_root"}
+_LOCAL_OPTIONS = {"pool_size", "preimport", "python", "isolation", "workspace_root", "hide"}
 _DOCKER_OPTIONS = {"pool_size", "preimport", "image", "docker_url", "user"}
 
 
@@ -19,7 +19,8 @@ def make_sandbox(backend: str = "auto", **kwargs) -> Sandbox:
 
     Keyword arguments are `Limits` fields (timeout_s, memory_mb, cpus, max_processes,
     max_output_bytes, max_file_mb, workspace_mb) and backend options: local takes pool_size,
-    preimport, python, isolation ("auto" | "bwrap" | "none"), workspace_root; docker takes pool_size,
+    preimport, python, isolation ("auto" | "bwrap" | "none"), workspace_root, hide (paths masked from
+    cells; default: installed benchmark-answer packages, `sandbox.hidden`); docker takes pool_size,
     preimport, image, docker_url, user.
     """
     unknown = set(kwargs) - _LIMITS - _LOCAL_OPTIONS - _DOCKER_OPTIONS

