@@ -10,7 +10,9 @@ Correctness is decided here, never by the LLM coach. The rules, and why:
   also refuses fractions and powers (`62/2`, `10^{3}`, `1e3`); a non-integer one takes a fraction
   or a decimal (`\\frac{7}{8}`, `7/8`, `0.875`).
 - Any other reference (`2\\sqrt{2}`, `x^2+2x+1`) keeps symbolic equivalence among closed forms
-  (math-verify, in a child process: `symbolic.py`).
+  (math-verify, in a child process: `symbolic.py`). A reference that math-verify reads as a number
+  although the rules above do not (`31\\,\\text{m}`, `31 cm`, `(31)`, `{31}`) is still a number: the
+  symbolic match then counts only when the answer is a number written out (`31`, `31 cm`).
 - Nothing an action controls runs unbounded here, in the trainer's process: answers longer than
   `MAX_ANSWER_CHARS` never match, numbers are parsed from bounded digit strings and exponents
   (no `Fraction("1e99999999999")`, which computes 10**99999999999 holding the GIL), and
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from mappa_envs.core.tools import strip_think
-from mappa_envs.mathchat.symbolic import symbolic_match
+from mappa_envs.mathchat.symbolic import symbolic_check
 
 MAX_ANSWER_CHARS = 1_000  # longer than any real answer; a longer one is not a match
 MAX_DIGITS = 200  # digits in one number; 10**200 is instant, 10**99999999999 is not
@@ -46,6 +48,8 @@ _UNIT_TEXT = re.compile(r"(?<=\d)\s*\\(?:text|textrm|mbox|mathrm)\s*\{\s*[A-Za-z
 _DEGREES = re.compile(r"(?<!\s)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)")
 _LATEX_SPACE = re.compile(r"\\(?:[ ;:]|q?quad\b)|~")  # "\textbf{(C)}\ 142", "31~\text{cm}"
 _UNIT_MARKS = ("\\$", "\\%", "%", "\\euro", "€", "£")
+# a unit word after a written-out number, its LaTeX unwrapped: "31 cm", "31\\,m^2", "31 square units"
+_UNIT_WORD = re.compile(r"(?<=\d)\s*(?:\\[,;:! ]\s*)*[A-Za-z][A-Za-z ]{0,40}(?:\^\{?[23]\}?)?$")
 
 # number literals (spaces already removed); digit counts are checked after the match
 _ASSIGNED = re.compile(r"[A-Za-z](?:_\{?\w+\}?)?=")  # "x=31", "n_0=31": the value is what counts
@@ -199,4 +203,8 @@ def answers_match(pred: object, gold: object) -> bool:
         return stated.value == reference.value
     if p == g:
         return True
-    return symbolic_match(p, g)  # in a child process: a hostile answer can hang sympy for hours
+    matched, reference_kind = symbolic_check(p, g)  # in a child process: sympy can hang for hours
+    if matched and reference_kind:  # a number after all (`31\\,\\text{m}`, `(31)`): written out, as above
+        stated = parse_number(p) or parse_number(_UNIT_WORD.sub("", p))
+        return stated is not None and (reference_kind != "int" or stated.kind in ("int", "dec"))
+    return matched

@@ -1,0 +1,41 @@
+"""Red team of the MathChat reward and the coach parse (issue 21): holes a policy paid by the reward
+found after the first round of fixes, each closed as a class and kept closed here."""
+from __future__ import annotations
+
+import pytest
+
+from mappa_envs.core.pipeline import Task
+from mappa_envs.mathchat.answers import answers_match
+from tests.test_reward_integrity import BOXED_QUESTION, play
+
+# ---- a number written with units or brackets is still a number ------------------------------------
+
+# references that math-verify reads as 31 but the literal parser does not: each used to fall through
+# to symbolic equivalence, where the boxed question `4 \cdot 7 + 3` evaluates to 31
+NUMBER_REFERENCES = ["31\\,\\text{m}", "31 cm", "(31)", "{31}", "31 \\, \\mathrm{cm}"]
+
+
+@pytest.mark.parametrize("gold", NUMBER_REFERENCES)
+def test_a_reference_with_units_or_brackets_is_not_matched_by_an_expression(gold):
+    for expression in ["4 \\cdot 7 + 3", "30+1", "62/2", "\\frac{62}{2}", "3.1e1", "31 \\cdot 1"]:
+        assert not answers_match(expression, gold), (expression, gold)
+    for written in ["31", "31.0", "031", "31 cm", "31\\,\\text{cm}", "31\\text{ m}"]:
+        assert answers_match(written, gold), (written, gold)
+
+
+def test_a_non_integer_reference_with_units_takes_a_fraction_or_decimal_not_an_expression():
+    for stated in ["0.5", "\\frac{1}{2}", "1/2", "0.5 cm"]:
+        assert answers_match(stated, "0.5 cm"), stated
+    for expression in ["\\frac{1}{4} + \\frac{1}{4}", "1 - 0.5", "\\sin(\\pi/6)"]:
+        assert not answers_match(expression, "0.5 cm"), expression
+    assert answers_match("2\\sqrt{2}", "\\sqrt{8}")  # not a number: closed forms stay symbolic
+
+
+def test_a_team_that_boxes_the_question_scores_zero_when_the_reference_has_units():
+    task = Task(id="t-units", prompt="What is $4 \\cdot 7 + 3$ metres?", answer="31\\,\\text{m}")
+    steps, outcome = play(BOXED_QUESTION, task=task)
+    assert (outcome["score"], outcome["correct"]) == (0.0, False)
+    assert steps[-1][2] == {"answer_present": True, "answer_correct": False}
+    honest, outcome = play({**BOXED_QUESTION, "verifier": ["\\boxed{31}"]}, task=task)
+    assert outcome["correct"] is True
+    assert honest[-1][2]["answer_correct"] is True
