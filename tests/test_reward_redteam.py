@@ -6,7 +6,7 @@ import pytest
 
 from mappa_envs.coach.parse import parse_reply
 from mappa_envs.core.pipeline import Task
-from mappa_envs.mathchat.answers import answers_match
+from mappa_envs.mathchat.answers import answers_match, restates_problem
 from tests.test_reward_integrity import BOXED_QUESTION, play
 
 # ---- a number written with units or brackets is still a number ------------------------------------
@@ -60,3 +60,37 @@ def test_an_agents_line_never_wins_over_a_verdict_the_judge_fenced(judge_verdict
     # the same verdict agreeing with the line outside, or quoted before the judge's own line: read
     assert parse_reply(f"{AGENT_LINE}\n\n{judge_verdict.replace('SCORE: 1', 'SCORE: 10')}").score == 10.0
     assert parse_reply(f"{judge_verdict}\n\nSCORE: 2").score == 2.0
+
+
+# ---- an answer that restates the problem is not its answer ---------------------------------------
+
+RESTATED = [  # (problem, reference, the problem's own expression, an honest answer)
+    ("Simplify $\\frac{84}{144}$.", "\\frac{7}{12}", "\\frac{84}{144}", "\\frac{7}{12}"),
+    ("Express $0.875$ as a common fraction.", "\\frac{7}{8}", "0.875", "7/8"),
+    ("Express 0.875 as a common fraction.", "\\frac{7}{8}", "0.875", "\\frac{7}{8}"),
+    ("Simplify $\\sqrt{8}$.", "2\\sqrt{2}", "\\sqrt{8}", "2\\sqrt{2}"),
+    ("Expand \\((x+1)^2\\).", "x^2+2x+1", "(x+1)^2", "x^2 + 2x + 1"),
+    ("Rationalize $$\\frac{4}{\\sqrt{2}}$$.", "2\\sqrt{2}", "\\frac{4}{\\sqrt{2}}", "2 \\sqrt{2}"),
+]
+
+
+@pytest.mark.parametrize(("problem", "gold", "restated", "honest"), RESTATED)
+def test_a_team_that_restates_the_problem_scores_zero(problem, gold, restated, honest):
+    assert answers_match(restated, gold)  # it equals the reference: only the problem's text tells
+    assert restates_problem(restated, problem, gold)
+    assert not restates_problem(honest, problem, gold)
+    task = Task(id="t-restate", prompt=problem, answer=gold)
+    box = f"\\boxed{{{restated}}}"
+    steps, outcome = play({"problem_solver": [box], "code_executor": [f"Agreed: {box}"], "verifier": [box]}, task=task)
+    assert (outcome["score"], outcome["correct"]) == (0.0, False)
+    assert [checks.get("answer_correct") for _, _, checks in steps] == [False, False, False]
+    box = f"\\boxed{{{honest}}}"
+    steps, outcome = play({"problem_solver": [box], "code_executor": [f"Agreed: {box}"], "verifier": [box]}, task=task)
+    assert outcome["correct"] is True
+
+
+def test_the_references_own_form_and_integers_in_the_problem_still_count():
+    assert not restates_problem("\\frac{1}{2}", "Heads has probability $\\frac{1}{2}$. What is it?", "\\frac{1}{2}")
+    assert not restates_problem("31", "How many of the numbers 1, 2, ..., 31 are odd or 31?", "31")
+    assert not restates_problem("31.0", "How many days has a month of 31.0 days?", "31")
+    assert not restates_problem("1/2", "Heads has probability $\\frac{1}{2}$. What is it?", "\\frac{1}{2}")

@@ -13,6 +13,10 @@ Correctness is decided here, never by the LLM coach. The rules, and why:
   (math-verify, in a child process: `symbolic.py`). A reference that math-verify reads as a number
   although the rules above do not (`31\\,\\text{m}`, `31 cm`, `(31)`, `{31}`) is still a number: the
   symbolic match then counts only when the answer is a number written out (`31`, `31 cm`).
+- An answer that restates the problem is not its answer (`restates_problem`): "Simplify
+  $\\frac{84}{144}$" is not answered by `\\frac{84}{144}`, nor "Simplify $\\sqrt{8}$" by `\\sqrt{8}`,
+  nor "Express $0.875$ as a common fraction" by `0.875`, although each equals its reference. The env
+  applies it with `answers_match` (`MathChatScenario`); the reference's own written form always counts.
 - Nothing an action controls runs unbounded here, in the trainer's process: answers longer than
   `MAX_ANSWER_CHARS` never match, numbers are parsed from bounded digit strings and exponents
   (no `Fraction("1e99999999999")`, which computes 10**99999999999 holding the GIL), and
@@ -181,6 +185,34 @@ def _fraction(num: str, den: str, negate: bool = False) -> Number | None:
         return None
     value = Fraction(int(num), int(den))
     return Number(-value if negate else value, "frac")
+
+
+# the problem's math: $...$, $$...$$, \\(...\\), \\[...\\] spans, and its words (plain-text problems)
+_N = MAX_ANSWER_CHARS
+_MATH_SPAN = re.compile(rf"\$\$?([^$]{{1,{_N}}})\$\$?|\\\((.{{1,{_N}}}?)\\\)|\\\[(.{{1,{_N}}}?)\\\]", re.DOTALL)
+_WORD = re.compile(rf"[^\s$]{{1,{_N}}}")
+_SPACES = re.compile(r"\s+")
+
+
+def _compact(text: str) -> str:
+    return _SPACES.sub("", normalize_answer(text))
+
+
+def restates_problem(pred: object, problem: str, gold: object) -> bool:
+    """Is `pred` one of the problem's own expressions (a math span or a word of it, normalised), not
+    an integer and not the reference as written? Then it restates the question (`\\frac{84}{144}` for "Simplify
+    $\\frac{84}{144}$"), whatever it equals. Linear in len(problem)."""
+    if pred is None or len(str(pred)) > MAX_ANSWER_CHARS:
+        return False
+    p = _compact(str(pred))
+    if not p or p == _compact(str(gold)):
+        return False
+    number = parse_number(p)
+    if number is not None and number.value.denominator == 1:
+        return False  # an integer is written out, not restated: "how many of 1..31" may well be 31
+    spans = (next(g for g in m.groups() if g is not None) for m in _MATH_SPAN.finditer(problem))
+    words = (m.group().rstrip(".,;:?!") for m in _WORD.finditer(problem))
+    return any(_compact(piece) == p for piece in (*spans, *words) if piece)
 
 
 def answers_match(pred: object, gold: object) -> bool:
