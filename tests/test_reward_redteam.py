@@ -2,11 +2,15 @@
 found after the first round of fixes, each closed as a class and kept closed here."""
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from mappa_envs.coach.parse import parse_reply
 from mappa_envs.core.pipeline import Task
 from mappa_envs.mathchat.answers import answers_match, restates_problem
+from mappa_envs.mathchat.symbolic import SymbolicMatcher
 from tests.test_reward_integrity import BOXED_QUESTION, play
 
 # ---- a number written with units or brackets is still a number ------------------------------------
@@ -94,3 +98,22 @@ def test_the_references_own_form_and_integers_in_the_problem_still_count():
     assert not restates_problem("31", "How many of the numbers 1, 2, ..., 31 are odd or 31?", "31")
     assert not restates_problem("31.0", "How many days has a month of 31.0 days?", "31")
     assert not restates_problem("1/2", "Heads has probability $\\frac{1}{2}$. What is it?", "\\frac{1}{2}")
+
+
+# ---- a hostile answer stalls only its own symbolic check ------------------------------------------
+
+def test_a_hostile_answer_holds_one_symbolic_worker_not_every_check():
+    matcher = SymbolicMatcher(timeout_s=15.0, workers=2)
+    warm = [threading.Thread(target=matcher.match, args=("2\\sqrt{2}", "\\sqrt{8}")) for _ in range(2)]
+    for t in warm:  # both workers started (sympy imported) before the race below
+        t.start()
+    for t in warm:
+        t.join()
+    started = threading.Event()
+    hostile = threading.Thread(target=lambda: (started.set(), matcher.match("9^{9^{9^{9}}}", "2\\sqrt{2}")))
+    hostile.start()
+    started.wait()
+    time.sleep(0.5)  # let it take its worker; the test does not depend on this being enough
+    assert matcher.match("2\\sqrt{2}", "\\sqrt{8}")
+    assert hostile.is_alive()  # the honest check came back while sympy still chews on the tower
+    hostile.join()
