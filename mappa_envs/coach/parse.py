@@ -10,11 +10,12 @@ records a failure; it never guesses):
 2. otherwise the labelled lines of the judge's own text: `SCORE: 7`, `**Final score:** 7/10`,
    `- Score = [8.5]`, `## Overall score: 6`, and the reference implementation's
    `PROCESS_SCORE: 7`, `**PROCESS_SCORE:** 8`, `PROCESS_SCORE = 2`, `PROCESS_SCORE: [6]`. The
-   judge's own text is the reply without `<think>` spans, code fences, `>` quote lines and the
-   prompt's `<<<BEGIN ...>>>` evidence blocks. The verdict is the last labelled line; an earlier
-   labelled line with another value makes the reply ambiguous (no "final" label outranks another:
-   the agent can write that label too), and so does a later one inside a fence or a `>` quote (the
-   judge may fence its own verdict). A JSON `"score"` inside prose is never read;
+   judge's own text is the reply without `<think>` spans (one that opens the reply runs to the last
+   `</think>`), code fences, `>` quote lines and the prompt's `<<<BEGIN ...>>>` evidence blocks.
+   The verdict is the last labelled line; an earlier labelled line with another value makes the
+   reply ambiguous (no "final" label outranks another: the agent can write that label too), and
+   so does a later one inside a fence or a `>` quote (the judge may fence its own verdict). A JSON
+   `"score"` inside prose is never read;
 3. a reply that is nothing but a number: `7`, `**7/10**`, `[8]`, `7.5/10`.
 
 A value outside [0, 10], or a fraction whose denominator is not 10, is rejected (None), never
@@ -99,18 +100,27 @@ def own_text(text: str) -> str:
     """The judge's own words: `text` without `<think>` spans, code fences, `>` quote lines and the
     prompt's evidence blocks. Only closed spans are dropped, and an unclosed `<think>` only when it
     opens the reply (then the reply is all thinking)."""
-    if text.lstrip()[:7].lower() == "<think>" and not _THINK_CLOSE.search(text):
-        return ""
+    text = _drop_leading_think(text)
     text = _drop_spans(text, _THINK_OPEN, _THINK_CLOSE)
     text = _drop_spans(text, _BEGIN, _END)
     return _QUOTE_LINE.sub("", _drop_fences(text))
+
+
+def _drop_leading_think(text: str) -> str:
+    """A reply that opens with `<think>` (the judge's own reasoning: the agent cannot write the reply's
+    first word) thinks up to its *last* `</think>`: a `</think>` the agent printed and the judge quoted
+    while thinking does not end the thinking. Unclosed: the reply is all thinking."""
+    if text.lstrip()[:7].lower() != "<think>":
+        return text
+    ends = [m.end() for m in _THINK_CLOSE.finditer(text)]  # not text.lower(): "İ" lowers to two characters
+    return text[ends[-1]:] if ends else ""
 
 
 def _hidden_after(text: str, verdict: tuple[float, float | None]) -> bool:
     """Is the reply's last labelled line, fences and `>` quotes read too, another value than `verdict`?
     Fences and quotes may hold the agent's text, but also the judge's own verdict (a reply wrapped in
     ```): the agent's labelled line outside them must not win over a verdict the judge fenced."""
-    text = _drop_spans(_drop_spans(text, _THINK_OPEN, _THINK_CLOSE), _BEGIN, _END)
+    text = _drop_spans(_drop_spans(_drop_leading_think(text), _THINK_OPEN, _THINK_CLOSE), _BEGIN, _END)
     plain = _BLANKS.sub(" ", _QUOTE_MARKS.sub("", text).replace("**", "").replace("__", ""))
     last = _labelled(plain, last_only=True)
     return isinstance(last, tuple) and _as_tenths(last) != _as_tenths(verdict)
