@@ -14,7 +14,7 @@ from mappa_envs.core.pipeline import Task
 from mappa_envs.mathchat.answers import answers_match, restates_problem
 from mappa_envs.mathchat.symbolic import SymbolicMatcher
 from tests.openai_stub import Step, StubServer
-from tests.test_reward_integrity import BOXED_QUESTION, play
+from tests.test_reward_integrity import BOXED_QUESTION, executor_rewards, play
 
 # ---- a number written with units or brackets is still a number ------------------------------------
 
@@ -147,3 +147,13 @@ def test_a_reply_cut_off_at_max_tokens_is_no_verdict_even_with_a_score_in_it():
         stub.script(Step(content="RATIONALE: fine.\nSCORE: 6", finish_reason="stop"))
         assert coach.score(CoachRequest(env_id="MathChat-v0", role="verifier", role_duties="d", task="t2",
                                         action="x")).score == 6.0
+
+
+# ---- computing in an f-string is computing ---------------------------------------------------------
+
+@pytest.mark.parametrize(("code", "paid"), [
+    ('print(f"{4 * 7 + 3}")', 9.5), ('print(rf"{4 * 7 + 3}")', 9.5), ("print(f'{4 * 7 + 3}')", 9.5),
+    ('print(f"{31}")', 7.5), ('print(f"31")', 7.5), ('print("31")', 7.5),  # still copies
+])
+def test_an_f_string_field_is_code_not_a_string(code, paid):
+    assert executor_rewards([f"```python\n{code}\n```", "It printed 31: \\boxed{31}"])[0] == paid

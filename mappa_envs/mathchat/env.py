@@ -119,7 +119,8 @@ class _Cell:
 
 
 _NUMERAL = re.compile(r"\d[\d_]*(?:\.\d+)?")
-_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")  # one-line Python string literals
+# one-line Python string literals, but not f-strings: their {fields} are code ("print(f'{4*7+3}')")
+_STRING = re.compile(r"(?<![fF])(?<![fF][rR])(?:'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")")
 
 
 def _numerals(text: str) -> set[Fraction]:
