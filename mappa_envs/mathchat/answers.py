@@ -24,6 +24,7 @@ Correctness is decided here, never by the LLM coach. The rules, and why:
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -210,9 +211,15 @@ def restates_problem(pred: object, problem: str, gold: object) -> bool:
     number = parse_number(p)
     if number is not None and number.value.denominator == 1:
         return False  # an integer is written out, not restated: "how many of 1..31" may well be 31
+    return p in _problem_pieces(problem)
+
+
+@functools.lru_cache(maxsize=4096)
+def _problem_pieces(problem: str) -> frozenset[str]:
+    """The problem's math spans and words, normalised: read once per problem (the task's own text)."""
     spans = (next(g for g in m.groups() if g is not None) for m in _MATH_SPAN.finditer(problem))
     words = (m.group().rstrip(".,;:?!") for m in _WORD.finditer(problem))
-    return any(_compact(piece) == p for piece in (*spans, *words) if piece)
+    return frozenset(_compact(piece) for piece in (*spans, *words) if piece)
 
 
 def answers_match(pred: object, gold: object) -> bool:
