@@ -33,6 +33,7 @@ class Step:
     delay_s: wait this long before answering (longer than the client's timeout = a timeout).
     raw: send these bytes verbatim as a 200 body instead (malformed JSON, say).
     headers: extra response headers (e.g. {"retry-after": "0"}).
+    finish_reason: the choice's finish_reason ("length": the reply hit max_tokens).
     """
 
     content: str | None = "SCORE: 7"
@@ -40,6 +41,7 @@ class Step:
     delay_s: float = 0.0
     raw: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    finish_reason: str = "stop"
 
 
 class _Server(ThreadingHTTPServer):
@@ -123,7 +125,7 @@ def _words(text: str | None) -> int:
     return len(text.split()) if text else 0
 
 
-def _completion(body: dict, content: str | None) -> dict:
+def _completion(body: dict, content: str | None, finish_reason: str = "stop") -> dict:
     prompt_tokens = sum(_words(m.get("content")) for m in body.get("messages", []) if isinstance(m.get("content"), str))
     completion_tokens = _words(content)
     return {
@@ -131,7 +133,7 @@ def _completion(body: dict, content: str | None) -> dict:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "stub"),
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+        "choices": [{"index": 0, "finish_reason": finish_reason, "message": {"role": "assistant", "content": content}}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
     }
@@ -168,7 +170,7 @@ def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
             elif step.status != 200:
                 self._send(step.status, _error_body(step.status), step.headers)
             else:
-                self._send(200, json.dumps(_completion(body, step.content)).encode(), step.headers)
+                self._send(200, json.dumps(_completion(body, step.content, step.finish_reason)).encode(), step.headers)
 
         def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
             try:

@@ -244,11 +244,13 @@ class _Call:
         choice = response.choices[0] if response.choices else None
         content = choice.message.content if choice is not None else None
         verdict = parse_reply(content, self.kwargs.get("response_format"))
-        if verdict.score is not None:
+        # a reply cut off at max_tokens never reached its verdict: a "score" in it may be the agent's,
+        # quoted just before the cut (a quoted </think> looks like the end of the judge's thinking)
+        cut_off = choice is not None and choice.finish_reason == "length"
+        if verdict.score is not None and not cut_off:
             self.verdict, self.pending = verdict, False
             return
-        cut_off = choice is not None and choice.finish_reason == "length"
-        problem = verdict.problem + (" (the reply hit max_tokens)" if cut_off else "")
+        problem = "the reply hit max_tokens before its verdict" if cut_off else verdict.problem
         if self.config.format_retry and not self.format_retried:
             self.format_retried = True
             self.kwargs = self._kwargs(retry_note=f"Your previous reply to this request could not be used: {problem}. "

@@ -10,10 +10,12 @@ records a failure; it never guesses):
 2. otherwise the labelled lines of the judge's own text: `SCORE: 7`, `**Final score:** 7/10`,
    `- Score = [8.5]`, `## Overall score: 6`, and the reference implementation's
    `PROCESS_SCORE: 7`, `**PROCESS_SCORE:** 8`, `PROCESS_SCORE = 2`, `PROCESS_SCORE: [6]`. The
-   judge's own text is the reply without `<think>` spans, code fences, `>` quote lines and the
-   prompt's `<<<BEGIN ...>>>` evidence blocks. The verdict is the last labelled line; an earlier
-   labelled line with another value makes the reply ambiguous (no "final" label outranks another:
-   the agent can write that label too). A JSON `"score"` inside prose is never read;
+   judge's own text is the reply without `<think>` spans (one that opens the reply runs to the last
+   `</think>`), code fences, `>` quote lines and the prompt's `<<<BEGIN ...>>>` evidence blocks.
+   The verdict is the last labelled line; an earlier labelled line with another value makes the
+   reply ambiguous (no "final" label outranks another: the agent can write that label too), and
+   so does a later one inside a fence or a `>` quote (the judge may fence its own verdict). A JSON
+   `"score"` inside prose is never read;
 3. a reply that is nothing but a number: `7`, `**7/10**`, `[8]`, `7.5/10`.
 
 A value outside [0, 10], or a fraction whose denominator is not 10, is rejected (None), never
@@ -47,6 +49,7 @@ _JSON_FENCE = re.compile(r"\s*```(?:json)?[ \t]*\n(.*)\n[ \t]*```\s*", re.DOTALL
 _THINK_OPEN, _THINK_CLOSE = re.compile(r"<think>", re.IGNORECASE), re.compile(r"</think>", re.IGNORECASE)
 _BEGIN, _END = re.compile(r"<<<BEGIN ([^>\n]{1,200})>>>"), re.compile(r"<<<END ([^>\n]{1,200})>>>")
 _QUOTE_LINE = re.compile(r"^[ \t]*>[^\n]*$", re.MULTILINE)
+_QUOTE_MARKS = re.compile(r"^[ \t>]*>", re.MULTILINE)
 _JSON_RATIONALE = re.compile(r'"rationale"\s*:\s*"((?:[^"\\]|\\.)*)"?', re.IGNORECASE)
 _RATIONALE = re.compile(r"^[ \t#>*_\-]*rationale[ \t]*[*_]*[ \t]*:[*_]*[ \t]*", re.IGNORECASE | re.MULTILINE)
 _BLANKS = re.compile(r"[ \t]+")
@@ -84,6 +87,9 @@ def parse_reply(text: str | None, schema: dict | None = None) -> Verdict:
     found = _labelled(plain)
     if isinstance(found, str):
         return Verdict(None, answer_correct, rationale, found)
+    if found is not None and _hidden_after(text, found):
+        return Verdict(None, answer_correct, rationale, "ambiguous: a score line in a fence or a > quote comes "
+                                                        "after the judge's own and disagrees with it")
     if found is None:
         expected = f"the JSON object of {_describe(schema)}" if schema else "a line 'SCORE: <0-10>'"
         return Verdict(None, answer_correct, rationale, f"no labelled score (expected {expected})")
@@ -94,11 +100,35 @@ def own_text(text: str) -> str:
     """The judge's own words: `text` without `<think>` spans, code fences, `>` quote lines and the
     prompt's evidence blocks. Only closed spans are dropped, and an unclosed `<think>` only when it
     opens the reply (then the reply is all thinking)."""
-    if text.lstrip()[:7].lower() == "<think>" and not _THINK_CLOSE.search(text):
-        return ""
+    text = _drop_leading_think(text)
     text = _drop_spans(text, _THINK_OPEN, _THINK_CLOSE)
     text = _drop_spans(text, _BEGIN, _END)
     return _QUOTE_LINE.sub("", _drop_fences(text))
+
+
+def _drop_leading_think(text: str) -> str:
+    """A reply that opens with `<think>` (the judge's own reasoning: the agent cannot write the reply's
+    first word) thinks up to its *last* `</think>`: a `</think>` the agent printed and the judge quoted
+    while thinking does not end the thinking. Unclosed: the reply is all thinking."""
+    if text.lstrip()[:7].lower() != "<think>":
+        return text
+    ends = [m.end() for m in _THINK_CLOSE.finditer(text)]  # not text.lower(): "İ" lowers to two characters
+    return text[ends[-1]:] if ends else ""
+
+
+def _hidden_after(text: str, verdict: tuple[float, float | None]) -> bool:
+    """Is the reply's last labelled line, fences and `>` quotes read too, another value than `verdict`?
+    Fences and quotes may hold the agent's text, but also the judge's own verdict (a reply wrapped in
+    ```): the agent's labelled line outside them must not win over a verdict the judge fenced."""
+    text = _drop_spans(_drop_spans(_drop_leading_think(text), _THINK_OPEN, _THINK_CLOSE), _BEGIN, _END)
+    plain = _BLANKS.sub(" ", _QUOTE_MARKS.sub("", text).replace("**", "").replace("__", ""))
+    last = _labelled(plain, last_only=True)
+    return isinstance(last, tuple) and _as_tenths(last) != _as_tenths(verdict)
+
+
+def _as_tenths(found: tuple[float, float | None]) -> tuple[float, float]:
+    value, denominator = found
+    return value, 10.0 if denominator is None else denominator
 
 
 def _drop_spans(text: str, opening: re.Pattern, closing: re.Pattern) -> str:
@@ -223,14 +253,16 @@ def _describe(schema: dict) -> str:
     return f"schema {name} {{{fields}}}" if name else f"schema {{{fields}}}"
 
 
-def _labelled(plain: str) -> tuple[float, float | None] | str | None:
+def _labelled(plain: str, last_only: bool = False) -> tuple[float, float | None] | str | None:
     """The last labelled score line as (value, denominator); a problem string when labelled lines
-    disagree; None when there is none (then a reply that is a bare number counts)."""
+    disagree (unless `last_only`); None when there is none (then a reply that is a bare number counts)."""
     found = []
     for line in plain.splitlines():
         m = _LINE_SCORE.match(line)
         if m:
             found.append((float(m.group(1)), float(m.group(2)) if m.group(2) else None))
+    if found and last_only:
+        return found[-1]
     if found:
         distinct = {(v, 10.0 if d is None else d) for v, d in found}
         if len(distinct) > 1:

@@ -10,7 +10,13 @@ Correctness is decided here, never by the LLM coach. The rules, and why:
   also refuses fractions and powers (`62/2`, `10^{3}`, `1e3`); a non-integer one takes a fraction
   or a decimal (`\\frac{7}{8}`, `7/8`, `0.875`).
 - Any other reference (`2\\sqrt{2}`, `x^2+2x+1`) keeps symbolic equivalence among closed forms
-  (math-verify, in a child process: `symbolic.py`).
+  (math-verify, in a child process: `symbolic.py`). A reference that math-verify reads as a number
+  although the rules above do not (`31\\,\\text{m}`, `31 cm`, `(31)`, `{31}`) is still a number: the
+  symbolic match then counts only when the answer is a number written out (`31`, `31 cm`).
+- An answer that restates the problem is not its answer (`restates_problem`): "Simplify
+  $\\frac{84}{144}$" is not answered by `\\frac{84}{144}`, nor "Simplify $\\sqrt{8}$" by `\\sqrt{8}`,
+  nor "Express $0.875$ as a common fraction" by `0.875`, although each equals its reference. The env
+  applies it with `answers_match` (`MathChatScenario`); the reference's own written form always counts.
 - Nothing an action controls runs unbounded here, in the trainer's process: answers longer than
   `MAX_ANSWER_CHARS` never match, numbers are parsed from bounded digit strings and exponents
   (no `Fraction("1e99999999999")`, which computes 10**99999999999 holding the GIL), and
@@ -18,12 +24,13 @@ Correctness is decided here, never by the LLM coach. The rules, and why:
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
 
 from mappa_envs.core.tools import strip_think
-from mappa_envs.mathchat.symbolic import symbolic_match
+from mappa_envs.mathchat.symbolic import symbolic_check
 
 MAX_ANSWER_CHARS = 1_000  # longer than any real answer; a longer one is not a match
 MAX_DIGITS = 200  # digits in one number; 10**200 is instant, 10**99999999999 is not
@@ -46,6 +53,8 @@ _UNIT_TEXT = re.compile(r"(?<=\d)\s*\\(?:text|textrm|mbox|mathrm)\s*\{\s*[A-Za-z
 _DEGREES = re.compile(r"(?<!\s)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°)")
 _LATEX_SPACE = re.compile(r"\\(?:[ ;:]|q?quad\b)|~")  # "\textbf{(C)}\ 142", "31~\text{cm}"
 _UNIT_MARKS = ("\\$", "\\%", "%", "\\euro", "€", "£")
+# a unit word after a written-out number, its LaTeX unwrapped: "31 cm", "31\\,m^2", "31 square units"
+_UNIT_WORD = re.compile(r"(?<=\d)\s*(?:\\[,;:! ]\s*)*[A-Za-z][A-Za-z ]{0,40}(?:\^\{?[23]\}?)?$")
 
 # number literals (spaces already removed); digit counts are checked after the match
 _ASSIGNED = re.compile(r"[A-Za-z](?:_\{?\w+\}?)?=")  # "x=31", "n_0=31": the value is what counts
@@ -179,6 +188,40 @@ def _fraction(num: str, den: str, negate: bool = False) -> Number | None:
     return Number(-value if negate else value, "frac")
 
 
+# the problem's math: $...$, $$...$$, \\(...\\), \\[...\\] spans, and its words (plain-text problems)
+_N = MAX_ANSWER_CHARS
+_MATH_SPAN = re.compile(rf"\$\$?([^$]{{1,{_N}}})\$\$?|\\\((.{{1,{_N}}}?)\\\)|\\\[(.{{1,{_N}}}?)\\\]", re.DOTALL)
+_WORD = re.compile(rf"[^\s$]{{1,{_N}}}")
+_SPACES = re.compile(r"\s+")
+
+
+def _compact(text: str) -> str:
+    return _SPACES.sub("", normalize_answer(text))
+
+
+def restates_problem(pred: object, problem: str, gold: object) -> bool:
+    """Is `pred` one of the problem's own expressions (a math span or a word of it, normalised), not
+    an integer and not the reference as written? Then it restates the question (`\\frac{84}{144}` for "Simplify
+    $\\frac{84}{144}$"), whatever it equals. Linear in len(problem)."""
+    if pred is None or len(str(pred)) > MAX_ANSWER_CHARS:
+        return False
+    p = _compact(str(pred))
+    if not p or p == _compact(str(gold)):
+        return False
+    number = parse_number(p)
+    if number is not None and number.value.denominator == 1:
+        return False  # an integer is written out, not restated: "how many of 1..31" may well be 31
+    return p in _problem_pieces(problem)
+
+
+@functools.lru_cache(maxsize=4096)
+def _problem_pieces(problem: str) -> frozenset[str]:
+    """The problem's math spans and words, normalised: read once per problem (the task's own text)."""
+    spans = (next(g for g in m.groups() if g is not None) for m in _MATH_SPAN.finditer(problem))
+    words = (m.group().rstrip(".,;:?!") for m in _WORD.finditer(problem))
+    return frozenset(_compact(piece) for piece in (*spans, *words) if piece)
+
+
 def answers_match(pred: object, gold: object) -> bool:
     """True when `pred` states the answer `gold`; see the module docstring for the rules."""
     if pred is None or gold is None:
@@ -199,4 +242,8 @@ def answers_match(pred: object, gold: object) -> bool:
         return stated.value == reference.value
     if p == g:
         return True
-    return symbolic_match(p, g)  # in a child process: a hostile answer can hang sympy for hours
+    matched, reference_kind = symbolic_check(p, g)  # in a child process: sympy can hang for hours
+    if matched and reference_kind:  # a number after all (`31\\,\\text{m}`, `(31)`): written out, as above
+        stated = parse_number(p) or parse_number(_UNIT_WORD.sub("", p))
+        return stated is not None and (reference_kind != "int" or stated.kind in ("int", "dec"))
+    return matched

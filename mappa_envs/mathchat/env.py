@@ -15,7 +15,14 @@ from mappa_envs.core.pipeline import Episode, Outcome, PipelineEnv, Role, Task
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.errors import EnvArgumentError
 from mappa_envs.mathchat import prompts
-from mappa_envs.mathchat.answers import MAX_ANSWER_CHARS, answers_match, extract_answer, normalize_answer, parse_number
+from mappa_envs.mathchat.answers import (
+    MAX_ANSWER_CHARS,
+    answers_match,
+    extract_answer,
+    normalize_answer,
+    parse_number,
+    restates_problem,
+)
 from mappa_envs.mathchat.tasks import SPLITS, load_task_source
 from mappa_envs.sandbox.types import ExecResult
 
@@ -51,7 +58,7 @@ class MathChatScenario:
         answer = extract_answer(action)
         checks = {"answer_present": answer is not None}
         if answer is not None:
-            checks["answer_correct"] = answers_match(answer, episode.task.answer)
+            checks["answer_correct"] = _answers(answer, episode.task)
         return checks
 
     def outcome(self, episode: Episode) -> Outcome:
@@ -59,12 +66,17 @@ class MathChatScenario:
         if final is None:  # the outcome is judged before the current action is recorded: read its text
             final = episode.outputs.get(VERIFIER)
         predicted = extract_answer(final) if final else None
-        correct = answers_match(predicted, episode.task.answer)
+        correct = _answers(predicted, episode.task)
         return Outcome(score=float(correct), correct=correct,
                        details={"predicted": predicted, "gold": episode.task.answer, "task_id": episode.task.id})
 
     def coach_evidence(self, episode: Episode, role: Role) -> dict:
         return {"ask_answer_correct": role.name == VERIFIER}
+
+
+def _answers(pred: str | None, task: Task) -> bool:
+    """`pred` states the task's answer, and does not restate its problem (`restates_problem`)."""
+    return answers_match(pred, task.answer) and not restates_problem(pred, task.prompt, task.answer)
 
 
 def _executor_checks(episode: Episode, action: str, results: list[ExecResult]) -> dict[str, bool]:
@@ -82,7 +94,7 @@ def _executor_checks(episode: Episode, action: str, results: list[ExecResult]) -
         printed = _last_printed(results)
         turn_code = episode.state.setdefault("code", [])
         turn_code += code  # the interpreter persists: a value set in an earlier cell is as copied as one set here
-        cell = _Cell(printed, answers_match(printed, episode.task.answer),
+        cell = _Cell(printed, _answers(printed, episode.task),
                      printed is not None and _computed("\n".join(turn_code), printed, episode.task.prompt))
         if any(c.correct and c.computed for c in cells):
             checks["new_work"] = False  # the answer is already computed: this cell pads the turn
@@ -94,7 +106,7 @@ def _executor_checks(episode: Episode, action: str, results: list[ExecResult]) -
         return checks
     answer = extract_answer(action)
     if answer is not None:  # the closing summary states an answer: right, and what the team's code computed?
-        checks["answer_correct"] = answers_match(answer, episode.task.answer)
+        checks["answer_correct"] = _answers(answer, episode.task)
         checks["answer_computed"] = any(c.computed and answers_match(answer, c.printed) for c in cells)
     return checks
 
@@ -107,7 +119,8 @@ class _Cell:
 
 
 _NUMERAL = re.compile(r"\d[\d_]*(?:\.\d+)?")
-_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")  # one-line Python string literals
+# one-line Python string literals, but not f-strings: their {fields} are code ("print(f'{4*7+3}')")
+_STRING = re.compile(r"(?<![fF])(?<![fF][rR])(?:'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")")
 
 
 def _numerals(text: str) -> set[Fraction]:
