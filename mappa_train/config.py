@@ -135,8 +135,9 @@ class AlgoConfig:
         "learner", "PPO's old log-probs: recomputed by the learner, or the generator's own (the learner's are "
                    "computed either way, for logprob_gap)")
     epochs: int = doc(1, "passes over each batch of experience", positive)
-    std_floor: float = doc(1e-4, "whitening divides by max(σ, std_floor): equal coach scores give advantages near 0",
-                           positive)
+    std_floor: float = doc(1e-4, "reward units: a whitening group whose (scaled) rewards spread by σ <= this has no "
+                                 "signal and is not whitened (reward advantage 0, KL at its own size); others divide "
+                                 "by max(σ, std_floor); see mappa_train.algo", positive)
     loss_mean: Literal["token", "sequence"] = doc("token", "PPO loss: mean over the batch's action tokens (paper), or "
                                                   "mean over actions of each action's token mean")
     mask_length_cut: bool = doc(True, "leave actions cut at max_new_tokens (finish_reason=length) out of the loss, "
