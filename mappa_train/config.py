@@ -222,6 +222,9 @@ class TrainConfig:
     eval_samples: int = doc(1, "evaluation episodes per eval task; accuracy is their mean", positive)
     checkpoint_every: int = doc(1, "checkpoint every N steps (resume continues from the last one)", positive)
     keep_checkpoints: int = doc(2, "checkpoints kept on disk", positive)
+    max_empty_steps: int = doc(3, "stop the run with an error after this many steps in a row that train on no "
+                                  "action (all length-cut, excused or lost to coach failures; each such step warns "
+                                  "with the reason); 0 never stops", non_negative)
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
