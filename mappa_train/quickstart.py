@@ -8,21 +8,25 @@
    synthetic family `digit_product_sum` ("What is 4 * 7 + 3?"), whose code only has to copy the
    problem's one-digit numbers: a model this small learns that in minutes, not real mathematics.
    Imitation inherits the team's habits, the broken code included.
-2. The teacher is played on the held-out problems (disjoint from training by problem text).
+2. The teacher is played on the held-out problems (disjoint from training by problem text; the
+   dev set, see mappa_train/confirmation.py for the confirmation set).
 3. MAPPA trains the warm start (configs/quickstart.yaml: shared policy, rule coach, local
    sandbox, advantages whitened per role), evaluating on the held-out problems before the first
    update, every `eval_every` steps and after the last, always with the same k samples per problem
    at the same temperature.
-4. report.json, report.md and curves.png: accuracy before and after with a 95% paired bootstrap
-   interval over problems, the teacher's accuracy on the same problems, per-role coach scores, KL.
+4. The confirmation set (mappa_train/confirmation.py), played with the warm start and the final policy only.
+5. report.json, report.md and curves.png: accuracy before and after with a 95% paired bootstrap
+   interval over problems (dev and confirmation sets), the teacher's accuracy on the dev problems,
+   per-role coach scores, KL, CPU seconds by phase.
 
 Why the numbers move: the coach scores a broken cell 6 points below one that runs and prints the
 right answer (2 below one that runs and prints something else), on that very action, so RL shifts
 the executor towards code that computes the answer; a working cell prints it, and the Verifier then
 copies it (its own reward checks the answer: 9 when right, 2 when wrong). Measured
-(docs/results.md): accuracy 0.094 -> 0.354, interval [+0.135, +0.396]; the executor's held-out
-coach score goes from 4.25 to 8.58, while the Verifier's copy of the printed value stays the weak
-link (its score 2.66 -> 4.48). Held-out accuracy is read near-greedily (temperature 0.1), so it
+before the round-3 fixes (docs/results.md, seed 0): accuracy 0.094 -> 0.354, interval [+0.135,
++0.396]; the executor's held-out coach score 4.25 -> 8.58, while the Verifier's copy of the printed
+value stays the weak link (2.66 -> 4.48). The headline is the mean over seeds (`--seeds 0,1,2`).
+Held-out accuracy is read near-greedily (temperature 0.1), so it
 reports the policy's preferred actions. Nothing here sees a held-out answer: the warm start and RL
 use training problems only, and the rule coach checks answers of training episodes only.
 """
