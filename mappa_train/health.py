@@ -68,6 +68,12 @@ class EmptySteps:
         warnings.warn(f"step {step} trained on nothing: {reason}; {fix}", stacklevel=3)
 
 
+def no_spread_roles(reward: torch.Tensor, role: torch.Tensor, floor: float) -> float:
+    """How many roles' scaled rewards [N] spread by σ <= floor this step: with per-role whitening their
+    actions get no reward advantage (mappa_train.algo); many such steps mean a reward too coarse to learn from."""
+    return float(sum(bool(reward[role == r].std(unbiased=False) <= floor) for r in role.unique()))
+
+
 def nothing_trained(cfg, metrics: Mapping[str, float], result) -> tuple[str, str]:
     """(why a step trained on no action, what to change), from the step's counts."""
     n = len(result.transitions) + result.dropped

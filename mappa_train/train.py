@@ -29,7 +29,7 @@ from transformers import AutoTokenizer
 
 from mappa_train import algo
 from mappa_train.config import ConfigError, TrainConfig, to_dict
-from mappa_train.health import EmptySteps, logprob_gap, use_available_cpus
+from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
 from mappa_train.learner import PolicyLearner, Sample, lr_at
 from mappa_train.metrics import METRICS_FILE, MetricsLogger, append_eval_episodes, cpu_seconds, plot_curves
 
@@ -149,11 +149,11 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(s.action_ids)) for s in samples], batch_first=True)
     old_t = torch.nn.utils.rnn.pad_sequence(old, batch_first=True)
     ref_t = torch.nn.utils.rnn.pad_sequence(ref, batch_first=True)
-    reward = torch.tensor([cfg.algo.reward_scale * (t.coach_reward + t.end_reward)
-                           for t in kept])
+    reward = torch.tensor([cfg.algo.reward_scale * (t.coach_reward + t.end_reward) for t in kept])
     roles = sorted({t.role for t in kept})
     episodes = {e: i for i, e in enumerate(sorted({str(t.episode_id) for t in kept}))}
     role_id = torch.tensor([roles.index(t.role) for t in kept])
+    metrics["no_spread_roles"] = no_spread_roles(reward, role_id, cfg.algo.std_floor)
     task_index = {task: i for i, task in enumerate(sorted({t.task_id for t in kept}))}
     advantages = algo.advantages(
         old_t, ref_t, mask, reward, beta=cfg.algo.beta, kl_in_loss=cfg.algo.kl_in_loss, scope=cfg.algo.scope,
