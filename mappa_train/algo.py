@@ -9,7 +9,8 @@ What is implemented (the paper, arXiv 2601.23228):
 2. token rewards r_i = −β·kl_i, plus the coach's 0–10 score (times `reward_scale`) on the action's
    last token, β = 0.01;
 3. the undiscounted return-to-go A_i = Σ_{j≥i} r_j (γ = 1);
-4. whitening of A over every action token of the batch, all agents together: Â = (A − μ)/σ;
+4. whitening of A over every action token of the batch, all agents together: Â = (A − μ)/σ (a group
+   whose rewards are all equal is not whitened: below);
 5. the PPO clipped surrogate, ε = 0.2, averaged over all action tokens of the batch.
 
 Options a researcher will want (defaults are the paper's):
@@ -21,10 +22,17 @@ Options a researcher will want (defaults are the paper's):
 - the advantage normalisation of step 4 (`normalize`): "global" (the paper's text), "per_role" (the
   reference code), "per_role_turn" (AT-GRPO-style groups) or "per_agent" (Dr.MAS-style); see below.
 
-Where this departs from the paper: σ is the population standard deviation (no Bessel correction),
-floored at `std_floor` (1e-4, as the reference code), so a batch whose returns are all nearly equal
-(every coach score the same) gives advantages near 0, not float noise blown up to ±1; the PPO
-log-ratio is clamped to ±MAX_LOG_RATIO before exp, so a stale or corrupted old log-prob (−inf,
+Where this departs from the paper: σ is the population standard deviation (no Bessel correction).
+Whether a group (the batch, or a role's actions, ... as `normalize` groups them) has a signal to
+whiten is decided from its *rewards*, not from the KL-shifted returns: a group whose reward-only
+returns (`signal`, the returns with β = 0) spread by σ ≤ `std_floor` — a floor in reward units,
+coach score × `reward_scale`, 1e-4 by default — has no reward signal. Its advantage is A − μ, not
+divided by anything: the reward part is exactly 0 and the KL part stays at its own size β·Σkl (with
+`kl_in_loss` the advantage is exactly 0 and the KL acts through the loss's own term). Whitening it
+instead would blow that β·Σkl up to unit variance and train on KL noise as if it were the coach's
+verdict (an all-fail batch then has advantage std 1 and correlation 1 with −Σkl). Groups with a
+reward spread are whitened exactly as above, dividing by max(σ, std_floor).
+The PPO log-ratio is clamped to ±MAX_LOG_RATIO before exp, so a stale or corrupted old log-prob (−inf,
 +95) cannot overflow to inf/NaN (the clamped tokens get no gradient);
 the k1 KL uses the logprobs of the policy that sampled the batch (πθ_old), which at the
 first update step equals πθ — the paper does not say which it uses.
@@ -83,71 +91,88 @@ def returns_to_go(rewards: torch.Tensor, mask: torch.Tensor, group: torch.Tensor
     return returns * mask
 
 
+def _stats(x: torch.Tensor, signal: torch.Tensor, std_floor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(μ, divisor) of the values `x` [n] of one group: divisor max(σ, std_floor), or 1 when the group's
+    reward-only values `signal` [n] spread by σ ≤ std_floor (no reward signal: nothing to whiten)."""
+    mean, std = x.mean(), x.std(unbiased=False)
+    if signal.std(unbiased=False) <= std_floor:
+        return mean, torch.ones_like(std)
+    return mean, std.clamp(min=std_floor)
+
+
 def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = None,
-           std_floor: float = 1e-4) -> torch.Tensor:
-    """(x − μ)/max(σ, std_floor), μ and σ over all masked entries of the batch (or of each `group` [B]). -> [B, T]."""
+           std_floor: float = 1e-4, signal: torch.Tensor | None = None) -> torch.Tensor:
+    """(x − μ)/max(σ, std_floor), μ and σ over all masked entries of the batch (or of each `group` [B]). -> [B, T].
+
+    `signal` [B, T] is the reward-only part of x (the returns without KL; x itself when None): a group
+    whose signal spreads by σ ≤ std_floor gets x − μ, unscaled (see the module docstring).
+    """
+    signal = x if signal is None else signal
     if group is None:
         group = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
     out = torch.zeros_like(x)
     for g in group.unique():
         rows = group == g
         m = mask[rows].bool()
-        values = x[rows][m]
-        mean, std = values.mean(), values.std(unbiased=False)
-        out[rows] = torch.where(m, (x[rows] - mean) / std.clamp(min=std_floor), 0.0)
+        mean, divisor = _stats(x[rows][m], signal[rows][m], std_floor)
+        out[rows] = torch.where(m, (x[rows] - mean) / divisor, 0.0)
     return out
 
 
 # ---- step 4, the advantage normalisations (the returns x [B, T]; ids [B], one per row) --------------
+# `signal` everywhere: the reward-only returns [B, T] that decide whether a group has anything to whiten
 
-def normalize_global(x: torch.Tensor, mask: torch.Tensor, std_floor: float = 1e-4) -> torch.Tensor:
+def normalize_global(x: torch.Tensor, mask: torch.Tensor, std_floor: float = 1e-4,
+                     signal: torch.Tensor | None = None) -> torch.Tensor:
     """The paper: one μ, σ over every action token of the batch, all agents together."""
-    return whiten(x, mask, std_floor=std_floor)
+    return whiten(x, mask, std_floor=std_floor, signal=signal)
 
 
 def normalize_per_role(x: torch.Tensor, mask: torch.Tensor, role: torch.Tensor,
-                       std_floor: float = 1e-4) -> torch.Tensor:
+                       std_floor: float = 1e-4, signal: torch.Tensor | None = None) -> torch.Tensor:
     """The paper's reference code: μ, σ over the tokens of each role's actions."""
-    return whiten(x, mask, group=role, std_floor=std_floor)
+    return whiten(x, mask, group=role, std_floor=std_floor, signal=signal)
 
 
 def normalize_per_role_turn(x: torch.Tensor, mask: torch.Tensor, task: torch.Tensor, role: torch.Tensor,
-                            turn: torch.Tensor, std_floor: float = 1e-4) -> torch.Tensor:
+                            turn: torch.Tensor, std_floor: float = 1e-4,
+                            signal: torch.Tensor | None = None) -> torch.Tensor:
     """AT-GRPO-style: a group is the actions that share a task, a role and a position in the role's
     turn (the k-th action of the executor on problem p), so each action is compared with the other
-    samples of the same decision. A group of one has σ = 0: its advantage is 0."""
+    samples of the same decision. A group of one has no reward spread: its reward advantage is 0."""
     group = torch.unique(torch.stack([task, role, turn], dim=1), dim=0, return_inverse=True)[1]
-    return whiten(x, mask, group=group, std_floor=std_floor)
+    return whiten(x, mask, group=group, std_floor=std_floor, signal=signal)
 
 
 def normalize_per_agent(x: torch.Tensor, mask: torch.Tensor, agent: torch.Tensor,
-                        std_floor: float = 1e-4) -> torch.Tensor:
+                        std_floor: float = 1e-4, signal: torch.Tensor | None = None) -> torch.Tensor:
     """Dr.MAS-style: each agent's μ_k, σ_k over its *actions* (the return at each action's first
     token), so an action counts once whatever its length; then (x − μ_k)/σ_k on every token."""
+    signal = x if signal is None else signal
     first = mask * (mask.cumsum(1) == 1)  # [B, T]: 1 at each row's first action token
-    value = (x * first).sum(1)  # [B]: the action's return
+    value, signal_value = (x * first).sum(1), (signal * first).sum(1)  # [B]: the action's return
     out = torch.zeros_like(x)
     for k in agent.unique():
         rows = agent == k
-        mean, std = value[rows].mean(), value[rows].std(unbiased=False)
-        out[rows] = (x[rows] - mean) / std.clamp(min=std_floor) * mask[rows]
+        mean, divisor = _stats(value[rows], signal_value[rows], std_floor)
+        out[rows] = (x[rows] - mean) / divisor * mask[rows]
     return out
 
 
 def normalize(x: torch.Tensor, mask: torch.Tensor, how: Normalization = "global", *, role: torch.Tensor | None = None,
               turn: torch.Tensor | None = None, task: torch.Tensor | None = None,
-              std_floor: float = 1e-4) -> torch.Tensor:
+              std_floor: float = 1e-4, signal: torch.Tensor | None = None) -> torch.Tensor:
     """Step 4 as configured (`algo.whiten`); `role`, `turn` and `task` are [B] integer ids."""
     if how == "global":
-        return normalize_global(x, mask, std_floor)
+        return normalize_global(x, mask, std_floor, signal)
     if role is None or (how == "per_role_turn" and (turn is None or task is None)):
         raise ValueError(f"normalisation {how!r} needs role ids (and turn and task ids for 'per_role_turn')")
     if how == "per_role":
-        return normalize_per_role(x, mask, role, std_floor)
+        return normalize_per_role(x, mask, role, std_floor, signal)
     if how == "per_role_turn":
-        return normalize_per_role_turn(x, mask, task, role, turn, std_floor)
+        return normalize_per_role_turn(x, mask, task, role, turn, std_floor, signal)
     if how == "per_agent":
-        return normalize_per_agent(x, mask, role, std_floor)
+        return normalize_per_agent(x, mask, role, std_floor, signal)
     raise ValueError(f"normalisation must be one of {NORMALIZATIONS}, got {how!r}")
 
 
@@ -191,5 +216,7 @@ def advantages(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tenso
         if episode is None or order is None or (scope == "agent" and agent is None):
             raise ValueError(f"scope {scope!r} needs episode and order ids (and agent ids for 'agent')")
         group = episode if scope == "episode" else episode * (int(agent.max()) + 1) + agent
+    # the reward-only returns decide which groups have a signal: KL differences alone are not one
+    signal = returns_to_go(token_rewards(reward, kl, mask, beta=0.0), mask, group, order)
     return normalize(returns_to_go(rewards, mask, group, order), mask, normalization, role=agent, turn=turn,
-                     task=task, std_floor=std_floor)
+                     task=task, std_floor=std_floor, signal=signal)

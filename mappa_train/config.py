@@ -135,8 +135,9 @@ class AlgoConfig:
         "learner", "PPO's old log-probs: recomputed by the learner, or the generator's own (the learner's are "
                    "computed either way, for logprob_gap)")
     epochs: int = doc(1, "passes over each batch of experience", positive)
-    std_floor: float = doc(1e-4, "whitening divides by max(σ, std_floor): equal coach scores give advantages near 0",
-                           positive)
+    std_floor: float = doc(1e-4, "reward units: a whitening group whose (scaled) rewards spread by σ <= this has no "
+                                 "signal and is not whitened (reward advantage 0, KL at its own size); others divide "
+                                 "by max(σ, std_floor); see mappa_train.algo", positive)
     loss_mean: Literal["token", "sequence"] = doc("token", "PPO loss: mean over the batch's action tokens (paper), or "
                                                   "mean over actions of each action's token mean")
     mask_length_cut: bool = doc(True, "leave actions cut at max_new_tokens (finish_reason=length) out of the loss, "
@@ -221,6 +222,9 @@ class TrainConfig:
     eval_samples: int = doc(1, "evaluation episodes per eval task; accuracy is their mean", positive)
     checkpoint_every: int = doc(1, "checkpoint every N steps (resume continues from the last one)", positive)
     keep_checkpoints: int = doc(2, "checkpoints kept on disk", positive)
+    max_empty_steps: int = doc(3, "stop the run with an error after this many steps in a row that train on no "
+                                  "action (all length-cut, excused or lost to coach failures; each such step warns "
+                                  "with the reason); 0 never stops", non_negative)
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)

@@ -9,13 +9,15 @@ positions restarting per sample and a block-diagonal causal mask, so no compute 
 padded micro-batches are the usual [rows, longest] layout (both give the same log-probs).
 
 Log-probs never materialize a [tokens, vocab] tensor: the model runs with `logits_to_keep=1`, its
-last hidden states are taken at the positions that score action tokens only (prompt positions need
-no logits), and the LM head + log-softmax run over those in chunks of `logprob_chunk_tokens`; with
-gradients on, each chunk is recomputed in backward instead of kept (`benchmarks/bench_logprobs.py`
-measures peak memory and time against the full-logits way).
+last hidden states are taken at the positions that score action tokens only, and the LM head +
+log-softmax run over those in chunks of `logprob_chunk_tokens`, recomputed in backward instead of
+kept (`benchmarks/bench_logprobs.py` measures peak memory and time against the full-logits way).
 
 The loss is a token mean over the mini-batch (every action token weighs the same, the paper) or a
 sequence mean (`algo.loss_mean=sequence`: every action weighs the same, its tokens share 1/len).
+ceil(actions / train_batch_size) mini-batches × `algo.epochs` optimizer steps; with one (the presets,
+docs/training.md) π/π_old = 1 and the clip never binds: plain REINFORCE. Logged: `optimizer_steps`,
+`clip_frac` (tokens outside 1 ± ε), `clip_bound` (tokens the clip gave no gradient).
 
 Distributed (torchrun or Ray, `deepspeed.init_distributed`): each rank is given its share of the
 samples. Ranks agree on the number of mini-batches and micro-batches (ZeRO-3 gathers parameters
@@ -41,6 +43,9 @@ from mappa_train import algo
 
 if TYPE_CHECKING:  # at run time the learner needs torch only (benchmarks/gpu_check.py imports it bare)
     from mappa_train.config import AlgoConfig, LearnerConfig, LoraConfig
+
+
+STATS = ("loss", "weight", "clip_frac", "clip_bound", "approx_kl", "tokens")  # summed over micro-batches
 
 
 @dataclass
@@ -202,7 +207,7 @@ class PolicyLearner:
         self.engine.train()
         total = self._global_sum(len(samples))
         n_minibatches = max(1, math.ceil(total / self.cfg.train_batch_size))
-        stats = {"loss": 0.0, "weight": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "tokens": 0.0}
+        stats = dict.fromkeys(STATS, 0.0)
         grad_norms = []
         for _ in range(self.algo.epochs):
             for mb in _chunks(samples, n_minibatches):
@@ -233,8 +238,7 @@ class PolicyLearner:
         """This micro-batch's share of the mini-batch loss (its sum divided by the global `total`)."""
         logps = self._forward(self.engine, micro)
         if not micro:  # this rank has no data for the micro-step the others run: a zero-loss pass
-            zero = {"loss": 0.0, "weight": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "tokens": 0.0}
-            return logps.sum() * 0.0, zero
+            return logps.sum() * 0.0, dict.fromkeys(STATS, 0.0)
         logp = _pad(logps).float()  # [R, A]: action tokens only
         device = logp.device
         mask = _pad([torch.ones(len(s.action_ids)) for s in micro]).to(device)
@@ -248,10 +252,13 @@ class PolicyLearner:
             loss = loss + algo.kl_loss(logp, ref, weight, beta=self.algo.beta, n_tokens=total)
         with torch.no_grad():
             log_ratio = (logp - old).clamp(-algo.MAX_LOG_RATIO, algo.MAX_LOG_RATIO)
-            clipped = ((log_ratio.exp() - 1).abs() > self.algo.clip_eps).float()
+            ratio, eps = log_ratio.exp(), self.algo.clip_eps
+            clipped = ((ratio - 1).abs() > eps).float()  # outside the trust region
+            # the clip binds (the token gets no gradient): the ratio left it in the advantage's direction
+            bound = (((ratio > 1 + eps) & (adv > 0)) | ((ratio < 1 - eps) & (adv < 0))).float()
             part = {"loss": float(loss) * total, "weight": float(weight.sum()),
-                    "clip_frac": float((clipped * mask).sum()), "approx_kl": float((-log_ratio * mask).sum()),
-                    "tokens": float(mask.sum())}
+                    "clip_frac": float((clipped * mask).sum()), "clip_bound": float((bound * mask).sum()),
+                    "approx_kl": float((-log_ratio * mask).sum()), "tokens": float(mask.sum())}
         return loss, part
 
     # ---- forward passes --------------------------------------------------------------------------
@@ -434,12 +441,8 @@ class _TargetLogprob(torch.autograd.Function):
 def _chunks(items: list, n: int) -> list[list]:
     """`items` in `n` contiguous, nearly equal chunks (some may be empty)."""
     size, extra = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + size + (i < extra)
-        out.append(items[start:end])
-        start = end
-    return out
+    bounds = [i * size + min(i, extra) for i in range(n + 1)]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def _pad(rows: list[torch.Tensor]) -> torch.Tensor:

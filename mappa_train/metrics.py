@@ -66,6 +66,27 @@ class MetricsLogger:
             self.wandb.finish()
 
 
+def cpu_seconds() -> float:
+    """CPU seconds so far of this process (all its threads), its reaped children and its live
+    descendants (the sandbox kernels, which live for the whole run). Differences of two readings give
+    a phase's CPU time. The descendants need psutil (a dependency of accelerate and ray)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    try:
+        import psutil
+    except ImportError:
+        return total
+    for child in psutil.Process().children(recursive=True):
+        try:
+            t = child.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:  # it ended between listing and reading: its time moves to RUSAGE_CHILDREN
+            continue
+    return total
+
+
 def _kept(row: dict, resume_step: int) -> bool:
     # an eval at step N runs before update N+1, so the resumed run repeats it: keep only earlier ones
     return row["step"] <= resume_step if row["kind"] == "train" else row["step"] < resume_step

@@ -8,21 +8,25 @@
    synthetic family `digit_product_sum` ("What is 4 * 7 + 3?"), whose code only has to copy the
    problem's one-digit numbers: a model this small learns that in minutes, not real mathematics.
    Imitation inherits the team's habits, the broken code included.
-2. The teacher is played on the held-out problems (disjoint from training by problem text).
+2. The teacher is played on the held-out problems (disjoint from training by problem text; the
+   dev set, see mappa_train/confirmation.py for the confirmation set).
 3. MAPPA trains the warm start (configs/quickstart.yaml: shared policy, rule coach, local
    sandbox, advantages whitened per role), evaluating on the held-out problems before the first
    update, every `eval_every` steps and after the last, always with the same k samples per problem
    at the same temperature.
-4. report.json, report.md and curves.png: accuracy before and after with a 95% paired bootstrap
-   interval over problems, the teacher's accuracy on the same problems, per-role coach scores, KL.
+4. The confirmation set (mappa_train/confirmation.py), played with the warm start and the final policy only.
+5. report.json, report.md and curves.png: accuracy before and after with a 95% paired bootstrap
+   interval over problems (dev and confirmation sets), the teacher's accuracy on the dev problems,
+   per-role coach scores, KL, CPU seconds by phase.
 
 Why the numbers move: the coach scores a broken cell 6 points below one that runs and prints the
 right answer (2 below one that runs and prints something else), on that very action, so RL shifts
 the executor towards code that computes the answer; a working cell prints it, and the Verifier then
 copies it (its own reward checks the answer: 9 when right, 2 when wrong). Measured
-(docs/results.md): accuracy 0.094 -> 0.354, interval [+0.135, +0.396]; the executor's held-out
-coach score goes from 4.25 to 8.58, while the Verifier's copy of the printed value stays the weak
-link (its score 2.66 -> 4.48). Held-out accuracy is read near-greedily (temperature 0.1), so it
+before the round-3 fixes (docs/results.md, seed 0): accuracy 0.094 -> 0.354, interval [+0.135,
++0.396]; the executor's held-out coach score 4.25 -> 8.58, while the Verifier's copy of the printed
+value stays the weak link (2.66 -> 4.48). The headline is the mean over seeds (`--seeds 0,1,2`).
+Held-out accuracy is read near-greedily (temperature 0.1), so it
 reports the policy's preferred actions. Nothing here sees a held-out answer: the warm start and RL
 use training problems only, and the rule coach checks answers of training episodes only.
 """
@@ -31,12 +35,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mappa_train.config import doc
+from mappa_train.confirmation import DEFAULT_PROBLEMS
 
 PRESET = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
 SET = "heldout"  # the preset's held-out eval set
@@ -69,12 +73,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--teacher-code-skill", type=float, default=d.code_skill,
                         help="how often the teacher's code runs; the rest raises NameError")
     parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for the interval")
+    parser.add_argument("--confirmation-problems", type=int, default=DEFAULT_PROBLEMS,
+                        help="held-out problems after the dev set's, evaluated before and after only (0: none)")
+    parser.add_argument("--seeds", default="", help="comma-separated training seeds, e.g. 0,1,2: one whole run per "
+                        "seed under OUT/seed_N, then OUT/seeds.json and seeds.md: the mean change over seeds with a "
+                        "95%% t-interval, and each seed's paired bootstrap")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="training config overrides (see mappa train --help)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from mappa_train.config import ConfigError
+
+    if not args.seeds:
+        return run_one(args)
+    from mappa_train.seeds import parse_seeds, summarise
+
+    seeds = parse_seeds(args.seeds)
+    if any(o.startswith("seed=") for o in args.overrides):
+        raise ConfigError("give the seeds with --seeds, not seed= as well")
+    for seed in seeds:
+        print(f"== seed {seed} ==", flush=True)
+        run_one(argparse.Namespace(**{**vars(args), "out": str(Path(args.out) / f"seed_{seed}"),
+                                      "overrides": [*args.overrides, f"seed={seed}"]}))
+    print(summarise(Path(args.out), seeds))
+    return 0
+
+
+def run_one(args: argparse.Namespace) -> int:
+    from mappa_train import confirmation
     from mappa_train.config import ConfigError, load_config
+    from mappa_train.health import use_available_cpus
 
     out = Path(args.out)
     spec = StartConfig(sft_episodes=args.sft_episodes, sft_short_steps=args.sft_short_steps, sft_steps=args.sft_steps,
@@ -85,20 +114,35 @@ def run(args: argparse.Namespace) -> int:
                           f"{sorted(cfg.env.eval_sets)}")
     if not 0 <= spec.code_skill <= 1:
         raise ConfigError(f"--teacher-code-skill must be in [0, 1], got {spec.code_skill}")
-    started, cpu0 = time.perf_counter(), _cpu_s()
-    print(f"1/4 the start: a tiny model, warm-started on {spec.sft_episodes} episodes of a noisy scripted team ...",
+    if args.confirmation_problems < 0:
+        raise ConfigError(f"--confirmation-problems must be >= 0, got {args.confirmation_problems}")
+    threads = use_available_cpus()
+    started, cpu = time.perf_counter(), {"start": _cpu_s()}
+    print(f"1/5 the start: a tiny model, warm-started on {spec.sft_episodes} episodes of a noisy scripted team ...",
           flush=True)
     start = build_start(cfg, spec, out / "start")
-    print("2/4 the teacher on the held-out problems ...", flush=True)
+    cpu["warm_start"] = _cpu_s()
+    print("2/5 the teacher on the held-out problems ...", flush=True)
     teacher, overlap = teacher_and_overlap(cfg, spec, out / "teacher")
-    print(f"3/4 MAPPA: {cfg.steps} steps x {cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt} episodes, "
+    cpu["teacher"] = _cpu_s()
+    print(f"3/5 MAPPA: {cfg.steps} steps x {cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt} episodes, "
           f"held-out evaluation every {cfg.eval_every} ...", flush=True)
     from mappa_train.train import train
 
     train(load_config(args.config, [f"out_dir={out}", f"model.path={start}", *args.overrides]))
-    print("4/4 writing the report ...", flush=True)
-    report = build_report(cfg, spec, out, teacher, overlap, time.perf_counter() - started, _cpu_s() - cpu0,
-                          args.n_boot)
+    cpu["mappa"] = _cpu_s()
+    confirm = None
+    if args.confirmation_problems:
+        print(f"4/5 the confirmation set ({args.confirmation_problems} problems), before and after ...", flush=True)
+        records, confirm_overlap = confirmation.confirmation_tasks(cfg, heldout_kwargs(cfg), args.confirmation_problems)
+        confirmation.evaluate(cfg, records, start, out, 0)
+        confirmation.evaluate(cfg, records, out / "final" / "shared", out, cfg.steps)
+        confirm = confirmation.summary(out, 0, cfg.steps, confirm_overlap, args.n_boot, cfg.seed)
+    cpu["confirmation"] = _cpu_s()
+    print("5/5 writing the report ...", flush=True)
+    report = build_report(cfg, spec, out, teacher, overlap, time.perf_counter() - started, cpu["confirmation"] -
+                          cpu["start"], args.n_boot)
+    report.update(confirmation=confirm, threads=threads, cpu_s_by_phase=cpu_by_phase(out, cpu))
     (out / "report.json").write_text(json.dumps(report, indent=2))
     text = format_report(report)
     (out / "report.md").write_text(text)
@@ -106,10 +150,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cpu_by_phase(out: Path, marks: dict[str, float]) -> dict[str, float]:
+    """CPU seconds of each phase: the quickstart's own marks, and MAPPA's split by metrics.jsonl into
+    rollout, update, weight sync and held-out evaluation (the rest: start-up, checkpoints, plots)."""
+    from mappa_train.metrics import METRICS_FILE, read_metrics
+
+    rows = read_metrics(out / METRICS_FILE)
+    phases = {k: sum(r.get(f"cpu_{k}_s", 0.0) for r in rows) for k in ("rollout", "update", "sync", "eval")}
+    mappa = marks["mappa"] - marks["teacher"]
+    return {"warm_start": marks["warm_start"] - marks["start"], "teacher": marks["teacher"] - marks["warm_start"],
+            **phases, "mappa_other": mappa - sum(phases.values()),
+            "confirmation": marks["confirmation"] - marks["mappa"]}
+
+
 def _cpu_s() -> float:
-    """CPU seconds of this process and of its finished children (sandbox kernels)."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    """CPU seconds of this process, its finished children and its live ones (sandbox kernels)."""
+    from mappa_train.metrics import cpu_seconds
+
+    return cpu_seconds()
 
 
 # ---- the start -----------------------------------------------------------------------------------
@@ -291,6 +349,16 @@ def build_report(cfg, spec: StartConfig, out: Path, teacher: dict, overlap: dict
     }
 
 
+def confirmation_lines(c: dict | None) -> list[str]:
+    if not c:
+        return []
+    lo, hi = c["accuracy_delta_ci95"]
+    return [f"Confirmation set (never evaluated while presets were tuned; {c['problems']} problems, "
+            f"{c['overlapping']} among the training problems, {c['overlapping_dev']} in the dev set above): "
+            f"{c['accuracy_before']:.3f} -> {c['accuracy_after']:.3f}, after − before {c['accuracy_delta']:+.3f}, "
+            f"95% interval [{lo:+.3f}, {hi:+.3f}].", ""]
+
+
 def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
@@ -308,7 +376,7 @@ def format_report(r: dict) -> str:
         f"{r['warm_start']['steps']} supervised steps on {r['warm_start']['pairs']} actions of a scripted team whose "
         f"code runs {r['warm_start']['code_skill']:.0%} of the time (loss {r['warm_start']['first_loss']:.2f} -> "
         f"{r['warm_start']['last_loss']:.2f}).", "",
-        f"Held-out set: {r['heldout_problems']} problems of `{hs['task_source']}` (split `{hs.get('split')}`), "
+        f"Held-out (dev) set: {r['heldout_problems']} problems of `{hs['task_source']}` (split `{hs.get('split')}`), "
         f"{hs['overlapping']} of them among the {hs['training_problems']} training problems; k = {r['k']} samples "
         f"per problem at temperature {r['eval_temperature']}, the same before and after.", "",
         "| | held-out accuracy |", "|---|---|",
@@ -322,6 +390,9 @@ def format_report(r: dict) -> str:
             f"{role} {b:.2f} -> {r['coach_after'][role]:.2f}" for role, b in r["coach_before"].items()) + ".", "",
         f"KL to the warm start at the last step: {r['kl_last_step']:.4f} per token." if r["kl_last_step"] is not None
         else "", "",
+        *confirmation_lines(r.get("confirmation")),
+        "CPU seconds by phase: " + ", ".join(f"{k} {v:.0f}" for k, v in r.get("cpu_s_by_phase", {}).items())
+        + f" ({r.get('threads')} torch threads).", "",
         "Curves: curves.png; every number: report.json, metrics.jsonl, eval_episodes.jsonl.",
     ]
     return "\n".join(lines) + "\n"

@@ -19,7 +19,6 @@ import json
 import random
 import shutil
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +29,16 @@ from transformers import AutoTokenizer
 
 from mappa_train import algo
 from mappa_train.config import ConfigError, TrainConfig, to_dict
+from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
 from mappa_train.learner import PolicyLearner, Sample, lr_at
-from mappa_train.metrics import METRICS_FILE, MetricsLogger, append_eval_episodes, append_train_episodes, plot_curves
+from mappa_train.metrics import (
+    METRICS_FILE,
+    MetricsLogger,
+    append_eval_episodes,
+    append_train_episodes,
+    cpu_seconds,
+    plot_curves,
+)
 
 SHARED = "shared"
 
@@ -149,11 +156,11 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
     mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(s.action_ids)) for s in samples], batch_first=True)
     old_t = torch.nn.utils.rnn.pad_sequence(old, batch_first=True)
     ref_t = torch.nn.utils.rnn.pad_sequence(ref, batch_first=True)
-    reward = torch.tensor([cfg.algo.reward_scale * (t.coach_reward + t.end_reward)
-                           for t in kept])
+    reward = torch.tensor([cfg.algo.reward_scale * (t.coach_reward + t.end_reward) for t in kept])
     roles = sorted({t.role for t in kept})
     episodes = {e: i for i, e in enumerate(sorted({str(t.episode_id) for t in kept}))}
     role_id = torch.tensor([roles.index(t.role) for t in kept])
+    metrics["no_spread_roles"] = no_spread_roles(reward, role_id, cfg.algo.std_floor)
     task_index = {task: i for i, task in enumerate(sorted({t.task_id for t in kept}))}
     advantages = algo.advantages(
         old_t, ref_t, mask, reward, beta=cfg.algo.beta, kl_in_loss=cfg.algo.kl_in_loss, scope=cfg.algo.scope,
@@ -179,19 +186,6 @@ def update(cfg: TrainConfig, learners: Mapping[str, Any], policy_of: Mapping[str
         weighted = (metrics[f"loss/{n}"] * metrics[f"tokens/{n}"] for n in learners if f"loss/{n}" in metrics)
         metrics["loss"] = sum(weighted) / tokens
     return metrics
-
-
-def logprob_gap(generator: Sequence[torch.Tensor], learner: Sequence[torch.Tensor],
-                warn_above: float) -> dict[str, float]:
-    """Mean and max |generator − learner| log-prob over action tokens; warns when the mean is above
-    `warn_above` (a broken weight sync, a template or dtype mismatch)."""
-    gap = torch.cat([(gen - learn.float()).abs() for gen, learn in zip(generator, learner)])
-    mean, biggest = float(gap.mean()), float(gap.max())
-    if mean > warn_above:
-        warnings.warn(f"generator and learner log-probs differ by {mean:.4f} on average (max {biggest:.3f}) > "
-                      f"algo.logprob_gap_warn={warn_above}: are the generator's weights synced and the dtypes "
-                      "the same?", stacklevel=2)
-    return {"logprob_gap_mean": mean, "logprob_gap_max": biggest}
 
 
 # ---- checkpoints ---------------------------------------------------------------------------------
@@ -340,6 +334,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+    use_available_cpus()
     torch.manual_seed(cfg.seed)
     model_path = resolve_model(cfg)
     for path in {model_path, *policy_paths(cfg, cfg.model.role_paths, model_path).values()}:
@@ -356,17 +351,18 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
         experience.sync(_weights(learners))
     log = MetricsLogger(out, cfg.log, resume_step=start, run_config=to_dict(cfg))
     progress = _progress(cfg, start)
+    empty = EmptySteps(cfg)
     for step in range(start, cfg.steps):
         if cfg.eval_every and step % cfg.eval_every == 0:
             log.log("eval", step, heldout_metrics(cfg, experience, step, out))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         result = experience.collect(tasks_for_step(experience.train_tasks, step, cfg), _seed(cfg, step), None)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), cpu_seconds()
         metrics = update(cfg, learners, policy_of, result.transitions, lr_at(step, cfg.learner, cfg.steps))
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), cpu_seconds()
         weights = _weights({n: learner for n, learner in learners.items() if not getattr(learner, "frozen", False)})
         experience.sync(weights)
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), cpu_seconds()
         if all(isinstance(w, Mapping) for w in weights.values()):  # Ray passes object refs: not sized here
             metrics["sync_bytes"] = float(sum(t.numel() * t.element_size()
                                               for w in weights.values() for t in w.values()))
@@ -374,10 +370,12 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
                        prompt_overflows=float(result.overflow), episode_failures=float(result.failed),
                        env_actions=float(sum(e.actions for e in result.episodes)),
                        stopped_episodes=float(sum(e.stopped is not None for e in result.episodes)),
-                       time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2)
+                       time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2,
+                       cpu_rollout_s=c1 - c0, cpu_update_s=c2 - c1, cpu_sync_s=c3 - c2)
         metrics.update({f"time_{k}": v for k, v in result.timing().items()})
         log.log("train", step + 1, metrics)
         append_train_episodes(out, step + 1, result.episodes)
+        empty.check(step + 1, metrics, result, before_stop=lambda: (progress.close(), log.close(), experience.close()))
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             save_checkpoint(out, step + 1, learners, cfg.keep_checkpoints)
         progress.update(1)
@@ -408,13 +406,15 @@ def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int,
     """Accuracy (mean outcome) and coach scores on every eval set, at eval temperature. With `out_dir`,
     each episode's outcome also goes to its eval_episodes.jsonl, for paired comparisons of steps."""
     out: dict[str, float] = {}
+    t0, c0 = time.perf_counter(), cpu_seconds()
     for name, tasks in experience.eval_tasks.items():
         chosen = [t for t in tasks[:cfg.eval_episodes] for _ in range(cfg.eval_samples)]
-        result = experience.collect(chosen, _seed(cfg, step) + 7, name)
+        result = experience.collect(chosen, eval_seed(cfg), name)
         for k, v in _episode_metrics(result).items():
             out[f"{name}/{k}"] = v
         if out_dir is not None:
             append_eval_episodes(out_dir, step, name, result.episodes, cfg.eval_samples)
+    out.update(time_eval_s=time.perf_counter() - t0, cpu_eval_s=cpu_seconds() - c0)
     return out
 
 
@@ -437,6 +437,12 @@ def _weights(learners: Mapping[str, Any]) -> dict[str, dict]:
 
 def _seed(cfg: TrainConfig, step: int) -> int:
     return (cfg.seed * 1_000_003 + step * 7919) % (2**31)
+
+
+def eval_seed(cfg: TrainConfig) -> int:
+    """The held-out episodes' seed (env and sampling seeds derive from it): the same at every evaluation,
+    so two evaluations of a run differ by the policy only, not by the dice."""
+    return _seed(cfg, 0) + 7
 
 
 def _has_eval(out: Path, step: int) -> bool:

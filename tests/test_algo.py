@@ -173,7 +173,8 @@ def test_normalize_per_role_turn_compares_samples_of_the_same_decision():
     mask = torch.cat([NMASK, torch.tensor([[1.0, 0.0]])])
     role, turn, task = (torch.cat([v, torch.tensor([w])]) for v, w in ((ROLE, 0), (TURN, 1), (TASK, 0)))
     out = algo.normalize_per_role_turn(x, mask, task, role, turn)
-    # rows 1 and 4 (returns 3 and 7): mean 5, std 2 -> -1 and +1; every other group has one member -> 0
+    # rows 1 and 4 (returns 3 and 7): mean 5, std 2 -> -1 and +1; every other group has one member: no
+    # reward spread, so x − μ unscaled, 0 here (one token, or row 0's two equal ones)
     expected = torch.tensor([[0.0, 0.0], [-1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
     assert torch.allclose(out, expected, atol=1e-6)
     with pytest.raises(ValueError, match="turn and task"):
@@ -199,3 +200,70 @@ def test_advantages_selects_the_normalisation():
     assert torch.allclose(got, algo.normalize_per_agent(rtg, NMASK, ROLE))
     with pytest.raises(ValueError, match="one of"):
         algo.advantages(old, old, NMASK, reward, normalization="per_task", agent=ROLE)
+
+
+# ---- no reward spread, no whitening: the KL is not turned into a signal ---------------------------
+# three actions of 2, 3 and 1 tokens; k1 KL per token chosen by hand; β = 0.01
+KMASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+KL = torch.tensor([[0.5, 0.25, 0.0], [1.0, 0.0, 2.0], [-0.5, 0.0, 0.0]])
+OLD = torch.zeros(3, 3)
+REF = OLD - KL  # kl_k1 = old − ref = KL
+
+
+def _kl_returns(beta=0.01):
+    # −β · Σ_{j≥i} kl_j within each row: [-.0075, -.0025 | -.03, -.02, -.02 | .005]
+    return algo.returns_to_go(-beta * KL * KMASK, KMASK)
+
+
+def test_an_all_fail_batch_gets_the_kl_at_its_own_size_not_unit_variance():
+    reward = torch.full((3,), 0.2)  # every action scored 2 (× reward_scale 0.1): no reward signal
+    adv = algo.advantages(OLD, REF, KMASK, reward)
+    kl_ret = _kl_returns()
+    m = KMASK.bool()
+    expected = torch.where(m, kl_ret - kl_ret[m].mean(), 0.0)  # the reward part is 0, the KL part unscaled
+    assert torch.allclose(adv, expected, atol=1e-7)
+    assert float(adv[m].std(unbiased=False)) < 0.02  # β-sized; whitening the returns made it exactly 1
+    returns = algo.returns_to_go(algo.token_rewards(reward, KL, KMASK), KMASK)
+    assert float(algo.whiten(returns, KMASK)[m].std(unbiased=False)) == pytest.approx(1.0, abs=1e-4)
+    # with the KL in the loss there is nothing left: exactly zero
+    assert torch.equal(algo.advantages(OLD, REF, KMASK, reward, kl_in_loss=True), torch.zeros(3, 3))
+
+
+def test_a_reward_spread_below_the_floor_is_no_signal_and_above_it_is_whitened():
+    m = KMASK.bool()
+    below = algo.advantages(OLD, REF, KMASK, torch.tensor([0.2, 0.2, 0.2 + 1e-5]))  # σ ≈ 5e-6 < 1e-4
+    assert float(below[m].std(unbiased=False)) < 0.02
+    reward = torch.tensor([0.2, 0.2, 0.9])  # a real difference: the reference formula, KL included
+    returns = algo.returns_to_go(algo.token_rewards(reward, KL, KMASK), KMASK)
+    expected = (returns - returns[m].mean()) / returns[m].std(unbiased=False)
+    assert torch.allclose(algo.advantages(OLD, REF, KMASK, reward), torch.where(m, expected, 0.0), atol=1e-6)
+    # the floor is in reward units: a spread of 0.05 is a signal at floor 1e-4 and none at floor 0.1
+    spread = torch.tensor([0.2, 0.25, 0.2])
+    assert float(algo.advantages(OLD, REF, KMASK, spread)[m].std(unbiased=False)) == pytest.approx(1.0, abs=1e-4)
+    assert float(algo.advantages(OLD, REF, KMASK, spread, std_floor=0.1)[m].std(unbiased=False)) < 0.05
+
+
+@pytest.mark.parametrize("how", ["per_role", "per_agent"])
+def test_per_role_a_role_without_spread_gets_no_advantage_the_other_is_whitened_as_before(how):
+    mask = torch.cat([KMASK, torch.tensor([[1.0, 1.0, 0.0]])])
+    kl = torch.cat([KL, torch.tensor([[0.0, 0.5, 0.0]])])
+    old, ref = torch.zeros(4, 3), -kl
+    role = torch.tensor([0, 0, 1, 1])
+    reward = torch.tensor([0.2, 0.2, 0.3, 0.9])  # role 0: both actions scored 2; role 1: 3 and 9
+    adv = algo.advantages(old, ref, mask, reward, normalization=how, agent=role)
+    returns = algo.returns_to_go(algo.token_rewards(reward, kl, mask), mask)
+    m0 = mask[:2].bool()
+    # μ: per role over tokens; per agent over actions (each action's return at its first token)
+    mean = returns[:2][m0].mean() if how == "per_role" else returns[:2, 0].mean()
+    assert torch.allclose(adv[:2], torch.where(m0, returns[:2] - mean, 0.0), atol=1e-7)
+    reference = (algo.normalize_per_role if how == "per_role" else algo.normalize_per_agent)(returns, mask, role)
+    assert torch.allclose(adv[2:], reference[2:], atol=1e-6)  # the reference formula where rewards differ
+    assert adv[2:][mask[2:].bool()].abs().max() > 0.5 > adv[:2].abs().max()
+
+
+def test_per_role_turn_a_group_of_one_multi_token_action_is_not_blown_up():
+    # one sample of a decision: its tokens' returns differ only by KL; before, (x − μ)/1e-4 made that ±hundreds
+    adv = algo.advantages(OLD, REF, KMASK, torch.tensor([0.2, 0.5, 0.9]), normalization="per_role_turn",
+                          agent=torch.tensor([0, 1, 2]), turn=torch.zeros(3, dtype=torch.long),
+                          task=torch.zeros(3, dtype=torch.long))
+    assert adv.abs().max() < 0.02

@@ -158,14 +158,13 @@ def test_failure_policies(stub):
 def test_concurrency_limit_bounds_requests_in_flight(stub):
     stub.delay_s = 0.2
     coach = stub_coach(stub, concurrency=4)
-    started = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
         scores = list(pool.map(coach.score, [request(i) for i in range(16)]))
-    elapsed = time.monotonic() - started
     assert all(s.ok for s in scores)
     assert stub.calls == 16
+    # the overlap itself, not a wall time (which a loaded machine stretches): requests were in flight
+    # together, never more than the limit
     assert 2 <= stub.max_in_flight <= 4
-    assert elapsed < 16 * 0.2 * 0.9  # loose: ~0.8 s expected (16/4 x 0.2); serial takes 3.2 s
 
 
 def test_async_scores_share_the_limit_and_work_across_event_loops(stub):

@@ -108,19 +108,32 @@ def test_each_action_gets_a_seed_fixed_by_its_episode_seed_and_position(sandbox)
 
 
 def test_a_slow_env_does_not_hold_the_others_back(sandbox):
-    """One task's coach calls take 1.5 s; the others' take none. In lock-step rounds every env waits
-    for it at every action; without the barrier the fast envs finish their episodes meanwhile."""
-    coach = LatencyCoach(lambda request: 1.5 if request.task == TASKS[0].prompt else 0.0)
+    """One task's coach calls are slow; the others' take none. In lock-step rounds every env waits
+    for it at every action; without the barrier the fast envs finish their episodes meanwhile.
+    "Slow" is an ordering, not a duration, so the verdict does not depend on the machine's load: in
+    async mode the slow task's first coach call returns only once five fast episodes have ended (or
+    after 120 s, when the driver would have held them back); in rounds mode it takes 1.5 s."""
     jobs = [(k, {"task_index": k % len(TASKS)}) for k in range(12)]
-
     order: dict[str, list[int]] = {}
     for schedule in ("async", "rounds"):
-        envs = make_envs(sandbox, 3, coach)
+        five_done = threading.Event()
+
+        def latency(request, schedule=schedule, five_done=five_done):
+            if request.task != TASKS[0].prompt:
+                return 0.0
+            if schedule == "rounds":
+                return 1.5
+            five_done.wait(120)
+            return 0.0
+
+        envs = make_envs(sandbox, 3, LatencyCoach(latency))
         driver = Driver(envs, SeededTeam(), schedule=schedule)
         finished = []
         try:
             for result in driver.play(jobs):
                 finished.append(result.episode)
+                if len(finished) >= 5:
+                    five_done.set()
         finally:
             for env in envs:
                 env.close()

@@ -6,6 +6,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -42,6 +43,8 @@ def sandbox():
 
 def make(sandbox, **kwargs):
     kwargs.setdefault("tasks", [TASK])
+    # time is not what these tests check: a cell may take 10x its quiet time on a loaded machine
+    kwargs.setdefault("limits", {"cell_timeout_s": 120})
     return mappa_envs.make("MathChat-v0", sandbox=sandbox, **kwargs)
 
 
@@ -157,15 +160,24 @@ def test_safe_text_cases():
     assert safe_text("plain ünïcode ✓") == "plain ünïcode ✓"
 
 
+# The work is bounded: the walk reads only files written since the episode began (where a leak by this
+# env would be; an unisolated sandbox walks the host's /tmp and home, which can hold gigabytes), at most
+# 4 MiB each, and stats the rest; a planted file shows that this filter does not blind it.
 PROBE = f"""
 import os
 needle = {ANSWER[:4]!r} + {ANSWER[4:]!r}
+since = SINCE
+control = f"/tmp/probe-control-{{os.getpid()}}"
+with open(control, "w") as f:  # a planted leak: the walk must find it, or it proves nothing
+    f.write(needle)
 hits = [f"env {{k}}" for k, v in os.environ.items() if needle in k or needle in v]
 for top in (".", "/tmp", os.path.expanduser("~")):
     for root, dirs, files in os.walk(top):
         for name in files:
             path = os.path.join(root, name)
             try:
+                if os.lstat(path).st_mtime < since:
+                    continue
                 with open(path, "rb") as f:
                     if needle.encode() in f.read(1 << 22):
                         hits.append(path)
@@ -179,19 +191,21 @@ for pid in os.listdir("/proc"):
                     hits.append(f"/proc/{{pid}}/{{part}}")
         except OSError:
             pass
-print("HITS", hits)
+os.remove(control)
+print("HITS", ["CONTROL" if h == control else h for h in hits])
 """
 
 
 def test_the_mathchat_answer_is_not_in_the_workspace_env_or_processes(sandbox):
     env = make(sandbox)
     try:
+        since = time.time() - 2  # a file system's mtime may lag the clock a little
         env.reset(seed=0)
         env.step("Let the executor look around.")
-        env.step(cell(PROBE))
+        env.step(cell(PROBE.replace("SINCE", repr(since))))
         result = env.last_action.tool_results[0]
         assert result.ok, result
-        assert result.stdout.strip() == "HITS []", result.stdout
+        assert result.stdout.strip() == "HITS ['CONTROL']", result.stdout  # the planted one only
     finally:
         env.close()
 

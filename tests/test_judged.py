@@ -160,3 +160,18 @@ def test_the_rollout_marks_actions_whose_inputs_were_broken_upstream():
         sandbox.close()
     assert [(t.role, t.excused) for t in rollout.transitions] == [
         ("data_engineer", False), ("modeler", True), ("analyst", True)]
+
+
+def test_a_step_whose_scores_are_all_equal_trains_on_the_kl_alone_and_says_so():
+    """Every verifier action scored 2: no reward spread, so the advantages the learner gets are the KL
+    term at its own size, not KL noise whitened to unit variance; the step counts the role as having
+    no spread. Old log-probs are the generator's, 0.1 below the reference's: k1 KL = −0.1 per token,
+    so with β = 0.01 the returns of a 3-token action are the reward + 0.003, 0.002, 0.001."""
+    ts = [transition(i, 3, reward=2.0) for i in range(1, 5)]
+    metrics, learner = run_update(ts, "algo.old_logprobs=generator", offset=0.1)
+    assert metrics["no_spread_roles"] == 1
+    for s in learner.trained:  # centred, not divided by σ ≈ 8e-4 (that gave ±1.22)
+        assert torch.allclose(s.advantages, torch.tensor([0.001, 0.0, -0.001]), atol=1e-6)
+    metrics, learner = run_update([transition(1, 3, reward=2.0), transition(2, 3, reward=9.0)])
+    assert metrics["no_spread_roles"] == 0
+    assert learner.trained[0].advantages.mean() < 0 < learner.trained[1].advantages.mean()

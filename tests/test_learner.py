@@ -199,3 +199,20 @@ def test_a_learner_starts_after_the_process_group_was_destroyed_and_remade(model
                           env={**os.environ, "DS_ACCELERATOR": "cpu"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("ok")
+
+
+def test_several_minibatches_and_epochs_make_the_clip_bind(model_dir):
+    """One mini-batch, one epoch (the presets): π/π_old = 1 at the only step, the clip cannot bind.
+    Three mini-batches × two epochs at a large learning rate: the later steps see a moved policy and
+    the clip zeroes some tokens' gradients; the learner counts both the steps and those tokens."""
+    samples = make_samples(12, seed=3)
+    one = PolicyLearner(model_dir, LearnerConfig(lr=0.05, train_batch_size=64), AlgoConfig())
+    prepare(one, samples)
+    m = one.train(samples, lr=0.05)
+    assert (m["optimizer_steps"], m["clip_frac"], m["clip_bound"]) == (1.0, 0.0, 0.0)
+    many = PolicyLearner(model_dir, LearnerConfig(lr=0.05, train_batch_size=4), AlgoConfig(epochs=2))
+    prepare(many, samples)
+    m = many.train(samples, lr=0.05)
+    assert m["optimizer_steps"] == 6.0
+    assert 0 < m["clip_bound"] <= m["clip_frac"] <= 1
+    assert m["tokens"] == sum(len(s.action_ids) for s in samples)

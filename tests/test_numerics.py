@@ -35,10 +35,11 @@ def test_equal_coach_scores_give_bounded_advantages():
     old = torch.randn(64, 20)
     ref = old + 1e-4 * torch.randn(64, 20)  # a whisper of KL: all that tells the returns apart (σ ~ 1e-6)
     reward = torch.full((64,), 7.0)  # every action scored 7
-    adv = algo.advantages(old, ref, mask, reward, std_floor=1e-4)
-    assert adv.abs().max() < 0.2  # near 0, not that whisper blown up to unit size
-    unfloored = algo.advantages(old, ref, mask, reward, std_floor=1e-12)
-    assert unfloored.abs().max() > 1  # what the floor prevents
+    for floor in (1e-4, 1e-12):  # no reward spread: nothing is whitened, whatever the floor
+        adv = algo.advantages(old, ref, mask, reward, std_floor=floor)
+        assert adv.abs().max() < 1e-4  # the whisper at its own size, not blown up to unit size
+    returns = algo.returns_to_go(algo.token_rewards(reward, old - ref, mask), mask)
+    assert algo.whiten(returns, mask, std_floor=1e-12).abs().max() > 1  # what deciding by the rewards prevents
     varied = algo.advantages(old, ref, mask, torch.arange(64.0))  # real differences are whitened as before
     assert abs(float(varied[mask.bool()].std(unbiased=False)) - 1) < 1e-3
 

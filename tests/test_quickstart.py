@@ -79,7 +79,7 @@ def test_product_sum_families_are_disjoint_by_text_and_computed(family, digits, 
 def test_quickstart_small_writes_a_complete_report(tmp_path):
     out = tmp_path / "qs"
     rc = main(["quickstart", "--out", str(out), "--sft-episodes", "8", "--sft-short-steps", "2", "--sft-steps", "1",
-               "--n-boot", "500",
+               "--n-boot", "500", "--confirmation-problems", "2",
                "steps=2", "eval_every=1", "eval_episodes=3", "eval_samples=2", "env.eval_sets={heldout: {split: eval, "
                "num_tasks: 3}}", "rollout.num_envs=4", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
                "generation.max_new_tokens=16", "log.progress=false"])
@@ -104,6 +104,19 @@ def test_quickstart_small_writes_a_complete_report(tmp_path):
     assert "95% interval" in text
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "final" / "shared" / "tokenizer.json").exists()
+    # the confirmation set: the 2 eval-stream problems after the dev set's 3, evaluated before and after only
+    c = report["confirmation"]
+    assert (c["problems"], c["overlapping"], c["overlapping_dev"]) == (2, 0, 0)
+    assert c["accuracy_before"] + c["accuracy_delta"] == pytest.approx(c["accuracy_after"])
+    assert c["accuracy_delta_ci95"][0] <= c["accuracy_delta"] <= c["accuracy_delta_ci95"][1]
+    played = {(r["step"], r["set"]) for r in map(json.loads, (out / "eval_episodes.jsonl").read_text().splitlines())}
+    assert {s for s, name in played if name == "confirmation"} == {0, 2}  # not at step 1: never during training
+    assert "Confirmation set" in text
+    phases = report["cpu_s_by_phase"]
+    assert set(phases) >= {"warm_start", "teacher", "rollout", "update", "eval", "confirmation"}
+    assert phases["warm_start"] > 0
+    assert phases["eval"] > 0
+    assert report["threads"] >= 1
 
 
 def test_the_noisy_teacher_plays_the_same_episodes_whatever_the_batch_and_timing():
@@ -130,3 +143,49 @@ def test_the_noisy_teacher_plays_the_same_episodes_whatever_the_batch_and_timing
     one, four = play(1), play(4)
     assert one == four
     assert len({texts for _, texts in one}) > 1  # the coin flips differ between episodes
+
+
+def test_the_confirmation_set_is_the_eval_pool_the_dev_set_leaves_out():
+    """The preset's confirmation problems: the 34 of digit_product_sum's 82 eval problems after the dev
+    set's 48, disjoint by text from the dev set and from the 512 training problems."""
+    from mappa_envs.mathchat.tasks import synthetic_tasks
+    from mappa_train.config import load_config
+    from mappa_train.confirmation import confirmation_tasks
+    from mappa_train.quickstart import PRESET, heldout_kwargs
+
+    cfg = load_config(PRESET, [])
+    records, overlap = confirmation_tasks(cfg, heldout_kwargs(cfg))
+    pool = synthetic_tasks(82, split="eval", families=["digit_product_sum"])
+    dev = {t.prompt for t in pool[:cfg.eval_episodes]}
+    assert len(records) == 34
+    assert {r["prompt"] for r in records} == {t.prompt for t in pool} - dev
+    assert overlap == {"training_problems": 512, "overlapping": 0, "overlapping_dev": 0}
+
+
+def test_the_summary_over_seeds_is_a_t_interval_and_keeps_each_seeds_bootstrap(tmp_path):
+    from mappa_train.config import ConfigError
+    from mappa_train.seeds import over_seeds, parse_seeds, summarise, t_quantile
+
+    assert parse_seeds("0, 1,2") == [0, 1, 2]
+    for bad in ("0", "0,0", "a,b"):
+        with pytest.raises(ConfigError, match="--seeds"):
+            parse_seeds(bad)
+    # 0.1, 0.2, 0.6: mean 0.3, sd 0.2646; t(0.975, 2) = 4.303 -> half-width 0.6572
+    s = over_seeds([0.1, 0.2, 0.6])
+    assert s["mean"] == pytest.approx(0.3)
+    assert s["ci95"] == pytest.approx([0.3 - 0.6572, 0.3 + 0.6572], abs=1e-3)
+    assert t_quantile(30) == pytest.approx(2.042, abs=2e-3)  # beyond the table
+    for seed, (before, after) in enumerate([(0.1, 0.3), (0.2, 0.3)]):
+        run = tmp_path / f"seed_{seed}"
+        run.mkdir()
+        block = {"accuracy_before": before, "accuracy_after": after, "accuracy_delta": after - before,
+                 "accuracy_delta_ci95": [-0.1, 0.4]}
+        run.joinpath("report.json").write_text(json.dumps({**block, "heldout_problems": 48, "wall_s": 60.0,
+                                                           "cpu_s": 90.0, "confirmation": {**block, "problems": 34}}))
+    text = summarise(tmp_path, [0, 1])
+    summary = json.loads((tmp_path / "seeds.json").read_text())
+    assert summary["dev"]["delta"]["mean"] == pytest.approx(0.15)
+    assert summary["confirmation"]["problems"] == 34
+    assert summary["dev"]["per_seed"]["1"]["accuracy_delta_ci95"] == [-0.1, 0.4]
+    assert "+0.150" in text
+    assert "| 1 | 0.200 | 0.300 | +0.100 [-0.100, +0.400] |" in text

@@ -24,11 +24,11 @@ def _cmd(out) -> list[str]:
 
 
 def same_metrics(a: dict, b: dict) -> None:
-    """Two runs' metric rows match: timings aside, floats to 1e-5 relative. A logprob_gap_* is itself a
+    """Two runs' metric rows match: timings (wall, CPU) aside, floats to 1e-5 relative. A logprob_gap_* is itself a
     difference of two float32 computations (a few ulps, ~1e-7): its exact value is rounding noise that
     can move by an ulp between runs, so it matches to 1e-5 absolute, far below the 1e-3 a stale weight shows."""
-    keys = {k for k in a if not k.startswith("time_")}
-    assert keys == {k for k in b if not k.startswith("time_")}
+    keys = {k for k in a if not k.startswith(("time_", "cpu_"))}
+    assert keys == {k for k in b if not k.startswith(("time_", "cpu_"))}
     for k in keys:
         if isinstance(b[k], float):
             tol = {"abs": 1e-5} if k.startswith("logprob_gap") else {"rel": 1e-5, "abs": 1e-7}

@@ -147,3 +147,69 @@ def test_roles_with_their_own_base_models(tmp_path):
     assert sizes == {"problem_solver": 128, "code_executor": 128, "verifier": 64}
     vocab = {r: len(AutoTokenizer.from_pretrained(out / "final" / r)) for r in ("problem_solver", "verifier")}
     assert vocab["verifier"] == len(AutoTokenizer.from_pretrained(small)) != vocab["problem_solver"]
+
+
+@pytest.mark.slow
+def test_every_evaluation_plays_the_same_dice(tmp_path):
+    """Held-out episodes get the same env and sampling seeds at every evaluation: the same weights
+    evaluated at step 0 and at step 8 sample the very same tokens, so a change between two
+    evaluations of a run is the policy's, not the dice's."""
+    from mappa_train.train import eval_seed, heldout_metrics, local_experience, resolve_model
+
+    cfg = load_config(None, TINY + [f"out_dir={tmp_path}", "generation.eval_temperature=1.0"])
+    experience = local_experience(cfg, resolve_model(cfg))
+    seen = []
+    play = experience.collect
+
+    def recording(tasks, seed, eval_set, offset=0):
+        result = play(tasks, seed, eval_set, offset)
+        seen.append((seed, [t.action_ids for t in result.transitions]))
+        return result
+
+    experience.collect = recording
+    try:
+        heldout_metrics(cfg, experience, 0)
+        heldout_metrics(cfg, experience, 8)
+        other = load_config(None, TINY + [f"out_dir={tmp_path}", "seed=1"])
+        assert eval_seed(other) != eval_seed(cfg)  # a training seed does move the dice, once for all evaluations
+    finally:
+        experience.close()
+    (s0, ids0), (s8, ids8) = seen
+    assert s0 == s8 == eval_seed(cfg)
+    assert ids0 == ids8
+    assert ids0
+
+
+def _quickstart_on_a_random_model(tmp_path, *extra):
+    """`mappa train --config configs/quickstart.yaml` on a random tiny model (no warm start), made small:
+    at 4 new tokens every action is cut at max_new_tokens, so with mask_length_cut nothing trains."""
+    from mappa_cli.main import main
+
+    return main(["train", "--config", "configs/quickstart.yaml", f"out_dir={tmp_path}", "eval_every=0",
+                 "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
+                 "generation.max_new_tokens=4", "log.progress=false", "log.plot=false", *extra])
+
+
+@pytest.mark.slow
+def test_a_run_that_trains_on_nothing_stops_with_the_cause_and_the_fix(tmp_path, capsys):
+    with pytest.warns(UserWarning, match=r"step 1 trained on nothing: trained on 0 of \d+ actions \(\d+ cut at "
+                                         r"generation.max_new_tokens=4\); raise generation.max_new_tokens"):
+        rc = _quickstart_on_a_random_model(tmp_path, "steps=3")  # max_empty_steps: 3 by default
+    assert rc != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]  # one line, after the model loaders' progress bars
+    assert "3 steps in a row trained on nothing" in last
+    assert "raise generation.max_new_tokens" in last
+    rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [(r["step"], r["actions"]) for r in rows] == [(1, 0.0), (2, 0.0), (3, 0.0)]
+    assert all(r["length_cut"] > 0 for r in rows)
+    assert not (tmp_path / "final").exists()  # no "done" model
+
+
+@pytest.mark.slow
+def test_max_empty_steps_zero_warns_every_step_and_finishes(tmp_path):
+    with pytest.warns(UserWarning, match="trained on nothing") as caught:
+        assert _quickstart_on_a_random_model(tmp_path, "steps=2", "max_empty_steps=0") == 0
+    assert sorted({str(w.message).split(" trained")[0] for w in caught if "trained on nothing" in str(w.message)}) \
+        == ["step 1", "step 2"]
