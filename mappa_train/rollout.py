@@ -242,7 +242,8 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
         transitions.append(Transition(
             role=turn.role, policy=route[turn.role], prompt_ids=action.prompt_ids,
             action_ids=list(action.generation.token_ids), logprobs=list(action.generation.logprobs),
-            coach_reward=float(record.reward if getattr(record, "share", None) is None else record.share),  # backprop: its share
+            coach_reward=float(record.reward if getattr(record, "share", None) is None  # backprop: its share
+                               else record.share),
             coach_ok=ok, end_reward=0.0,
             outcome_reward=float(outcome.get("score") or 0.0), episode_id=episode_id,
             action_index=turn.action_index, turn_index=action.turn_index, task_id=str(result.task_id or ""),

@@ -139,9 +139,8 @@ SYSTEM = ("You assign credit for a team's result. Agents acted in turn on one ta
 def episode_messages(requests: Sequence[CoachRequest], outcome: float, max_chars: int = 8000) -> list[dict]:
     """The one prompt that shows the whole episode: task, every action with its facts, the outcome."""
     per = max(200, max_chars // max(1, len(requests)))
-    texts = [clip(r.action, per) for r in requests] + [clip(r.task, 2000)]
-    outputs = [clip("\n".join((t.get("stdout") or "") + (t.get("stderr") or "") for t in r.tool_results), per // 2)
-               for r in requests]
+    texts = [clip(r.action, per) for r in requests] + [clip(requests[0].task if requests else "", 2000)]
+    outputs = [clip(_tool_text(r.tool_results), per // 2) for r in requests]
     mark = fence_mark(*texts, *outputs)
     parts = ["## Task", fenced(texts[-1], mark)]
     for i, (r, out) in enumerate(zip(requests, outputs)):
@@ -153,6 +152,10 @@ def episode_messages(requests: Sequence[CoachRequest], outcome: float, max_chars
     keys = ", ".join(f'"A{i}"' for i in range(len(requests)))
     parts.append(f"Reply with JSON only: an object with the keys {keys}, each an integer 0-10.")
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def _tool_text(results: list[dict]) -> str:
+    return "\n".join(str(t.get("stdout") or "") + str(t.get("stderr") or "") for t in results)
 
 
 def episode_schema(n: int) -> dict:
@@ -219,7 +222,7 @@ def llm_judgement(coach, requests: Sequence[CoachRequest], outcome: float) -> Ep
                                     calls)
         format_retried = True
         kwargs["messages"] = kwargs["messages"] + [
-            {"role": "user", "content": f"Your reply could not be used: {problem}. Answer again in exactly the format."}]
+            {"role": "user", "content": f"Your reply could not be used: {problem}. Answer again, in that format."}]
 
 
 # ---- the env's hook ---------------------------------------------------------------------------
