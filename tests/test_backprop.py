@@ -57,11 +57,13 @@ def _request(**kw) -> CoachRequest:
 
 
 def test_rule_quality_reads_checks_and_excuses_broken_inputs():
-    assert rule_quality(_request(action="x", checks={"answer_present": True, "answer_correct": False})) == 0.5
+    assert rule_quality(_request(action="x", checks={"answer_present": True, "answer_correct": False})) == 0.0
+    assert rule_quality(_request(action="x", checks={"answer_present": False, "code_present": False})) == 0.25
     assert rule_quality(_request(action="x", checks={"inputs_ready": False, "submission_valid": False})) == 1.0
     assert rule_quality(_request(action="   ", checks={"answer_correct": True})) == 0.0
     assert rule_quality(_request(action="x", checks={"printed_answer_correct": False})) == 1.0  # a bonus-only check
-    assert rule_quality(_request(action="x", tool_results=[{"ok": False}])) == 0.0
+    assert rule_quality(_request(action="x", tool_results=[{"ok": False}])) == 0.5
+    assert rule_quality(_request(action="x", checks={"answer_correct": True})) == 1.0
 
 
 def _play(fault: str, coach=None, **kw):

@@ -33,6 +33,9 @@ from mappa_envs.coach.types import INPUTS_READY, Coach, CoachRequest, CoachScore
 from mappa_envs.core.untrusted import clip, fence_mark, fenced
 
 _NOT_JUDGEMENTS = {INPUTS_READY, "printed_answer_correct"}  # not a verdict on the action (a bonus-only check)
+# A failed decisive check means the action did not do its job (quality 0); any other failed check, or a
+# tool call that raised (a cell may err and be fixed next), halves the quality.
+DECISIVE = {"answer_correct", "submission_valid", "expected_files_present", "features_consistent"}
 
 
 @dataclass
@@ -80,16 +83,18 @@ def shares(qualities: Sequence[float], outcome: float) -> tuple[list[float], lis
 
 
 def rule_quality(request: CoachRequest) -> float:
-    """From the env's facts alone: the fraction of the action's own checks it passed (tool calls that
-    ran count as one). An excused action (inputs broken upstream) passes through: quality 1."""
+    """From the env's facts alone: 0 when a decisive check failed (or the action is empty), halved for each
+    other failed check or failing tool call, else 1. An excused action (inputs broken upstream) passes
+    through: quality 1, since what it received, not what it did, explains the outcome below it."""
     if excused(request.checks):
         return 1.0
     if not request.action.strip():
         return 0.0
-    passed = [bool(v) for k, v in request.checks.items() if k not in _NOT_JUDGEMENTS]
-    if request.tool_results:
-        passed.append(all(r.get("ok", True) and not r.get("timed_out") for r in request.tool_results))
-    return sum(passed) / len(passed) if passed else 1.0
+    failed = [k for k, v in request.checks.items() if k not in _NOT_JUDGEMENTS and not v]
+    if any(k in DECISIVE for k in failed):
+        return 0.0
+    tools_failed = any(not r.get("ok", True) or r.get("timed_out") for r in request.tool_results)
+    return 0.5 ** (len(failed) + tools_failed)
 
 
 def judge(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> EpisodeJudgement:
