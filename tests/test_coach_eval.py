@@ -11,7 +11,7 @@ import pytest
 from mappa_envs.coach import LLMCoach, LLMCoachConfig, RuleCoach
 from mappa_envs.coach.types import CoachScore
 from mappa_train.evaluation import coachmetrics as cm
-from mappa_train.evaluation.coacheval import PROBES, card, evaluate, play, record_all
+from mappa_train.evaluation.coacheval import PROBES, evaluate, play, record_all
 from tests.openai_stub import StubServer
 
 MATH = {"task_source": "synthetic", "num_tasks": 3, "split": "eval"}

@@ -81,12 +81,10 @@ class _ProbeTeam:
 
 def task_type(env_id: str, task) -> str:
     """MathChat: the problem family; DSBench: classification / regression (from its metric)."""
-    if env_id == "DSBench-v0":
-        from mappa_envs.dsbench.metrics import get_metric
-        from mappa_envs.dsbench.tasks import NUMBER
+    if env_id == "DSBench-v0" and task.meta.get("metric"):
+        from mappa_envs.coach.stateful import metric_kind
 
-        metric = task.meta.get("metric")
-        return "regression" if metric and get_metric(metric).predicts == NUMBER else "classification"
+        return metric_kind(task.meta["metric"])
     return str(task.meta.get("family", "math"))
 
 
