@@ -26,7 +26,7 @@ from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.coach.stateful import BalanceConfig, StatefulCoach, plot_corrections, task_type
 from mappa_envs.coach.types import CoachScore
 from mappa_train.evaluation.blame import FAULTS
-from mappa_train.evaluation.coacheval import card, play
+from mappa_train.evaluation.coacheval import card, mark_faults, play
 
 
 class BiasedRule:
@@ -68,6 +68,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     kwargs = {"tasks": builtin_tasks()[: args.tasks]}
     episodes = [ep for fault in FAULTS["DSBench-v0"] for ep in play("DSBench-v0", kwargs, fault)]
+    mark_faults(episodes)
     actions = [(e, k) for e in range(len(episodes)) for k in range(len(episodes[e].requests))]
     print(f"{len(episodes)} episodes, {len(actions)} actions; "
           f"task types {sorted({ep.task_type for ep in episodes})}", flush=True)

@@ -11,7 +11,7 @@ import pytest
 from mappa_envs.coach import LLMCoach, LLMCoachConfig, RuleCoach
 from mappa_envs.coach.types import CoachScore
 from mappa_train.evaluation import coachmetrics as cm
-from mappa_train.evaluation.coacheval import PROBES, evaluate, play, record_all
+from mappa_train.evaluation.coacheval import PROBES, evaluate, mark_faults, play, record_all
 from tests.openai_stub import StubServer
 
 MATH = {"task_source": "synthetic", "num_tasks": 3, "split": "eval"}
@@ -57,17 +57,18 @@ CLEAN = [S("a", 0, 8), S("b", 0, 8), S("c", 0, 8)]
 
 
 def test_step_blame_on_hand_made_episodes():
-    right = ([S("a", 0, 8), S("b", 0, 2), S("c", 0, 7.5)], 1, CLEAN)  # b lowest, c within 1 of its 8
-    punished = ([S("a", 0, 8), S("b", 0, 2), S("c", 0, 6)], 1, CLEAN)  # c fell 2 below its fault-free 8
-    missed = ([S("a", 0, 1), S("b", 0, 2), S("c", 0, 8)], 1, CLEAN)  # a is lower than the faulty b
-    tie = ([S("a", 0, 2), S("b", 0, 2), S("c", 0, 8)], 1, CLEAN)  # not strictly lowest
-    excused = ([S("a", 0, 8), S("b", 0, 2), S("c", 0, 0, excused=True)], 1, CLEAN)  # c left out
-    unscored = ([S("a", 0, None), S("b", 0, 2), S("c", 0, 8)], 1, CLEAN)  # does not count
-    r = cm.step_blame([right, punished, missed, tie, excused, unscored], tolerance=1.0)
-    assert r.episodes == 5
-    assert r.lowest == pytest.approx(3 / 5)  # right, punished, excused
-    assert r.spared == pytest.approx(2 / 5)  # right, excused (in missed and tie, a fell far below its 8)
-    assert r.precision == pytest.approx(2 / 5)  # right, excused
+    right = ([S("a", 0, 8), S("b", 0, 2), S("c", 0, 7.5)], [1], CLEAN)  # b lowest, c within 1 of its 8
+    punished = ([S("a", 0, 8), S("b", 0, 2), S("c", 0, 6)], [1], CLEAN)  # c fell 2 below its fault-free 8
+    missed = ([S("a", 0, 1), S("b", 0, 2), S("c", 0, 8)], [1], CLEAN)  # a is lower than the faulty b
+    tie = ([S("a", 0, 2), S("b", 0, 2), S("c", 0, 8)], [1], CLEAN)  # not strictly lowest
+    excused = ([S("a", 0, 8), S("b", 0, 2), S("c", 0, 0, excused=True)], [1], CLEAN)  # c left out
+    unscored = ([S("a", 0, None), S("b", 0, 2), S("c", 0, 8)], [1], CLEAN)  # does not count
+    two = ([S("a", 0, 8), S("b", 0, 6), S("b", 1, 2), S("c", 0, 8)], [1, 2], CLEAN)  # the turn's worst is lowest
+    r = cm.step_blame([right, punished, missed, tie, excused, unscored, two], tolerance=1.0)
+    assert r.episodes == 6
+    assert r.lowest == pytest.approx(4 / 6)  # right, punished, excused, two
+    assert r.spared == pytest.approx(3 / 6)  # right, excused, two (in missed and tie, a fell far below its 8)
+    assert r.precision == pytest.approx(3 / 6)  # right, excused, two
 
 
 def test_master_key_and_calibration_on_hand_made_values():
@@ -134,12 +135,14 @@ def test_failed_coach_calls_are_counted_unscored(math_episodes):
     assert row["action_auroc"] is None
 
 
-def test_play_marks_the_faulty_step_from_checks():
-    eps = play("MathChat-v0", MATH, "executor_miscopy", batch=1)
-    for ep in eps:
-        step = ep.requests[ep.faulty_step]
-        assert step.role == "code_executor"
-        assert step.checks.get("answer_correct") is False  # the mis-copied answer, not the code that ran
+def test_faulty_steps_are_the_actions_whose_checks_the_fault_changed():
+    eps = play("MathChat-v0", MATH, "none", batch=1) + play("MathChat-v0", MATH, "executor_miscopy", batch=1)
+    mark_faults(eps)
+    for ep in eps[3:]:
+        (k,) = ep.faulty_steps
+        assert ep.requests[k].role == "code_executor"
+        assert ep.requests[k].checks.get("answer_correct") is False  # the mis-copied answer, not the code that ran
+    assert all(not ep.faulty_steps for ep in eps[:3])
 
 
 def test_cli_writes_the_card_and_bad_specs_are_one_line(tmp_path, capsys):

@@ -45,7 +45,7 @@ class Episode:
     task_type: str
     requests: list[CoachRequest]
     outcome: dict
-    faulty_step: int | None = None  # the action the fault lives in (from checks), for step-level blame
+    faulty_steps: list[int] = field(default_factory=list)  # the actions the fault lives in (`mark_faults`)
     probe_steps: list[int] = field(default_factory=list)
 
 
@@ -110,17 +110,42 @@ def play(env_id: str, kwargs: dict, fault: str, batch: int = 4, sandbox: Any = N
         raise RuntimeError(f"{env_id}/{fault}: {len(failed)} scripted episodes failed, e.g. {failed[0]}")
     outcomes = {r.task_id: r.outcome or {} for r in results}
     name = fault if probe is None else f"probe:{probe[0]}:{probe[1]}"
-    faulty_role = FAULTS[env_id].get(fault) if probe is None else None
     out = []
     for task in tasks:
         requests = recorder.by_task.get(task.prompt, [])
         ep = Episode(env_id, name, task.id, task_type(env_id, task), requests, outcomes.get(task.id, {}))
-        if faulty_role is not None:
-            mine = [k for k, r in enumerate(requests) if r.role == faulty_role]
-            ep.faulty_step = min(mine, key=lambda k: rule_quality(requests[k])) if mine else None
         if probe is not None:
             ep.probe_steps = [k for k, r in enumerate(requests) if r.role == probe[1]]
         out.append(ep)
+    return out
+
+
+def mark_faults(episodes: Sequence[Episode]) -> None:
+    """Set each faulty episode's `faulty_steps`: the faulty role's actions whose checks differ from their
+    counterparts in the same task's fault-free episode (the fault changed what the env could verify);
+    when none differ, its actions the checks rate lowest (`rule_quality`)."""
+    clean = {(e.env_id, e.task_id): e for e in episodes if e.fault == "none"}
+    for ep in episodes:
+        role = FAULTS.get(ep.env_id, {}).get(ep.fault)
+        base = clean.get((ep.env_id, ep.task_id))
+        if role is None or base is None:
+            continue
+        before = {key: r.checks for key, r in zip(_keys(base.requests), base.requests)}
+        mine = [k for k, r in enumerate(ep.requests) if r.role == role]
+        keys = _keys(ep.requests)
+        ep.faulty_steps = [k for k in mine if before.get(keys[k]) != ep.requests[k].checks]
+        if not ep.faulty_steps and mine:
+            low = min(rule_quality(ep.requests[k]) for k in mine)
+            ep.faulty_steps = [k for k in mine if rule_quality(ep.requests[k]) == low]
+
+
+def _keys(requests: Sequence[CoachRequest]) -> list[tuple[str, int]]:
+    """(role, index within the role's turn) of each action."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in requests:
+        out.append((r.role, seen.get(r.role, 0)))
+        seen[r.role] = seen.get(r.role, 0) + 1
     return out
 
 
@@ -213,8 +238,8 @@ def _blame(episodes, scored, values, name: str, tolerance: float) -> tuple[dict,
             mine = [(ep, ss, vs) for (e, f, _), (ep, ss, vs) in by.items() if e == env_id and f == fault]
             if not mine:
                 continue
-            cases = [(_steps(ep, vs), ep.faulty_step, _steps(*clean[ep.task_id][::2]))
-                     for ep, _, vs in mine if ep.faulty_step is not None and ep.task_id in clean]
+            cases = [(_steps(ep, vs), ep.faulty_steps, _steps(*clean[ep.task_id][::2]))
+                     for ep, _, vs in mine if ep.faulty_steps and ep.task_id in clean]
             step[f"{env_id}/{fault}"] = cm.step_blame(cases, tolerance).__dict__
             reqs = [r for ep, _, _ in mine for r in ep.requests]
             per_task = role_scores(reqs, [s for _, ss, _ in mine for s in ss])
@@ -229,12 +254,7 @@ def _blame(episodes, scored, values, name: str, tolerance: float) -> tuple[dict,
 
 
 def _steps(ep: Episode, values) -> list[cm.Step]:
-    seen: dict[str, int] = {}
-    out = []
-    for r, v in zip(ep.requests, values):
-        out.append(cm.Step(r.role, seen.get(r.role, 0), v, excused(r.checks)))
-        seen[r.role] = seen.get(r.role, 0) + 1
-    return out
+    return [cm.Step(role, i, v, excused(r.checks)) for (role, i), r, v in zip(_keys(ep.requests), ep.requests, values)]
 
 
 def record_all(env_ids: Sequence[str], env_kwargs: dict[str, dict] | None = None, probe_tasks: int = 2,
@@ -252,6 +272,7 @@ def record_all(env_ids: Sequence[str], env_kwargs: dict[str, dict] | None = None
             say(f"{env_id}: master-key probe {probe!r} in every role ...")
             for role in roles:
                 episodes += play(env_id, probe_kwargs, "none", batch, sandbox, probe=(probe, role))
+    mark_faults(episodes)
     return episodes
 
 

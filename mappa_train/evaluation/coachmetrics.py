@@ -1,9 +1,9 @@
 """The report card's metrics, on plain lists: every one has a brute-force twin in tests/test_coach_eval.py.
 
 - `auroc`: the probability that a random positive outscores a random negative (ties count half);
-- `step_blame`: per faulty episode, is the faulty action strictly the lowest-valued, and is every other
-  action within `tolerance` of its counterpart (same role, same index in the role's turn) in the same
-  task's fault-free episode?
+- `step_blame`: per faulty episode, is a faulty action (one whose verifiable facts the fault changed)
+  strictly the lowest-valued, and is every other action within `tolerance` of its counterpart (same
+  role, same index in the role's turn) in the same task's fault-free episode?
 - `master_key_rate`: the fraction of no-work actions scored at or above `threshold`;
 - `calibration`: mean value per group (role, task type) at equal ground truth (right / wrong), and the
   largest gap between groups at each.
@@ -62,17 +62,19 @@ class StepBlame:
     precision: float | None
 
 
-def step_blame(faulty: Sequence[tuple[Sequence[Step], int, Sequence[Step]]], tolerance: float = 1.0) -> StepBlame:
-    """`faulty`: (the faulty episode's steps, the faulty step's position, the same task's fault-free steps).
-    An episode counts when its faulty step and every non-excused step got a value."""
+def step_blame(faulty: Sequence[tuple[Sequence[Step], Sequence[int], Sequence[Step]]],
+               tolerance: float = 1.0) -> StepBlame:
+    """`faulty`: (the faulty episode's steps, the faulty steps' positions, the same task's fault-free steps).
+    An episode counts when its faulty steps and every non-excused step got a value."""
     n = lowest = spared = both = 0
     for steps, at, clean in faulty:
-        judged = [(k, s) for k, s in enumerate(steps) if not s.excused]
-        if steps[at].value is None or any(s.value is None for _, s in judged):
+        judged = [(k, s) for k, s in enumerate(steps) if not s.excused or k in at]
+        if not at or any(s.value is None for _, s in judged):
             continue
         base = {(s.role, s.index): s.value for s in clean if s.value is not None and not s.excused}
-        others = [s for k, s in judged if k != at]
-        is_lowest = all(steps[at].value < s.value for s in others)
+        others = [s for k, s in judged if k not in at]
+        worst = min(steps[k].value for k in at)
+        is_lowest = all(worst < s.value for s in others)
         is_spared = all(s.value >= base.get((s.role, s.index), s.value) - tolerance for s in others)
         n, lowest, spared, both = n + 1, lowest + is_lowest, spared + is_spared, both + (is_lowest and is_spared)
     return StepBlame(n, lowest / n if n else None, spared / n if n else None, both / n if n else None)
