@@ -180,3 +180,15 @@ def test_the_trainer_checkpoints_a_stateful_coach(tmp_path):
     save_checkpoint(tmp_path, 1, {}, keep=2, coach=coach)
     saved = json.loads((tmp_path / "checkpoints" / "step_000001" / "coach_state.json").read_text())
     assert saved["seen"] == 1
+
+
+def test_scores_from_many_threads_are_all_counted():
+    from concurrent.futures import ThreadPoolExecutor
+
+    coach = StatefulCoach(Biased(2.0))
+    stream = _stream(2000)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(coach.score, stream))
+    assert coach.seen == 2000
+    assert sum(r.n for r in coach.raw.values()) == 2000
+    assert sum(r.n for r in coach.served.values()) == 2000

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
@@ -110,6 +111,7 @@ class StatefulCoach:
         self.offsets: dict[str, float] = {}  # task type -> what is added to its scores
         self.corrections: list[dict] = []  # every change of the offsets, with the gaps that caused it
         self.seen = 0
+        self._lock = threading.RLock()  # envs score from many worker threads at once
 
     # ---- the Coach protocol ----------------------------------------------------------------------
 
@@ -152,7 +154,10 @@ class StatefulCoach:
                 "verified quality. Score this action on its evidence alone.")
 
     def _noted(self, request: CoachRequest) -> CoachRequest:
-        text = self.note(self.group(request)) if self.config.mode != "recenter" else ""
+        if self.config.mode == "recenter":
+            return request
+        with self._lock:
+            text = self.note(self.group(request))
         return replace(request, role_duties=f"{request.role_duties}\n\n{text}") if text else request
 
     def _settle(self, request: CoachRequest, verdict: CoachScore) -> CoachScore:
@@ -160,6 +165,10 @@ class StatefulCoach:
             return verdict  # a failure stays a failure, and is not counted
         kind = self.group(request)
         key = (request.role, kind, check_outcome(request))
+        with self._lock:
+            return self._count(key, kind, verdict)
+
+    def _count(self, key: tuple[str, str, str], kind: str, verdict: CoachScore) -> CoachScore:
         self.raw.setdefault(key, _Running()).add(float(verdict.score))
         offset = self.offsets.get(kind, 0.0) if self.config.mode != "note" else 0.0
         out = verdict if not offset else replace(
@@ -192,6 +201,10 @@ class StatefulCoach:
         def table(t):
             return [[*k, r.n, r.mean, r.m2] for k, r in sorted(t.items())]
 
+        with self._lock:
+            return self._state(table)
+
+    def _state(self, table) -> dict:
         return {"version": STATE_VERSION, "config": asdict(self.config), "seen": self.seen,
                 "raw": table(self.raw), "served": table(self.served), "offsets": dict(self.offsets),
                 "corrections": list(self.corrections)}
@@ -214,7 +227,8 @@ class StatefulCoach:
             corrections, seen = list(state["corrections"]), int(state["seen"])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CoachConfigError(f"stateful coach: a damaged coach state ({type(e).__name__}: {e})") from None
-        self.raw, self.served, self.offsets, self.corrections, self.seen = raw, served, offsets, corrections, seen
+        with self._lock:
+            self.raw, self.served, self.offsets, self.corrections, self.seen = raw, served, offsets, corrections, seen
 
 
 def plot_corrections(coach: StatefulCoach, path, title: str = "stateful coach") -> None:
