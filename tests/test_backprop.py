@@ -178,3 +178,19 @@ def test_backprop_is_a_reward_mode_and_bad_modes_stay_one_line():
 
     with pytest.raises(EnvArgumentError, match="backprop"):
         mappa_envs.make("MathChat-v0", reward_mode="blame")
+
+
+@pytest.mark.slow
+def test_a_training_step_learns_from_backprop_shares(tmp_path):
+    from mappa_train.config import load_config
+    from mappa_train.metrics import read_metrics
+    from mappa_train.train import train
+    from tests.test_train import TINY
+
+    overrides = [o for o in TINY if not o.startswith("env.kwargs=")]
+    overrides += ["env.kwargs={task_source: synthetic, num_tasks: 16, executor_max_actions: 2, reward_mode: backprop}",
+                  f"out_dir={tmp_path}", "steps=1", "eval_every=0"]
+    train(load_config(None, overrides))
+    (row,) = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert row["actions"] > 0
+    assert row["coach_failures"] == 0

@@ -192,3 +192,20 @@ def test_scores_from_many_threads_are_all_counted():
     assert coach.seen == 2000
     assert sum(r.n for r in coach.raw.values()) == 2000
     assert sum(r.n for r in coach.served.values()) == 2000
+
+
+@pytest.mark.slow
+def test_training_checkpoints_and_resumes_the_coach_state(tmp_path):
+    from mappa_train.config import load_config
+    from mappa_train.metrics import read_metrics
+    from mappa_train.train import train
+    from tests.test_train import TINY
+
+    base = TINY + [f"out_dir={tmp_path}", "env.coach=stateful:rule", "eval_every=0", "checkpoint_every=1"]
+    train(load_config(None, base + ["steps=1"]))
+    first = json.loads((tmp_path / "checkpoints" / "step_000001" / "coach_state.json").read_text())
+    assert first["seen"] > 0
+    train(load_config(None, base + ["steps=2"]))  # resumes after step 1, with the coach's statistics
+    second = json.loads((tmp_path / "checkpoints" / "step_000002" / "coach_state.json").read_text())
+    (row,) = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["kind"] == "train" and r["step"] == 2]
+    assert second["seen"] == first["seen"] + row["actions"]  # counted on from the checkpoint, not from zero
