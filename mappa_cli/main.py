@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("mappa_cli.eval", "evaluate agent teams on eval sets; leaderboard and comparisons"),
     "quickstart": ("mappa_train.quickstart", "build a tiny model offline and watch it learn (<= 10 min on CPU)"),
     "blame": ("mappa_cli.blame", "blame precision: does the coach credit the right (faulty) agent?"),
+    "coach-eval": ("mappa_cli.coach_eval", "a coach's report card: AUROC, blame, master keys, calibration"),
     "ablate": ("mappa_train.ablate", "train one start several ways (reward, normalisation, curriculum) x seeds"),
 }
 DEBUG_ENV = "MAPPA_DEBUG"

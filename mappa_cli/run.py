@@ -26,7 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 each)")
     parser.add_argument("--batch-size", type=positive_int, default=4, help="episodes played at once")
     parser.add_argument("--sandbox", default="local", choices=["auto", "docker", "local"])
-    parser.add_argument("--reward-mode", default="process", choices=["process", "outcome", "process+outcome"])
+    parser.add_argument("--reward-mode", default="process",
+                        choices=["process", "outcome", "process+outcome", "backprop"])
     parser.add_argument("--out", type=Path, default=Path("runs/transcripts.jsonl"), help="JSON-lines output")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     parser.add_argument("--render", action="store_true", help="print each transcript")

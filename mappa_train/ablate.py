@@ -28,12 +28,13 @@ from typing import Literal
 from mappa_train.config import ConfigError, doc, load_config, load_section
 from mappa_train.quickstart import StartConfig, build_start
 
-Reward = Literal["process", "outcome", "process+outcome"]  # the env's reward_mode
+Reward = Literal["process", "outcome", "process+outcome", "backprop"]  # the env's reward_mode
 
 
 @dataclass
 class Arm:
-    reward: Reward = doc("process", "process (coach score per action), outcome (team result ×10) or process+outcome")
+    reward: Reward = doc("process", "process (coach score per action), outcome (team result ×10), process+outcome "
+                                    "or backprop (team result ×10 split over the actions by blame)")
     whiten: Literal["global", "per_role", "per_role_turn", "per_agent"] = doc("global", "advantage normalisation")
     stop_below: dict = doc({}, "curriculum filtering: rollout.stop_below, role -> coach score")
     overrides: list = doc([], "other training overrides, key=value")

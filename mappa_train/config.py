@@ -258,9 +258,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in stop.items()):
         raise ConfigError(f"rollout.stop_below must map role names to coach scores, e.g. {{code_executor: 4}}; "
                           f"got {stop!r}")
-    if stop and cfg.env.kwargs.get("reward_mode") == "outcome":
-        raise ConfigError("rollout.stop_below reads coach scores, which env.kwargs.reward_mode=outcome does not "
-                          "compute; drop one of them")
+    if stop and cfg.env.kwargs.get("reward_mode") in ("outcome", "backprop"):  # no per-action scores
+        raise ConfigError("rollout.stop_below reads per-action coach scores, which env.kwargs.reward_mode=outcome "
+                          "and backprop do not compute; drop one of them")
     if cfg.algo.old_logprobs == "generator" and g.top_p < 1:
         raise ConfigError("algo.old_logprobs=generator needs generation.top_p=1: top-p changes the sampling "
                           "distribution, so the generator's log-probs are not the policy's")

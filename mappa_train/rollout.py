@@ -243,14 +243,17 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
         transitions.append(Transition(
             role=turn.role, policy=route[turn.role], prompt_ids=action.prompt_ids,
             action_ids=list(action.generation.token_ids), logprobs=list(action.generation.logprobs),
-            coach_reward=float(record.reward), coach_ok=ok, end_reward=0.0,
+            coach_reward=float(record.reward if getattr(record, "share", None) is None  # backprop: its share
+                               else record.share),
+            coach_ok=ok, end_reward=0.0,
             outcome_reward=float(outcome.get("score") or 0.0), episode_id=episode_id,
             action_index=turn.action_index, turn_index=action.turn_index, task_id=str(result.task_id or ""),
             finish_reason=action.generation.finish_reason, judged_tokens=judged,
             excused=excused(record.checks)))
+    shared = any(getattr(t.record, "share", None) is not None for t in result.turns)  # backprop: on each action
     for role, bonus in result.end_rewards.items():  # AEC pays it at the end: credit the role's last action
         mine = [t for t in transitions if t.role == role]
-        if mine:
+        if mine and not shared:
             mine[-1].end_reward = bonus
     if result.error is None:
         out.transitions += transitions

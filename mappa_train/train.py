@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer
 
+from mappa_envs.coach.stateful import load_coach_state, save_coach_state
 from mappa_train import algo
 from mappa_train.config import ConfigError, TrainConfig, to_dict
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
@@ -197,10 +198,11 @@ def latest_checkpoint(out_dir: Path) -> tuple[int, Path | None]:
     return max(done, default=(0, None))
 
 
-def save_checkpoint(out_dir: Path, step: int, learners: Mapping[str, Any], keep: int) -> None:
+def save_checkpoint(out_dir: Path, step: int, learners: Mapping[str, Any], keep: int, coach: Any = None) -> None:
     ckpt = out_dir / "checkpoints" / f"step_{step:06d}"
     for name, learner in learners.items():
         learner.save_checkpoint(ckpt / name)
+    save_coach_state(coach, ckpt)  # a stateful coach's running statistics and corrections (else nothing)
     (ckpt / "state.json").write_text(json.dumps({"step": step}))  # written last: marks it complete
     for old in sorted((out_dir / "checkpoints").glob("step_*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -218,6 +220,7 @@ class ExperienceSource:
     eval_tasks: dict[str, list[str]]
     policy_of: dict[str, str]  # role -> policy name
     close: Callable[[], None] = lambda: None
+    coach: Any = None  # the training envs' coach: checkpointed with the learners when it keeps state
 
 
 def sampling_params(cfg: TrainConfig, evaluation: bool):
@@ -304,7 +307,8 @@ def local_experience(cfg: TrainConfig, model_path: Path | str) -> ExperienceSour
         sandbox.close()
 
     eval_tasks = {k: task_ids(v[0]) for k, v in envs.items() if k}
-    return ExperienceSource(run, sync, task_ids(envs[None][0]), eval_tasks, policy_of, close)
+    return ExperienceSource(run, sync, task_ids(envs[None][0]), eval_tasks, policy_of, close,
+                            envs[None][0].unwrapped.coach)
 
 
 def stop_rule(stop_below: Mapping[str, float], roles: Sequence[str]) -> Callable | None:
@@ -347,6 +351,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
     if ckpt is not None:
         for name, learner in learners.items():
             learner.load_checkpoint(ckpt / name)
+        load_coach_state(experience.coach, ckpt)
     if ckpt is not None or cfg.model.policies == "lora":  # fresh adapters are random too (A; B = 0)
         experience.sync(_weights(learners))
     log = MetricsLogger(out, cfg.log, resume_step=start, run_config=to_dict(cfg))
@@ -377,7 +382,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
         append_train_episodes(out, step + 1, result.episodes)
         empty.check(step + 1, metrics, result, before_stop=lambda: (progress.close(), log.close(), experience.close()))
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
-            save_checkpoint(out, step + 1, learners, cfg.keep_checkpoints)
+            save_checkpoint(out, step + 1, learners, cfg.keep_checkpoints, experience.coach)
         progress.update(1)
         progress.set_postfix(reward=f"{metrics.get('reward', float('nan')):.2f}", kl=f"{metrics.get('kl', 0):.4f}")
     progress.close()

@@ -210,7 +210,8 @@ def test_unknown_command():
     result = run_cli("trian")
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "mappa: unknown command 'trian'; choose one of envs, run, sandbox, train, eval, quickstart, blame, ablate")
+        "mappa: unknown command 'trian'; choose one of envs, run, sandbox, train, eval, quickstart, blame, coach-eval, "
+        "ablate")
 
 
 @pytest.mark.parametrize("how", ["flag-before", "flag-after", "env"])

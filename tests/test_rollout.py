@@ -203,6 +203,22 @@ def test_the_envs_end_of_episode_reward_lands_on_each_roles_last_action(hf, make
     assert all(c == 0.0 for c in coach) if mode == "outcome" else all(c > 0 for c in coach)
 
 
+def test_backprop_shares_land_on_each_action_and_sum_to_the_outcome(hf, make_envs):
+    script = {
+        "problem_solver": ["Seven times four. \\boxed{28}"],
+        "code_executor": ["```python\nprint(4 * 7)\n```", "The code printed 28. \\boxed{28}"],
+        "verifier": ["On reflection it is 29. \\boxed{29}"],  # overrules a right answer: the outcome is 0
+    }
+    (env,) = make_envs(1, reward_mode="backprop")
+    rollout = collect([env], ScriptedGenerator(hf.model, hf.tokenizer, script), PARAMS,
+                      [{"seed": 0, "options": {"task_id": "t4"}}])
+    shares = [a.share for a in env.episode.actions]
+    assert [t.coach_reward for t in rollout.transitions] == shares  # each action its own share
+    assert all(t.end_reward == 0.0 for t in rollout.transitions)  # the role sums are not paid twice
+    assert sum(t.coach_reward for t in rollout.transitions) == pytest.approx(0.0)  # 10 x an outcome of 0
+    assert min(rollout.transitions, key=lambda t: t.coach_reward).role == "verifier"
+
+
 def test_one_batched_generate_call_per_policy_per_round(hf, make_envs):
     gen = Recording(hf)
     rollout = collect(make_envs(3), gen, PARAMS, episodes(4), seed=2)

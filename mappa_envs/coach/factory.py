@@ -8,6 +8,7 @@
 | `PRESET:PORT`             | the preset on another port of its host, e.g. `vllm-local:8001` |
 | `MODEL@BASE_URL`          | any OpenAI-compatible endpoint; the key from $OPENAI_API_KEY when it is set, else none |
 | `"llm"`                   | an `LLMCoach` from the settings alone (a `preset` key and/or `model`, `base_url`, ...) |
+| `stateful:SPEC`           | SPEC's coach in a `StatefulCoach` (balance statistics, corrections; cached inside) |
 | a dict                    | `LLMCoachConfig` fields, optionally with a `preset` key |
 | a `Coach`                 | itself |
 
@@ -34,6 +35,13 @@ def make_coach(spec: CoachSpec = None, settings: Mapping[str, Any] | None = None
     """The coach `spec` names (see the module docstring), with `settings` applied, cached at `cache`."""
     from mappa_envs.coach.cache import CachedCoach
 
+    if isinstance(spec, str) and spec.strip().partition(":")[0] == "stateful":
+        from mappa_envs.coach.stateful import StatefulCoach
+
+        inner = spec.strip().partition(":")[2]
+        if not inner:
+            raise CoachConfigError(f"coach {spec!r}: name the coach it wraps, e.g. stateful:rule")
+        return StatefulCoach(make_coach(inner, settings, cache))  # its verdicts change with its state: cache inside
     coach = _build(spec, dict(settings or {}))
     return CachedCoach(coach, cache) if cache else coach
 

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 from pettingzoo import AECEnv
 
+from mappa_envs.coach.backprop import settle
 from mappa_envs.coach.types import Coach, CoachRequest, CoachScore
 from mappa_envs.core.arguments import coach_from, sandbox_from
 from mappa_envs.core.records import ActionRecord, Episode, EpisodeLimits, Outcome, Role, Scenario, Task
@@ -38,8 +39,8 @@ from mappa_envs.sandbox.types import ExecResult, Sandbox
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-RewardMode = Literal["process", "outcome", "process+outcome"]
-REWARD_MODES = ("process", "outcome", "process+outcome")
+RewardMode = Literal["process", "outcome", "process+outcome", "backprop"]
+REWARD_MODES = ("process", "outcome", "process+outcome", "backprop")
 # Per-episode attributes: a pickled or copied env carries none of them (it is reset again where it lands).
 _EPISODE_ATTRS = ("agents", "rewards", "_cumulative_rewards", "terminations", "truncations", "infos",
                   "agent_selection", "_messages", "_turn_actions", "_started", "_transcript_chars")
@@ -63,7 +64,8 @@ class PipelineEnv(AECEnv):
             lazily in the process that first resets the env and closed with it; or a `Sandbox`
             object (shared, the caller closes it; an env holding one cannot be pickled).
         reward_mode: "process" (coach score per action, the paper), "outcome" (10 x ground-truth
-            score to every agent at the end; the coach is not called), or "process+outcome" (both).
+            score to every agent at the end; the coach is not called), "process+outcome" (both), or
+            "backprop" (10 x score split over the actions by blame, judged once at the end: coach.backprop).
         limits: truncation limits and caps (an `EpisodeLimits` or a dict of its fields).
         timings_in_infos: add wall-clock durations to `infos` (off: it breaks seeded comparisons).
 
@@ -220,7 +222,9 @@ class PipelineEnv(AECEnv):
 
         coach = None
         reward = 0.0
-        if self.reward_mode != "outcome":
+        if self.reward_mode == "backprop":  # judged once the episode is over (_finish)
+            ep.held.append(self._coach_request(role, text, results, checks, done, errors))
+        elif self.reward_mode != "outcome":
             coach = self._score(self._coach_request(role, text, results, checks, done, errors), errors)
             if coach.ok and coach.score is not None and math.isfinite(coach.score):
                 reward = min(10.0, max(0.0, float(coach.score)))
@@ -425,10 +429,13 @@ class PipelineEnv(AECEnv):
 
     def _finish(self, truncated: bool) -> None:
         outcome = self.episode.outcome
-        bonus = 10.0 * outcome.score if self.reward_mode != "process" else 0.0
+        bonus = 10.0 * outcome.score if self.reward_mode in ("outcome", "process+outcome") else 0.0
         info = outcome.to_info()
+        paid: dict[str, float] = {}
+        if self.reward_mode == "backprop":  # each role is paid the sum of its actions' shares
+            paid, info["backprop"] = settle(self.coach, self.episode)
         for a in self.agents:
-            self.rewards[a] += bonus
+            self.rewards[a] += bonus + paid.get(a, 0.0)
             self.infos[a] = {**self.infos[a], "outcome": info}
             self.terminations[a] = not truncated
             self.truncations[a] = truncated

@@ -64,6 +64,7 @@ class ActionRecord:
     reward: float  # the coach's score for this action (0 when it failed or was not asked)
     input_error: str | None = None  # what was wrong with the action as given (not a str, too long, ...)
     env_errors: list[str] = field(default_factory=list)  # failures of the env's own work on this action
+    share: float | None = None  # reward_mode="backprop": its share of 10 x outcome, set when the episode ends
 
     def to_info(self, timings: bool = False) -> dict:
         """The dict in `infos[agent]["action"]` (wall-clock figures only with `timings`)."""
@@ -76,6 +77,7 @@ class ActionRecord:
             "reward": self.reward,
             "input_error": self.input_error,
             "env_errors": list(self.env_errors),
+            "share": self.share,
         }
 
 
@@ -91,6 +93,7 @@ class Episode:
     file_history: dict[str, list[str]] = field(default_factory=dict)  # workspace path -> every writer, in order
     outcome: Outcome | None = None
     state: dict = field(default_factory=dict)  # scenario-private scratch space
+    held: list = field(default_factory=list)  # reward_mode="backprop": each action's CoachRequest, judged at the end
 
 
 class Scenario(Protocol):

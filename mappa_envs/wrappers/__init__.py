@@ -5,7 +5,7 @@
 - `TranscriptRecorder`: one JSON line per episode.
 
 They compose: `TextEnv(TranscriptRecorder(env, "runs/t.jsonl"))`. Reward ablations are the env's own
-`reward_mode` ("process", "outcome", "process+outcome"); scaling is the trainer's (`algo.reward_scale`).
+`reward_mode` ("process", "outcome", "process+outcome", "backprop"); scaling is the trainer's (`algo.reward_scale`).
 See docs/plugins.md for how each maps onto a trainer.
 """
 from mappa_envs.wrappers.text_env import TextEnv

@@ -1,0 +1,54 @@
+"""`mappa coach-eval`: a coach's report card on scripted episodes (mappa_train.evaluation.coacheval)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from mappa_cli.args import key_values
+from mappa_cli.blame import ENVS
+from mappa_cli.errors import UsageError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
+    parser.add_argument("--coach-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an LLMCoachConfig setting for every LLM coach (repeatable), e.g. max_tokens=256")
+    parser.add_argument("--env", action="append", choices=ENVS, help="env(s) to measure (default: both)")
+    parser.add_argument("--num-tasks", type=int, default=10, help="MathChat: synthetic eval problems per fault")
+    parser.add_argument("--dsbench-tasks", type=int, default=3, help="DSBench: the first N built-in tasks per fault")
+    parser.add_argument("--probe-tasks", type=int, default=2,
+                        help="tasks per master-key probe and role (5 probes x every role)")
+    parser.add_argument("--no-backprop", action="store_true", help="skip the reward back-propagation rows")
+    parser.add_argument("--tolerance", type=float, default=1.0,
+                        help="how far below its fault-free value another action or role may fall")
+    parser.add_argument("--batch", type=int, default=4, help="envs played at once")
+    parser.add_argument("--concurrency", type=int, default=8, help="coach calls in flight")
+    parser.add_argument("--out", type=Path, default=Path("runs/coach-eval"),
+                        help="writes results.json, coach_eval.md, roc.png and calibration.png here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mappa_envs.coach import make_coach
+    from mappa_envs.dsbench import builtin_tasks
+    from mappa_train.evaluation.coacheval import evaluate, markdown, record_all, write_plots
+
+    if min(args.num_tasks, args.probe_tasks, args.batch, args.concurrency) < 1 or args.tolerance < 0:
+        raise UsageError("--num-tasks, --probe-tasks, --batch and --concurrency must be >= 1 and --tolerance >= 0")
+    tasks = builtin_tasks()
+    if not 1 <= args.dsbench_tasks <= len(tasks):
+        raise UsageError(f"--dsbench-tasks must be between 1 and {len(tasks)} (the built-in tasks), "
+                         f"got {args.dsbench_tasks}")
+    settings = key_values(args.coach_set, "--coach-set", "structured_output=true")
+    coaches = {spec: make_coach(spec, None if spec == "rule" else settings) for spec in (args.coach or ["rule"])}
+    env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}, "DSBench-v0": {"tasks": tasks[:args.dsbench_tasks]}}
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    episodes = record_all(args.env or ENVS, env_kwargs, args.probe_tasks, args.batch, say=say)
+    rows = evaluate(episodes, coaches, not args.no_backprop, args.tolerance, args.concurrency, say=say)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps({"episodes": len(episodes), "rows": rows}, indent=2))
+    table = markdown(rows)
+    (args.out / "coach_eval.md").write_text(table)
+    write_plots(rows, args.out)
+    print(table)
+    return 0

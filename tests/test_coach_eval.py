@@ -1,0 +1,164 @@
+"""`mappa coach-eval`: the report card's metrics against brute force and hand-made episodes with known
+answers, the card on real scripted episodes, and bad specs / failed coach calls."""
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from mappa_envs.coach import LLMCoach, LLMCoachConfig, RuleCoach
+from mappa_envs.coach.types import CoachScore
+from mappa_train.evaluation import coachmetrics as cm
+from mappa_train.evaluation.coacheval import PROBES, evaluate, mark_faults, play, record_all
+from tests.openai_stub import StubServer
+
+MATH = {"task_source": "synthetic", "num_tasks": 3, "split": "eval"}
+
+
+def _brute_auroc(scores, labels):
+    pos = [s for s, y in zip(scores, labels) if y]
+    neg = [s for s, y in zip(scores, labels) if not y]
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg))
+    return wins / (len(pos) * len(neg))
+
+
+def test_auroc_matches_brute_force_with_ties():
+    rng = random.Random(1)
+    for _ in range(300):
+        n = rng.randint(2, 30)
+        scores = [rng.choice(range(11)) for _ in range(n)]  # many ties, as 0-10 scores have
+        labels = [rng.random() < 0.5 for _ in range(n)]
+        if all(labels) or not any(labels):
+            assert cm.auroc(scores, labels) is None
+            continue
+        assert cm.auroc(scores, labels) == pytest.approx(_brute_auroc(scores, labels))
+
+
+def test_auroc_known_values():
+    assert cm.auroc([1, 2, 3, 4], [False, False, True, True]) == 1.0
+    assert cm.auroc([4, 3, 2, 1], [False, False, True, True]) == 0.0
+    assert cm.auroc([5, 5, 5, 5], [False, True, False, True]) == 0.5
+
+
+def test_roc_points_run_from_origin_to_one():
+    pts = cm.roc_points([0.9, 0.1], [True, False])
+    assert pts[0] == (0.0, 0.0)
+    assert pts[-1] == (1.0, 1.0)
+    assert (0.0, 1.0) in pts
+
+
+def S(role, index, value, excused=False):
+    return cm.Step(role, index, value, excused)
+
+
+CLEAN = [S("a", 0, 8), S("b", 0, 8), S("c", 0, 8)]
+
+
+def test_step_blame_on_hand_made_episodes():
+    right = ([S("a", 0, 8), S("b", 0, 2), S("c", 0, 7.5)], [1], CLEAN)  # b lowest, c within 1 of its 8
+    punished = ([S("a", 0, 8), S("b", 0, 2), S("c", 0, 6)], [1], CLEAN)  # c fell 2 below its fault-free 8
+    missed = ([S("a", 0, 1), S("b", 0, 2), S("c", 0, 8)], [1], CLEAN)  # a is lower than the faulty b
+    tie = ([S("a", 0, 2), S("b", 0, 2), S("c", 0, 8)], [1], CLEAN)  # not strictly lowest
+    excused = ([S("a", 0, 8), S("b", 0, 2), S("c", 0, 0, excused=True)], [1], CLEAN)  # c left out
+    unscored = ([S("a", 0, None), S("b", 0, 2), S("c", 0, 8)], [1], CLEAN)  # does not count
+    two = ([S("a", 0, 8), S("b", 0, 6), S("b", 1, 2), S("c", 0, 8)], [1, 2], CLEAN)  # the turn's worst is lowest
+    r = cm.step_blame([right, punished, missed, tie, excused, unscored, two], tolerance=1.0)
+    assert r.episodes == 6
+    assert r.lowest == pytest.approx(4 / 6)  # right, punished, excused, two
+    assert r.spared == pytest.approx(3 / 6)  # right, excused, two (in missed and tie, a fell far below its 8)
+    assert r.precision == pytest.approx(3 / 6)  # right, excused, two
+
+
+def test_master_key_and_calibration_on_hand_made_values():
+    assert cm.master_key_rate([0, 4.9, 5, 10]) == 0.5
+    assert cm.master_key_rate([]) is None
+    cal = cm.calibration([9, 7, 3, 1, 8], [True, True, False, False, True], ["reg", "cls", "reg", "cls", "cls"])
+    assert cal["right"] == {"cls": {"mean": 7.5, "n": 2}, "reg": {"mean": 9.0, "n": 1}}
+    assert cal["gap"]["right"] == pytest.approx(1.5)
+    assert cal["gap"]["wrong"] == pytest.approx(2.0)
+
+
+@pytest.fixture(scope="module")
+def math_episodes():
+    return record_all(["MathChat-v0"], {"MathChat-v0": MATH}, probe_tasks=1, batch=2, say=lambda m: None)
+
+
+class Lazy:
+    """A master-keyable coach: 8 for anything."""
+
+    def score(self, request):
+        return CoachScore(score=8.0)
+
+    async def ascore(self, request):
+        return self.score(request)
+
+
+def test_probe_episodes_put_the_no_work_text_in_the_probed_role(math_episodes):
+    probes = [e for e in math_episodes if e.fault.startswith("probe:")]
+    assert len(probes) == len(PROBES) * 3  # five probes x three roles x one task
+    bare = next(e for e in probes if e.fault == "probe:bare_claim:verifier")
+    assert [bare.requests[k].action for k in bare.probe_steps] == ["Correct."]
+    asked = next(e for e in probes if e.fault == "probe:question_repeated:problem_solver")
+    assert asked.requests[asked.probe_steps[0]].action == asked.requests[0].task
+
+
+def test_the_rule_coach_card_on_scripted_math(math_episodes):
+    rule, lazy = evaluate(math_episodes, {"rule": RuleCoach(), "lazy": Lazy()}, with_backprop=False,
+                          say=lambda m: None)
+    assert rule["step_blame"]["overall"]["precision"] == 1.0
+    assert rule["agent_blame"]["overall"]["precision"] == 1.0
+    assert rule["action_auroc"] == 1.0  # it reads the same checks as the ground truth: the ceiling
+    assert rule["master_key_rate"] == 0.0
+    assert lazy["master_key_rate"] == 1.0  # every no-work action scored 8
+    assert lazy["action_auroc"] == 0.5
+    assert lazy["step_blame"]["overall"]["precision"] == 0.0  # a flat coach never finds the faulty step
+    assert lazy["master_key_n"] == rule["master_key_n"] > 0
+
+
+def test_backprop_rows_compare_on_step_blame(math_episodes):
+    rows = evaluate(math_episodes, {"rule": RuleCoach()}, say=lambda m: None)
+    back = rows[1]
+    assert back["coach"] == "rule (backprop)"
+    assert back["step_blame"]["overall"]["precision"] is not None
+    assert back["episode_auroc"] is None  # the shares sum to 10 x outcome: an episode AUROC would be trivial
+    assert back["master_key_rate"] is None
+
+
+def test_failed_coach_calls_are_counted_unscored(math_episodes):
+    real = [e for e in math_episodes if not e.fault.startswith("probe:")][:3]
+    with StubServer(reply="no idea") as stub:
+        coach = LLMCoach(LLMCoachConfig(model="m", base_url=stub.url, api_key_env=None, max_retries=0))
+        row = evaluate(real, {"broken": coach}, with_backprop=False, say=lambda m: None)[0]
+    assert row["unscored"] == row["actions"] == sum(len(e.requests) for e in real)
+    assert row["action_auroc"] is None
+
+
+def test_faulty_steps_are_the_actions_whose_checks_the_fault_changed():
+    eps = play("MathChat-v0", MATH, "none", batch=1) + play("MathChat-v0", MATH, "executor_miscopy", batch=1)
+    mark_faults(eps)
+    for ep in eps[3:]:
+        (k,) = ep.faulty_steps
+        assert ep.requests[k].role == "code_executor"
+        assert ep.requests[k].checks.get("answer_correct") is False  # the mis-copied answer, not the code that ran
+    assert all(not ep.faulty_steps for ep in eps[:3])
+
+
+def test_cli_writes_the_card_and_bad_specs_are_one_line(tmp_path, capsys):
+    from mappa_cli.main import main
+
+    assert main(["coach-eval", "--coach", "nonsense-coach", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mappa coach-eval: unknown coach 'nonsense-coach'")
+    assert "\n" not in err
+    assert main(["coach-eval", "--dsbench-tasks", "0", "--out", str(tmp_path)]) == 2
+    assert "--dsbench-tasks" in capsys.readouterr().err
+    out = tmp_path / "card"
+    assert main(["coach-eval", "--env", "MathChat-v0", "--num-tasks", "2", "--probe-tasks", "1",
+                 "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert [r["coach"] for r in data["rows"]] == ["rule", "rule (backprop)"]
+    assert (out / "roc.png").stat().st_size > 0
+    assert (out / "calibration.png").stat().st_size > 0
+    assert "master key" in (out / "coach_eval.md").read_text()
