@@ -21,5 +21,13 @@ register(
     scripted_policy="mappa_envs.dsbench.scripted:for_env",
 )
 
+register(
+    "Team-v0",
+    "mappa_envs.teams.env:TeamEnv",
+    description="Any team spec (YAML or dict: roles, what each sees, chain/DAG/loops) on any scenario.",
+    scripted_policy="mappa_envs.teams.env:scripted",
+    spec="review",
+)
+
 __all__ = ["EnvSpec", "MappaError", "make", "register", "registry", "spec"]
 __version__ = "0.1.0"

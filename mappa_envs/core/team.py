@@ -5,6 +5,7 @@ A spec is a YAML file or a dict:
     name: Review-v0                     # the env id transcripts and the coach see (default Team-v0)
     scenario: mappa_envs.mathchat.env:make_scenario   # "module:callable(**scenario_args) -> Scenario"
     scenario_args: {num_tasks: 64}
+    scripted: mappa_envs.mathchat.scripted:for_env    # optional: "module:callable(env, **kw)", a scripted team
     roles:
       - name: solver
         prompt: "You are ..."           # its system prompt, or prompt_from: "module:ATTR"
@@ -41,7 +42,7 @@ from mappa_envs.core.records import Role
 from mappa_envs.errors import SpecError
 
 ROLE_KEYS = ("name", "prompt", "prompt_from", "tools", "max_actions", "sees", "kernel")
-SPEC_KEYS = ("name", "description", "scenario", "scenario_args", "roles", "start", "flow")
+SPEC_KEYS = ("name", "description", "scenario", "scenario_args", "scripted", "roles", "start", "flow")
 EDGE_KEYS = ("from", "to", "max_rounds", "signal")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIGNAL = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -73,6 +74,7 @@ class Team:
     scenario: str | None = None
     scenario_args: dict = field(default_factory=dict)
     description: str = ""
+    scripted: str | None = None  # "module:callable(env, **kw) -> TextPolicy": a scripted team for this spec
 
     @classmethod
     def chain(cls, roles: Sequence[Role], name: str = "Team-v0") -> Team:
@@ -218,14 +220,15 @@ def build_team(data: Mapping) -> Team:
             f"task), write the word {lp.signal} in your last message; without it the work goes on."
             for lp in loops if lp.sender == n)
         final.append(replace(r, sees=tuple(sees), duties=duties))
-    scenario = data.get("scenario")
-    if scenario is not None and (not isinstance(scenario, str) or ":" not in scenario):
-        raise SpecError(f"scenario must be 'package.module:callable', got {scenario!r}")
+    scenario, scripted = data.get("scenario"), data.get("scripted")
+    for key, value in (("scenario", scenario), ("scripted", scripted)):
+        if value is not None and (not isinstance(value, str) or ":" not in value):
+            raise SpecError(f"{key} must be 'package.module:callable', got {value!r}")
     args = data.get("scenario_args", {})
     if not isinstance(args, Mapping):
         raise SpecError(f"scenario_args must be a mapping of keyword arguments, got {type(args).__name__}")
     return Team(name, tuple(final), tuple(edges), tuple(loops), scenario, dict(args),
-                str(data.get("description", "")))
+                str(data.get("description", "")), scripted)
 
 
 def _parse_role(raw: Any, i: int) -> Role:

@@ -1,7 +1,13 @@
 """MathChat-v0: Problem Solver -> Code Executor -> Verifier on competition math.
 
-The Code Executor's ```python blocks run in one persistent interpreter per episode. The Verifier's
-\\boxed{} answer is the team's answer, checked by rule (`answers_match`) against the ground truth.
+The team is the shipped spec `mappa_envs/teams/mathchat.yaml`; this module is the scenario. The Code
+Executor's ```python blocks run in one persistent interpreter per episode. The Verifier's \\boxed{}
+answer is the team's answer, checked by rule (`answers_match`) against the ground truth.
+
+The scenario judges any team by what its roles may do, not by their names: a role with tools gets
+the code checks, any other role the answer checks, and the last role in the acting order gives the
+team's answer. So `make("Team-v0", spec=..., scenario="mappa_envs.mathchat.env:make_scenario")`
+runs math with a team of your own.
 """
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mappa_envs.core.pipeline import Episode, Outcome, PipelineEnv, Role, Task
+from mappa_envs.core.team import Team, load_team
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.errors import EnvArgumentError
 from mappa_envs.mathchat import prompts
@@ -33,6 +40,10 @@ class MathChatScenario:
             Role(EXECUTOR, prompts.CODE_EXECUTOR, tools=True, max_actions=self.executor_max_actions, sees=(SOLVER,)),
             Role(VERIFIER, prompts.VERIFIER, sees=(SOLVER, EXECUTOR)),
         )
+        self.final_role = VERIFIER
+
+    def bind(self, team: Team) -> None:
+        self.final_role = team.names[-1]  # whose \\boxed{} answer is the team's
 
     def tasks(self) -> Sequence[Task]:
         return self.task_list
@@ -44,9 +55,9 @@ class MathChatScenario:
         return f"Problem:\n{task.prompt}"
 
     def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
-        if role.name == EXECUTOR:
+        if role.tools:
             has_code = bool(extract_code_blocks(action))
-            first_of_turn = not episode.actions or episode.actions[-1].role != EXECUTOR
+            first_of_turn = not episode.actions or episode.actions[-1].role != role.name
             checks = {"code_present": has_code} if first_of_turn or has_code else {}
             if has_code:  # did the code compute the answer? (a bonus only: a cell may compute a step)
                 checks["printed_answer_correct"] = answers_match(_last_printed(results), episode.task.answer)
@@ -61,16 +72,16 @@ class MathChatScenario:
         return checks
 
     def outcome(self, episode: Episode) -> Outcome:
-        final = next((a.text for a in reversed(episode.actions) if a.role == VERIFIER), None)
+        final = next((a.text for a in reversed(episode.actions) if a.role == self.final_role), None)
         if final is None:  # the outcome is judged before the current action is recorded: read its text
-            final = episode.outputs.get(VERIFIER)
+            final = episode.outputs.get(self.final_role)
         predicted = extract_answer(final) if final else None
         correct = answers_match(predicted, episode.task.answer)
         return Outcome(score=float(correct), correct=correct,
                        details={"predicted": predicted, "gold": episode.task.answer, "task_id": episode.task.id})
 
     def coach_evidence(self, episode: Episode, role: Role) -> dict:
-        return {"ask_answer_correct": role.name == VERIFIER}
+        return {"ask_answer_correct": role.name == self.final_role}
 
 
 def _last_printed(results: list[ExecResult]) -> str | None:
@@ -81,8 +92,22 @@ def _last_printed(results: list[ExecResult]) -> str | None:
     return lines[-1] if lines else None
 
 
+def make_scenario(tasks: str | Sequence[Task] | Sequence[dict] | None = None, split: str = "train",
+                  num_tasks: int = 256, task_seed: int = 0, task_source: str | None = None) -> MathChatScenario:
+    """The MathChat scenario (the arguments are `MathChatEnv`'s), for team specs."""
+    if task_source is not None:
+        if tasks is not None:
+            raise EnvArgumentError("give tasks= or its older name task_source=, not both")
+        tasks = task_source
+    if split not in SPLITS:
+        raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
+    if isinstance(task_seed, bool) or not isinstance(task_seed, int):
+        raise EnvArgumentError(f"task_seed must be an integer, got {task_seed!r}")
+    return MathChatScenario(load_task_source("synthetic" if tasks is None else tasks, split, num_tasks, task_seed))
+
+
 class MathChatEnv(PipelineEnv):
-    """MathChat-v0. See the module docstring.
+    """MathChat-v0: the shipped spec "mathchat" on the MathChat scenario. See the module docstring.
 
     Args:
         tasks: "synthetic" (the offline default), a JSON/JSONL file of {prompt, answer} records,
@@ -97,16 +122,9 @@ class MathChatEnv(PipelineEnv):
     def __init__(self, tasks: str | Sequence[Task] | Sequence[dict] | None = None, split: str = "train",
                  num_tasks: int = 256, task_seed: int = 0, executor_max_actions: int = 3,
                  task_source: str | None = None, **kwargs: Any):
-        if task_source is not None:
-            if tasks is not None:
-                raise EnvArgumentError("give tasks= or its older name task_source=, not both")
-            tasks = task_source
-        if split not in SPLITS:
-            raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
-        if isinstance(task_seed, bool) or not isinstance(task_seed, int):
-            raise EnvArgumentError(f"task_seed must be an integer, got {task_seed!r}")
         if isinstance(executor_max_actions, bool) or not isinstance(executor_max_actions, int) \
                 or executor_max_actions < 1:
             raise EnvArgumentError(f"executor_max_actions must be an integer >= 1, got {executor_max_actions!r}")
-        task_list = load_task_source("synthetic" if tasks is None else tasks, split, num_tasks, task_seed)
-        super().__init__(MathChatScenario(task_list, executor_max_actions), **kwargs)
+        scenario = make_scenario(tasks, split, num_tasks, task_seed, task_source)
+        team = load_team("mathchat").with_max_actions({EXECUTOR: executor_max_actions})
+        super().__init__(scenario, team=team, **kwargs)

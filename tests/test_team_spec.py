@@ -1,0 +1,165 @@
+"""Team specs: checked at make() time, run in the order they say, loops bounded, shipped specs unchanged."""
+import copy
+
+import pytest
+from pettingzoo.test import api_test, seed_test
+
+import mappa_envs
+from mappa_envs.core.team import build_team, load_team, shipped_specs
+from mappa_envs.errors import SpecError
+from tests.test_golden_transcripts import play
+
+
+def role(name, **kw):
+    return {"name": name, "prompt": f"You are the {name}. End with \\boxed{{ANSWER}}.", **kw}
+
+
+FAN_IN = {
+    "name": "FanIn-v0",
+    "scenario": "mappa_envs.mathchat.env:make_scenario",
+    "scenario_args": {"num_tasks": 8},
+    "roles": [role("lead"), role("a", tools=True), role("b"), role("agg", sees=["a", "b"]), role("review")],
+    "flow": [{"from": "lead", "to": ["a", "b"]}, {"from": ["a", "b"], "to": "agg"}, {"from": "agg", "to": "review"},
+             {"from": "review", "to": "a", "max_rounds": 2}],
+}
+
+
+def with_(spec, **changes):
+    out = copy.deepcopy(spec)
+    out.update(changes)
+    return out
+
+
+@pytest.mark.parametrize("spec, message", [
+    (with_(FAN_IN, roles=FAN_IN["roles"] + [role("a")]), "duplicate role name(s) ['a']"),
+    (with_(FAN_IN, roles=[role("lead", sees=["ghost"])] + FAN_IN["roles"][1:]), "sees unknown role(s) ['ghost']"),
+    (with_(FAN_IN, flow=FAN_IN["flow"][:3] + [{"from": "review", "to": "a"}]), "cycle without a bound"),
+    (with_(FAN_IN, flow=[{"from": "lead", "to": "a"}, {"from": "a", "to": "agg"}, {"from": "agg", "to": "review"}]),
+     "['b'] can never act"),
+    (with_(FAN_IN, flow=FAN_IN["flow"] + [{"from": "agg", "to": "ghost"}]), "unknown role(s) ['ghost']"),
+    (with_(FAN_IN, flow=FAN_IN["flow"][:3] + [{"from": "review", "to": "a", "max_rounds": 0}]), "max_rounds must"),
+    (with_(FAN_IN, flow=FAN_IN["flow"][:3] + [{"from": "a", "to": "review", "max_rounds": 1}]),
+     "does not go back upstream"),
+    (with_(FAN_IN, roles=[{"name": "x"}]), "give exactly one of prompt"),
+    (with_(FAN_IN, colour="red"), "unknown spec key(s) ['colour']"),
+])
+def test_bad_spec_is_one_line_error_at_make(spec, message):
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")) as e:
+        mappa_envs.make("Team-v0", spec=spec)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_yaml_file_error_names_the_file(tmp_path):
+    path = tmp_path / "team.yaml"
+    path.write_text("roles: [{name: a, prompt: x}, {name: a, prompt: y}]\n")
+    with pytest.raises(SpecError, match=f"{path}: duplicate role name"):
+        mappa_envs.make("Team-v0", spec=str(path))
+    with pytest.raises(SpecError, match="neither a YAML file nor a shipped spec"):
+        mappa_envs.make("Team-v0", spec=str(tmp_path / "missing.yaml"))
+
+
+def test_fan_in_order_and_default_sees():
+    team = build_team(FAN_IN)
+    assert team.names == ["lead", "a", "b", "agg", "review"]  # fan-out roles act in turn, in the order listed
+    by = {r.name: r for r in team.roles}
+    assert by["agg"].sees == ("a", "b")  # as given
+    assert by["review"].sees == ("lead", "a", "b", "agg")  # default: everyone upstream
+    assert by["a"].sees == ("lead",)
+    assert "REVISE" in by["review"].duties
+    assert "REVISE" not in by["agg"].duties
+
+
+def play_script(env, script):
+    """Step `env` with script(agent, n_turns_so_far) and return the agents in the order they acted."""
+    env.reset(seed=0)
+    acted, counts = [], {}
+    for agent in env.agent_iter():
+        _, _, term, trunc, info = env.last()
+        if term or trunc:
+            env.step(None)
+            continue
+        acted.append(agent)
+        counts[agent] = counts.get(agent, 0) + 1
+        env.step(script(agent, counts[agent], info["messages"]))
+    return acted
+
+
+def test_loop_sends_back_at_most_max_rounds_and_shows_feedback():
+    env = mappa_envs.make("Team-v0", spec=FAN_IN, sandbox="local")
+    seen = {}
+
+    def script(agent, n, messages):
+        seen[(agent, n)] = messages[-1]["content"]
+        return "Not good enough: REVISE \\boxed{1}" if agent == "review" else "\\boxed{1}"
+
+    try:
+        acted = play_script(env, script)
+        rounds = env.transcript()["loop_rounds"]
+    finally:
+        env.close()
+    assert acted == ["lead", "a", "b", "agg", "review"] + ["a", "agg", "review"] * 2  # b keeps its work
+    assert rounds == {"review->a": 2}
+    assert "## Sent back" not in seen[("a", 1)]
+    assert "## Sent back\nThe review sent the work back to you (round 1 of at most 2)" in seen[("a", 2)]
+    assert "## Your previous turn" in seen[("a", 2)]
+    assert "REVISE" in seen[("a", 2)]
+
+
+def test_no_signal_no_loop():
+    env = mappa_envs.make("Team-v0", spec=FAN_IN, sandbox="local")
+    try:  # the signal is a whole word: "REVISED" or "revise" do not send work back
+        acted = play_script(env, lambda agent, n, m: "I REVISED nothing, no need to revise. \\boxed{1}")
+    finally:
+        env.close()
+    assert acted == ["lead", "a", "b", "agg", "review"]
+
+
+def test_fan_in_role_sees_only_its_inputs():
+    env = mappa_envs.make("Team-v0", spec=FAN_IN, sandbox="local")
+    seen = {}
+    try:
+        play_script(env, lambda agent, n, m: seen.setdefault(agent, m[-1]["content"]) and f"{agent} says \\boxed{{1}}")
+    finally:
+        env.close()
+    assert "## Output of the a" in seen["agg"]
+    assert "## Output of the b" in seen["agg"]
+    assert "## Output of the lead" not in seen["agg"]
+
+
+def test_shipped_specs_load():
+    assert {"mathchat", "dsbench", "review"} <= set(shipped_specs())
+    for name in shipped_specs():
+        assert load_team(name).roles
+
+
+def test_team_v0_with_mathchat_spec_plays_like_mathchat_v0():
+    kwargs = {"num_tasks": 6}
+    ours = play("Team-v0", {"spec": "mathchat", "scenario_args": kwargs}, {"skill": 0.5, "code_skill": 0.5}, 3)
+    theirs = play("MathChat-v0", kwargs, {"skill": 0.5, "code_skill": 0.5}, 3)
+    assert ours == theirs
+
+
+def test_scenario_refuses_team_it_cannot_judge():
+    spec = load_team("dsbench")
+    with pytest.raises(SpecError, match="judges the roles"):
+        mappa_envs.make("Team-v0", spec={"roles": [role("x")], "scenario": spec.scenario})
+
+
+@pytest.mark.parametrize("spec", ["review", "mathchat", FAN_IN])
+def test_api_and_seed_test_for_specs(spec):
+    env = mappa_envs.make("Team-v0", spec=spec, sandbox="local")
+    try:
+        api_test(env, num_cycles=30)
+    finally:
+        env.close()
+    envs = []
+
+    def make():
+        envs.append(mappa_envs.make("Team-v0", spec=spec, sandbox="local"))
+        return envs[-1]
+
+    try:
+        seed_test(make, num_cycles=10)
+    finally:
+        for e in envs:
+            e.close()
