@@ -22,6 +22,12 @@ register(
 )
 
 register(
+    "Chain-v0",
+    "mappa_envs.chain.env:ChainEnv",
+    description="depth agents (default 4) each do one arithmetic step and pass the value on; depth studies.",
+    scripted_policy="mappa_envs.chain.scripted:for_env",
+)
+register(
     "Team-v0",
     "mappa_envs.teams.env:TeamEnv",
     description="Any team spec (YAML or dict: roles, what each sees, chain/DAG/loops) on any scenario.",

@@ -72,9 +72,8 @@ class MathChatScenario:
         return checks
 
     def outcome(self, episode: Episode) -> Outcome:
-        final = next((a.text for a in reversed(episode.actions) if a.role == self.final_role), None)
-        if final is None:  # the outcome is judged before the current action is recorded: read its text
-            final = episode.outputs.get(self.final_role)
+        # judged before the closing action is recorded: read the final role's whole turn, which holds it
+        final = episode.outputs.get(self.final_role)
         predicted = extract_answer(final) if final else None
         correct = answers_match(predicted, episode.task.answer)
         return Outcome(score=float(correct), correct=correct,
