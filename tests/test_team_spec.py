@@ -163,3 +163,43 @@ def test_api_and_seed_test_for_specs(spec):
     finally:
         for e in envs:
             e.close()
+
+
+class Recorder:
+    def __init__(self):
+        from mappa_envs.coach.rule import RuleCoach
+
+        self.rule, self.requests = RuleCoach(), []
+
+    def score(self, request):
+        self.requests.append(request)
+        return self.rule.score(request)
+
+    async def ascore(self, request):
+        return self.score(request)
+
+
+def test_coach_prompt_names_the_topology():
+    from mappa_envs.coach.prompts import coach_messages, load_template
+
+    coach = Recorder()
+    env = mappa_envs.make("Team-v0", spec=FAN_IN, sandbox="local", coach=coach)
+    try:
+        play_script(env, lambda agent, n, m: "\\boxed{1}")
+    finally:
+        env.close()
+    request = coach.requests[-1]
+    prompt = coach_messages(load_template(request.env_id), request)[1]["content"]
+    assert "## The team\nAgents act in this order: lead (starts; sees only the task) -> a (after lead" in prompt
+    assert "agg (after a, b; sees a, b)" in prompt
+    assert "The review may send the work back to the a up to 2 time(s); then a, agg, review act again." in prompt
+
+
+def test_dsbench_spec_passes_api_test():
+    from mappa_envs.dsbench.builtin import builtin_tasks
+
+    env = mappa_envs.make("Team-v0", spec="dsbench", scenario_args={"tasks": builtin_tasks()[:1]}, sandbox="local")
+    try:
+        api_test(env, num_cycles=15)
+    finally:
+        env.close()

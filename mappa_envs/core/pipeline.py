@@ -405,6 +405,7 @@ class PipelineEnv(AECEnv):
             checks=dict(checks),
             action_index=self._turn_actions - 1,
             is_final_action=final,
+            team=self.team.describe(),
             **sanitized(evidence),
         )
 

@@ -124,15 +124,17 @@ class Team:
                                          for r in self.roles))
 
     def describe(self) -> str:
-        """The topology in words, for the coach prompt and `mappa envs`: the order, fan-in and loops."""
+        """The topology in words, for the coach prompt and `mappa envs`: the order, fan-in, what each
+        role is shown, and the loops."""
         parts = []
         for role in self.roles:
             ups = [a for a, b in self.edges if b == role.name]
-            parts.append(f"{role.name}" + (f" (after {', '.join(ups)})" if ups else " (starts)"))
-        text = "acting order: " + " -> ".join(parts)
+            shown = f"sees {', '.join(role.sees)}" if role.sees else "sees only the task"
+            parts.append(f"{role.name} ({'after ' + ', '.join(ups) if ups else 'starts'}; {shown})")
+        text = "Agents act in this order: " + " -> ".join(parts) + "."
         for loop in self.loops:
-            text += (f"; the {loop.sender} may send the work back to the {loop.to} up to {loop.max_rounds} "
-                     f"time(s) (the roles {', '.join(self.rerun(loop))} then act again)")
+            text += (f" The {loop.sender} may send the work back to the {loop.to} up to {loop.max_rounds} "
+                     f"time(s); then {', '.join(self.rerun(loop))} act again.")
         return text
 
 
