@@ -24,7 +24,7 @@ register(
 register(
     "Chain-v0",
     "mappa_envs.chain.env:ChainEnv",
-    description="depth agents (default 4) each do one arithmetic step and pass the value on; depth studies.",
+    description="depth agents (default 4) each do one arithmetic step and pass its value on; a generated chain spec.",
     scripted_policy="mappa_envs.chain.scripted:for_env",
 )
 register(

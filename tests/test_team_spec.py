@@ -203,3 +203,32 @@ def test_dsbench_spec_passes_api_test():
         api_test(env, num_cycles=15)
     finally:
         env.close()
+
+
+def test_docs_worked_example_is_a_valid_spec():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    doc = (Path(__file__).parents[1] / "docs" / "environments.md").read_text()
+    example = doc.split("### A worked example: fan-in and a loop", 1)[1]
+    spec = yaml.safe_load(re.search(r"```yaml\n(.*?)```", example, re.DOTALL).group(1))
+    env = mappa_envs.make("Team-v0", spec=spec, sandbox="local")
+    try:
+        assert env.possible_agents == ["lead", "coder", "reasoner", "aggregator", "reviewer"]
+        assert env.team.rerun(env.team.loops[0]) == ["coder", "aggregator", "reviewer"]
+        assert env.roles["aggregator"].sees == ("coder", "reasoner")
+    finally:
+        env.close()
+
+
+def test_mappa_envs_lists_spec_built_envs(capsys):
+    from mappa_cli.main import main
+
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    assert "MathChat-v0" in out
+    assert "[team spec: mathchat]" in out
+    assert "Chain-v0" in out
+    assert "review    Review-v0: lead -> coder -> reasoner -> aggregator -> reviewer" in out
