@@ -157,3 +157,14 @@ def test_noisy_rule_coach_spec():
             make_coach(bad)
     episodes = play("Chain-v0", {"depth": 4, "num_tasks": 10, "coach": "rule:noise=1.0"}, {"skill": 1.0}, 2)
     assert all(a["coach"]["score"] == 1.0 for e in episodes for a in actions(e))  # 9 flipped
+
+
+def test_blame_on_chain_rule_coach_is_exact_and_noise_lowers_it():
+    from mappa_train.evaluation import blame
+
+    coaches = {"rule": RuleCoach(), "noisy": make_coach("rule:noise=0.5,seed=2")}
+    rows = blame.measure(["Chain-v0"], coaches, env_kwargs={"Chain-v0": {"num_tasks": 8}}, say=lambda m: None)
+    exact = [r.precision for r in rows if r.coach == "rule" and r.faulty_role]
+    noisy = [r.precision for r in rows if r.coach == "noisy" and r.faulty_role]
+    assert exact == [1.0, 1.0, 1.0]
+    assert sum(noisy) / len(noisy) < 0.9

@@ -5,7 +5,8 @@
 Scripted teams play every task once per fault, with one role deliberately faulty at a time and the
 others doing their job (MathChat: a wrong answer from the Problem Solver, an answer the Code Executor
 mis-copies from its own correct output, a Verifier that overrules a right answer; DSBench: a missing
-or inconsistent hand-off file from the Data Engineer, a Modeler that saves no model). Every action's
+or inconsistent hand-off file from the Data Engineer, a Modeler that saves no model; Chain: one agent
+of four that always slips on its step, the others doing theirs on whatever value they get). Every action's
 coach request is recorded as the env builds it; the team's actions do not depend on the scores, so
 scoring them afterwards is scoring them online. Each coach under test then scores every request
 (`score_many`: concurrent `ascore` calls). Per fault, over episodes:
@@ -37,9 +38,10 @@ FAULTS: dict[str, dict[str, str | None]] = {  # env id -> fault -> the role at f
                     "verifier_overrules": "verifier"},
     "DSBench-v0": {"none": None, "engineer_missing_file": "data_engineer", "engineer_inconsistent": "data_engineer",
                    "modeler_no_model": "modeler"},
+    "Chain-v0": {"none": None, "step_1_slips": "step_1", "step_2_slips": "step_2", "step_4_slips": "step_4"},
 }
 DEFAULT_KWARGS = {"MathChat-v0": {"task_source": "synthetic", "num_tasks": 20, "split": "eval"},
-                  "DSBench-v0": {}}
+                  "DSBench-v0": {}, "Chain-v0": {"depth": 4, "num_tasks": 20, "task_seed": 1}}
 
 
 # ---- faulty scripted teams --------------------------------------------------------------------
@@ -106,6 +108,11 @@ def faulty_team(env_id: str, env, fault: str):
     """The scripted team of `env` (a made env of `env_id`) with `fault` injected."""
     if fault not in FAULTS[env_id]:
         raise ValueError(f"unknown fault {fault!r} for {env_id}; faults: {', '.join(FAULTS[env_id])}")
+    if env_id == "Chain-v0":
+        from mappa_envs.chain.scripted import ScriptedChainPolicy
+
+        faulty = FAULTS[env_id][fault]
+        return ScriptedChainPolicy(env.unwrapped.tasks, skill={faulty: 0.0} if faulty else 1.0)
     return MathTeam(env.unwrapped.tasks, fault) if env_id == "MathChat-v0" else DSTeam(env, fault)
 
 
