@@ -33,7 +33,7 @@ from mappa_envs.core.records import ActionRecord, Episode, EpisodeLimits, Outcom
 from mappa_envs.core.spaces import LLMText, prompt_space
 from mappa_envs.core.team import Team, load_team
 from mappa_envs.core.tools import extract_code_blocks, format_tool_output
-from mappa_envs.core.turns import Schedule, turn_prompt
+from mappa_envs.core.turns import Schedule, chat_as_text, coach_request, turn_prompt
 from mappa_envs.core.untrusted import clean_action, clip, one_line, safe_text, sanitized
 from mappa_envs.errors import EnvArgumentError, ResetNeededError, TaskDataError, UnknownTaskError
 from mappa_envs.sandbox.types import ExecResult, Sandbox
@@ -49,11 +49,6 @@ _EPISODE_ATTRS = ("agents", "rewards", "_cumulative_rewards", "terminations", "t
 
 __all__ = ["ActionRecord", "Episode", "EpisodeLimits", "Outcome", "PipelineEnv", "REWARD_MODES", "Role",
            "Scenario", "Task", "chat_as_text"]
-
-
-def chat_as_text(messages: list[dict]) -> str:
-    """Chat messages as one plain-text prompt (the observation): a `### role` heading per message."""
-    return "\n\n".join(f"### {m['role']}\n{m['content']}" for m in messages)
 
 
 class PipelineEnv(AECEnv):
@@ -385,29 +380,10 @@ class PipelineEnv(AECEnv):
 
     def _coach_request(self, role: Role, text: str, results: list[ExecResult], checks: dict, final: bool,
                        errors: list[str]) -> CoachRequest:
-        """The request, with every untrusted field clipped and the file list capped (`limits`)."""
-        ep, lim = self.episode, self.limits
-        cut = lambda s: clip(s, lim.coach_field_chars)  # noqa: E731
-        files = dict(sorted(ep.file_owners.items())[: lim.coach_max_files])
+        ep = self.episode
         evidence = self._guard(errors, "scenario.coach_evidence", lambda: self.scenario.coach_evidence(ep, role), {})
-        return CoachRequest(
-            env_id=self.env_id,
-            role=role.name,
-            role_duties=role.duties,
-            task=ep.task.prompt,
-            action=cut(text),
-            context=cut(chat_as_text(self._messages[role.name])),
-            tool_results=[{**r.to_dict(), "stdout": cut(r.stdout), "stderr": cut(r.stderr)} for r in results],
-            files=files,
-            files_omitted=len(ep.file_owners) - len(files),
-            upstream={r: cut(ep.outputs[r]) for r in self.possible_agents if r in ep.outputs and r != role.name},
-            ground_truth=ep.task.answer,
-            checks=dict(checks),
-            action_index=self._turn_actions - 1,
-            is_final_action=final,
-            team=self.team.describe(),
-            **sanitized(evidence),
-        )
+        return coach_request(self.team, ep, role, text, results, checks, self.limits, self._messages[role.name],
+                             self._turn_actions - 1, final, evidence)
 
     def _finish(self, truncated: bool) -> None:
         outcome = self.episode.outcome

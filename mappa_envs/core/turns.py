@@ -1,4 +1,5 @@
-"""Turn-taking for one episode: who acts next (the team's order, loops) and what a role is shown.
+"""Turn-taking for one episode: who acts next (the team's order, loops), what a role is shown, and
+what the coach is shown of an action (`coach_request`).
 
 `Schedule` walks a `Team`'s acting order; when a loop's sender asks for another round (and rounds
 are left), the roles of that loop act again before the rest. `turn_prompt` builds the user message
@@ -10,9 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mappa_envs.core.records import Episode, Role
+from mappa_envs.coach.types import CoachRequest
+from mappa_envs.core.records import Episode, EpisodeLimits, Role
 from mappa_envs.core.team import Loop, Team
-from mappa_envs.core.untrusted import fence_mark, fenced
+from mappa_envs.core.untrusted import clip, fence_mark, fenced, sanitized
+from mappa_envs.sandbox.types import ExecResult
+
+
+def chat_as_text(messages: list[dict]) -> str:
+    """Chat messages as one plain-text prompt (the observation): a `### role` heading per message."""
+    return "\n\n".join(f"### {m['role']}\n{m['content']}" for m in messages)
 
 
 @dataclass
@@ -70,4 +78,30 @@ def turn_prompt(task_prompt: str, role: Role, episode: Episode, schedule: Schedu
     return "\n\n".join(parts)
 
 
-__all__ = ["Schedule", "quoted_output", "turn_prompt"]
+def coach_request(team: Team, ep: Episode, role: Role, text: str, results: list[ExecResult], checks: dict,
+                  limits: EpisodeLimits, messages: list[dict], action_index: int, final: bool,
+                  evidence: dict) -> CoachRequest:
+    """The coach's view of one action, with every untrusted field clipped and the file list capped (`limits`)."""
+    cut = lambda s: clip(s, limits.coach_field_chars)  # noqa: E731
+    files = dict(sorted(ep.file_owners.items())[: limits.coach_max_files])
+    return CoachRequest(
+        env_id=team.name,
+        role=role.name,
+        role_duties=role.duties,
+        task=ep.task.prompt,
+        action=cut(text),
+        context=cut(chat_as_text(messages)),
+        tool_results=[{**r.to_dict(), "stdout": cut(r.stdout), "stderr": cut(r.stderr)} for r in results],
+        files=files,
+        files_omitted=len(ep.file_owners) - len(files),
+        upstream={r: cut(ep.outputs[r]) for r in team.names if r in ep.outputs and r != role.name},
+        ground_truth=ep.task.answer,
+        checks=dict(checks),
+        action_index=action_index,
+        is_final_action=final,
+        team=team.describe(),
+        **sanitized(evidence),
+    )
+
+
+__all__ = ["Schedule", "chat_as_text", "coach_request", "quoted_output", "turn_prompt"]
