@@ -228,7 +228,7 @@ def test_without_debug_the_real_process_prints_one_line():
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [
-        "mappa run: unknown env id 'Nope-v0'; registered ids: DSBench-v0, MathChat-v0"]
+        "mappa run: unknown env id 'Nope-v0'; registered ids: Chain-v0, DSBench-v0, MathChat-v0, Team-v0"]
 
 
 def test_json_decode_errors_carry_their_real_position():

@@ -20,7 +20,7 @@ def coach_from(coach: Any) -> Coach:
 
         return rule_coach_from_spec(coach)
     if isinstance(coach, str):
-        raise EnvArgumentError(f"coach={coach!r}: the coaches named by a string are 'rule' and 'rule:noise=EPS'; "
+        raise EnvArgumentError(f"coach={coach!r}: the only coach named by a string is 'rule' (or 'rule:noise=EPS'); "
                                "for an LLM judge pass "
                                "a coach object, e.g. coach=mappa_envs.coach.LLMCoach.from_preset('gemini-2.5-flash')")
     if not callable(getattr(coach, "score", None)):
