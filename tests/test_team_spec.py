@@ -232,3 +232,57 @@ def test_mappa_envs_lists_spec_built_envs(capsys):
     assert "[team spec: mathchat]" in out
     assert "Chain-v0" in out
     assert "review    Review-v0: lead -> coder -> reasoner -> aggregator -> reviewer" in out
+
+
+class ToyScenario:
+    """A scenario written for today's PipelineEnv (its own roles, no bind): the shape a new env brings."""
+
+    env_id = "Toy-v0"
+
+    def __init__(self):
+        from mappa_envs.core.records import Role, Task
+
+        self.roles = (Role("writer", "Write a word."), Role("editor", "Fix the word."))
+        self._tasks = [Task("t0", "Say hello.", answer="hello")]
+
+    def tasks(self):
+        return self._tasks
+
+    def prepare(self, episode):
+        pass
+
+    def task_prompt(self, task):
+        return task.prompt
+
+    def checks(self, episode, role, action, results):
+        return {"said_hello": "hello" in action}
+
+    def outcome(self, episode):
+        from mappa_envs.core.records import Outcome
+
+        last = episode.outputs.get(episode.actions[-1].role if episode.actions else "", "")
+        return Outcome(score=float("hello" in last), correct="hello" in last)
+
+    def coach_evidence(self, episode, role):
+        return {}
+
+
+def test_a_scenario_with_its_own_roles_plugs_into_team_v0():
+    plain = mappa_envs.make("Team-v0", spec=None, scenario=ToyScenario(), sandbox="local")
+    looped = mappa_envs.make("Team-v0", scenario=ToyScenario(), sandbox="local", spec={
+        "name": "ToyReview-v0", "roles": [role("writer"), role("editor"), role("judge")],
+        "flow": [{"from": "writer", "to": "editor"}, {"from": "editor", "to": "judge"},
+                 {"from": "judge", "to": "writer", "max_rounds": 1}]})
+    try:
+        assert plain.possible_agents == ["writer", "editor"]
+        assert play_script(plain, lambda a, n, m: "hello") == ["writer", "editor"]
+        assert plain.outcome.correct is True
+        acted = play_script(looped, lambda a, n, m: "REVISE" if (a, n) == ("judge", 1) else "hello")
+        assert acted == ["writer", "editor", "judge", "writer", "editor", "judge"]
+        assert looped.transcript()["env_id"] == "ToyReview-v0"
+        assert all("said_hello" in a.checks for a in looped.episode.actions)
+    finally:
+        plain.close()
+        looped.close()
+    with pytest.raises(SpecError, match="spec=None needs a scenario object"):
+        mappa_envs.make("Team-v0", spec=None)

@@ -2,7 +2,9 @@
 
 The spec says who acts, seeing what, in which order; the scenario (tasks, workspace set-up, checks,
 outcome) is named by the spec (`scenario: module:callable`, with `scenario_args`) or given to
-`make()`. A scenario built by a callable whose signature has `team` is handed the `Team`.
+`make()`. A scenario built by a callable whose signature has `team` is handed the `Team`. A scenario
+object with its own `roles` (written for `PipelineEnv`) plugs in as it is: with `spec=None` its roles
+run as a chain; with a spec, the spec's roles and order run on its tasks, checks and outcome.
 """
 from __future__ import annotations
 
@@ -46,15 +48,21 @@ class TeamEnv(PipelineEnv):
     """Team-v0. See the module docstring.
 
     Args:
-        spec: a YAML path, a shipped spec name ("mathchat", "dsbench", "review"), a dict or a `Team`.
+        spec: a YAML path, a shipped spec name ("mathchat", "dsbench", "review"), a dict or a `Team`;
+            None with a scenario object: its own roles, in a chain.
         scenario: a Scenario object, or "module:callable" building one (default: the spec's).
         scenario_args: keyword arguments for that callable (on top of the spec's `scenario_args`).
         Everything else goes to `PipelineEnv` (coach, sandbox, reward_mode, limits, render_mode).
     """
 
-    def __init__(self, spec: str | Mapping | Team, scenario: Any = None, scenario_args: Mapping | None = None,
-                 **kwargs: Any):
-        team = load_team(spec)
+    def __init__(self, spec: str | Mapping | Team | None, scenario: Any = None,
+                 scenario_args: Mapping | None = None, **kwargs: Any):
+        if spec is None:
+            if scenario is None or isinstance(scenario, str) or not getattr(scenario, "roles", None):
+                raise SpecError("spec=None needs a scenario object with its own roles; otherwise give a spec")
+            team = Team.chain(scenario.roles, name=scenario.env_id)
+        else:
+            team = load_team(spec)
         super().__init__(build_scenario(team, scenario, scenario_args), team=team, **kwargs)
 
 
