@@ -168,3 +168,22 @@ def test_blame_on_chain_rule_coach_is_exact_and_noise_lowers_it():
     noisy = [r.precision for r in rows if r.coach == "noisy" and r.faulty_role]
     assert exact == [1.0, 1.0, 1.0]
     assert sum(noisy) / len(noisy) < 0.9
+
+
+def test_eval_split_is_disjoint_from_train():
+    for depth in (1, 2, 8):
+        train = {t.prompt for t in chain_tasks(depth, 50, seed=0)}
+        held = chain_tasks(depth, 50, seed=0, split="eval")
+        assert len(held) == 50
+        assert not train & {t.prompt for t in held}
+    with pytest.raises(EnvArgumentError, match="split="):
+        mappa_envs.make("Chain-v0", split="test")
+
+
+def test_training_config_takes_chain_with_a_noisy_coach():
+    from mappa_train.config import load_config
+    from mappa_train.train import make_coach as trainer_coach
+
+    cfg = load_config(None, ["env.id=Chain-v0", "env.coach=rule:noise=0.2,mode=random", "env.kwargs={depth: 8}"])
+    coach = trainer_coach(cfg)
+    assert (coach.epsilon, coach.mode) == (0.2, "random")

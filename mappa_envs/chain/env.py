@@ -45,11 +45,18 @@ def apply(op: str, k: int, value: int) -> int:
     return value + k if op == "add" else value - k if op == "sub" else value * k
 
 
-def chain_tasks(depth: int, num_tasks: int, seed: int) -> list[Task]:
-    """`num_tasks` problems of `depth` steps; values stay integers in [0, 10_000 + 9 * depth]."""
-    rng = random.Random(f"chain/{depth}/{seed}")
-    tasks = []
-    for i in range(num_tasks):
+SPLITS = ("train", "eval")
+
+
+def chain_tasks(depth: int, num_tasks: int, seed: int, split: str = "train") -> list[Task]:
+    """`num_tasks` problems of `depth` steps; values stay integers in [0, 10_000 + 9 * depth]. The "eval"
+    split draws from its own stream and leaves out any problem of the "train" split of the same size."""
+    rng = random.Random(f"chain/{depth}/{seed}" + ("/eval" if split == "eval" else ""))
+    train = {t.prompt for t in chain_tasks(depth, num_tasks, seed)} if split == "eval" else set()
+    tasks: list[Task] = []
+    for _ in range(100 * num_tasks):
+        if len(tasks) == num_tasks:
+            break
         value = start = rng.randint(2, 20)
         steps, values = [], []
         for _ in range(depth):
@@ -62,8 +69,9 @@ def chain_tasks(depth: int, num_tasks: int, seed: int) -> list[Task]:
             values.append(value)
         lines = "\n".join(f"{j}. {OPS[op].format(k=k)}" for j, (op, k) in enumerate(steps, 1))
         prompt = f"Start value: {start}\nSteps (agent k applies step k to the value it is handed):\n{lines}"
-        tasks.append(Task(f"chain{depth}-{seed}-{i}", prompt, answer=str(value),
-                          meta={"start": start, "steps": steps, "values": values}))
+        if prompt not in train:
+            tasks.append(Task(f"chain{depth}-{seed}-{split}-{len(tasks)}", prompt, answer=str(value),
+                              meta={"start": start, "steps": steps, "values": values}))
     return tasks
 
 
@@ -144,13 +152,15 @@ class ChainScenario:
         return {}
 
 
-def make_scenario(depth: int = 4, num_tasks: int = 256, task_seed: int = 0) -> ChainScenario:
+def make_scenario(depth: int = 4, num_tasks: int = 256, task_seed: int = 0, split: str = "train") -> ChainScenario:
     for name, value, low, high in (("depth", depth, 1, MAX_DEPTH), ("num_tasks", num_tasks, 1, 1_000_000)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise EnvArgumentError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
     if isinstance(task_seed, bool) or not isinstance(task_seed, int):
         raise EnvArgumentError(f"task_seed must be an integer, got {task_seed!r}")
-    return ChainScenario(chain_tasks(depth, num_tasks, task_seed))
+    if split not in SPLITS:
+        raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
+    return ChainScenario(chain_tasks(depth, num_tasks, task_seed, split))
 
 
 class ChainEnv(PipelineEnv):
@@ -159,16 +169,17 @@ class ChainEnv(PipelineEnv):
     Args:
         depth: how many agents (and steps), 1 to 128.
         num_tasks, task_seed: how many problems, and their seed.
+        split: "train" or "eval" (its own problems, none of them in "train" of the same size and seed).
         max_actions: most actions per agent's turn (code, then the value).
         limits: default: room for every agent's full turn.
         Everything else goes to `PipelineEnv` (coach, sandbox, reward_mode, render_mode, ...).
     """
 
-    def __init__(self, depth: int = 4, num_tasks: int = 256, task_seed: int = 0, max_actions: int = 2,
-                 limits: EpisodeLimits | dict | None = None, **kwargs: Any):
+    def __init__(self, depth: int = 4, num_tasks: int = 256, task_seed: int = 0, split: str = "train",
+                 max_actions: int = 2, limits: EpisodeLimits | dict | None = None, **kwargs: Any):
         if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions < 1:
             raise EnvArgumentError(f"max_actions must be an integer >= 1, got {max_actions!r}")
-        scenario = make_scenario(depth, num_tasks, task_seed)
+        scenario = make_scenario(depth, num_tasks, task_seed, split)
         if limits is None:
             limits = {"max_total_actions": depth * max_actions + 1}
         super().__init__(scenario, team=chain_spec(depth, max_actions), limits=limits, **kwargs)
