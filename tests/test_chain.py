@@ -172,7 +172,7 @@ def test_blame_on_chain_rule_coach_is_exact_and_noise_lowers_it():
 
 def test_eval_split_is_disjoint_from_train():
     for depth in (1, 2, 8):
-        train = {t.prompt for t in chain_tasks(depth, 50, seed=0)}
+        train = {t.prompt for seed in (0, 1) for t in chain_tasks(depth, 300, seed=seed)}
         held = chain_tasks(depth, 50, seed=0, split="eval")
         assert len(held) == 50
         assert not train & {t.prompt for t in held}
@@ -187,3 +187,15 @@ def test_training_config_takes_chain_with_a_noisy_coach():
     cfg = load_config(None, ["env.id=Chain-v0", "env.coach=rule:noise=0.2,mode=random", "env.kwargs={depth: 8}"])
     coach = trainer_coach(cfg)
     assert (coach.epsilon, coach.mode) == (0.2, "random")
+
+
+def test_chain_eval_set_resolves_and_checks_overlap_against_its_train_split():
+    from mappa_train.evaluation.evalsets import resolve
+    from mappa_train.evaluation.runner import EvalSpecError
+
+    es = resolve("chain:4:3")
+    assert (es.env_id, es.env_kwargs) == ("Chain-v0", {"depth": 4, "split": "eval", "num_tasks": 3})
+    assert es.train_kwargs == {"depth": 4, "split": "train"}
+    for bad in ("chain:0", "chain:x", "chain:4:0"):
+        with pytest.raises(EvalSpecError, match="chain:D"):
+            resolve(bad)

@@ -49,15 +49,13 @@ SPLITS = ("train", "eval")
 
 
 def chain_tasks(depth: int, num_tasks: int, seed: int, split: str = "train") -> list[Task]:
-    """`num_tasks` problems of `depth` steps; values stay integers in [0, 10_000 + 9 * depth]. The "eval"
-    split draws from its own stream and leaves out any problem of the "train" split of the same size."""
-    rng = random.Random(f"chain/{depth}/{seed}" + ("/eval" if split == "eval" else ""))
-    train = {t.prompt for t in chain_tasks(depth, num_tasks, seed)} if split == "eval" else set()
+    """`num_tasks` problems of `depth` steps; values stay integers in [0, 10_000 + 9 * depth]. The splits
+    are disjoint by construction, whatever their sizes and seeds: "train" starts from even values, "eval"
+    from odd ones."""
+    rng = random.Random(f"chain/{depth}/{seed}/{split}")
     tasks: list[Task] = []
-    for _ in range(100 * num_tasks):
-        if len(tasks) == num_tasks:
-            break
-        value = start = rng.randint(2, 20)
+    for i in range(num_tasks):
+        value = start = rng.randrange(3 if split == "eval" else 2, 21, 2)
         steps, values = [], []
         for _ in range(depth):
             op = rng.choice(("add", "sub", "mul"))
@@ -69,9 +67,8 @@ def chain_tasks(depth: int, num_tasks: int, seed: int, split: str = "train") -> 
             values.append(value)
         lines = "\n".join(f"{j}. {OPS[op].format(k=k)}" for j, (op, k) in enumerate(steps, 1))
         prompt = f"Start value: {start}\nSteps (agent k applies step k to the value it is handed):\n{lines}"
-        if prompt not in train:
-            tasks.append(Task(f"chain{depth}-{seed}-{split}-{len(tasks)}", prompt, answer=str(value),
-                              meta={"start": start, "steps": steps, "values": values}))
+        tasks.append(Task(f"chain{depth}-{seed}-{split}-{i}", prompt, answer=str(value),
+                          meta={"start": start, "steps": steps, "values": values}))
     return tasks
 
 
@@ -169,7 +166,7 @@ class ChainEnv(PipelineEnv):
     Args:
         depth: how many agents (and steps), 1 to 128.
         num_tasks, task_seed: how many problems, and their seed.
-        split: "train" or "eval" (its own problems, none of them in "train" of the same size and seed).
+        split: "train" or "eval" (disjoint: even and odd start values).
         max_actions: most actions per agent's turn (code, then the value).
         limits: default: room for every agent's full turn.
         Everything else goes to `PipelineEnv` (coach, sandbox, reward_mode, render_mode, ...).
