@@ -286,3 +286,10 @@ def test_a_scenario_with_its_own_roles_plugs_into_team_v0():
         looped.close()
     with pytest.raises(SpecError, match="spec=None needs a scenario object"):
         mappa_envs.make("Team-v0", spec=None)
+
+
+@pytest.mark.parametrize("env_id", ["MathChat-v0", "Chain-v0", "Team-v0"])
+def test_team_argument_to_a_fixed_team_is_one_line(env_id):
+    with pytest.raises(SpecError, match="Team-v0") as e:
+        mappa_envs.make(env_id, team="review")
+    assert "\n" not in str(e.value)

@@ -23,7 +23,7 @@ from typing import Any
 
 from mappa_envs.coach.types import INPUTS_READY
 from mappa_envs.core.pipeline import Episode, EpisodeLimits, Outcome, PipelineEnv, Role, Task
-from mappa_envs.core.team import Team
+from mappa_envs.core.team import Team, no_team_argument
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.errors import EnvArgumentError
 from mappa_envs.mathchat.answers import extract_answer
@@ -176,6 +176,7 @@ class ChainEnv(PipelineEnv):
                  max_actions: int = 2, limits: EpisodeLimits | dict | None = None, **kwargs: Any):
         if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions < 1:
             raise EnvArgumentError(f"max_actions must be an integer >= 1, got {max_actions!r}")
+        no_team_argument("Chain-v0", "mappa_envs.chain.env:make_scenario", kwargs)
         scenario = make_scenario(depth, num_tasks, task_seed, split)
         if limits is None:
             limits = {"max_total_actions": depth * max_actions + 1}

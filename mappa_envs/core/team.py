@@ -138,6 +138,13 @@ class Team:
         return text
 
 
+def no_team_argument(env_id: str, scenario: str, kwargs: dict) -> None:
+    """An env with a fixed team refuses `team=` in one line (instead of a TypeError) and says what works."""
+    if "team" in kwargs:
+        raise SpecError(f"{env_id} runs its own team; for another team use make('Team-v0', spec=..., "
+                        f"scenario='{scenario}')")
+
+
 def load_team(spec: str | os.PathLike | Mapping | Team) -> Team:
     """A `Team` from a YAML path, the name of a shipped spec ("mathchat", "dsbench", "review"), a dict,
     or a `Team` (returned as is)."""
@@ -372,4 +379,4 @@ def _role_dict(r: Role) -> dict:
             "sees": list(r.sees), "kernel": r.kernel}
 
 
-__all__ = ["Loop", "Team", "build_team", "load_team", "shipped_specs"]
+__all__ = ["Loop", "Team", "build_team", "load_team", "no_team_argument", "shipped_specs"]

@@ -38,7 +38,7 @@ import pandas as pd
 
 from mappa_envs.coach.types import INPUTS_READY
 from mappa_envs.core.pipeline import Episode, EpisodeLimits, Outcome, PipelineEnv, Role, Task
-from mappa_envs.core.team import Team, load_team
+from mappa_envs.core.team import Team, load_team, no_team_argument
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.core.untrusted import one_line
 from mappa_envs.core.workspace import WorkspaceFileError, inventory, read_file
@@ -376,6 +376,7 @@ class DSBenchEnv(PipelineEnv):
             raise EnvArgumentError(f"max_actions must be an integer >= 1, got {max_actions!r}")
         limits = EpisodeLimits.coerce(limits if limits is not None else
                                       {"cell_timeout_s": 60.0, "max_total_actions": 3 * max_actions + 1})
+        no_team_argument("DSBench-v0", "mappa_envs.dsbench.env:make_scenario", kwargs)
         scenario = make_scenario(tasks, split, cache_dir, task_seed, limits.max_read_bytes)
         team = load_team("dsbench")
         team = team.with_max_actions({n: max_actions for n in team.names})

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mappa_envs.core.pipeline import Episode, Outcome, PipelineEnv, Role, Task
-from mappa_envs.core.team import Team, load_team
+from mappa_envs.core.team import Team, load_team, no_team_argument
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.errors import EnvArgumentError
 from mappa_envs.mathchat import prompts
@@ -124,6 +124,7 @@ class MathChatEnv(PipelineEnv):
         if isinstance(executor_max_actions, bool) or not isinstance(executor_max_actions, int) \
                 or executor_max_actions < 1:
             raise EnvArgumentError(f"executor_max_actions must be an integer >= 1, got {executor_max_actions!r}")
+        no_team_argument("MathChat-v0", "mappa_envs.mathchat.env:make_scenario", kwargs)
         scenario = make_scenario(tasks, split, num_tasks, task_seed, task_source)
         team = load_team("mathchat").with_max_actions({EXECUTOR: executor_max_actions})
         super().__init__(scenario, team=team, **kwargs)

@@ -57,6 +57,8 @@ class TeamEnv(PipelineEnv):
 
     def __init__(self, spec: str | Mapping | Team | None, scenario: Any = None,
                  scenario_args: Mapping | None = None, **kwargs: Any):
+        if "team" in kwargs:
+            raise SpecError("Team-v0 takes its team as spec= (a YAML path, a shipped name or a dict), not team=")
         if spec is None:
             if scenario is None or isinstance(scenario, str) or not getattr(scenario, "roles", None):
                 raise SpecError("spec=None needs a scenario object with its own roles; otherwise give a spec")
