@@ -9,7 +9,7 @@ from mappa_cli.args import key_values
 from mappa_cli.errors import UsageError
 
 # the envs mappa_train.evaluation.blame.FAULTS covers (checked in tests)
-ENVS = ["CodeTest-v0", "DSBench-v0", "MathChat-v0"]
+ENVS = ["Chain-v0", "CodeTest-v0", "DSBench-v0", "MathChat-v0"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +20,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", type=float, default=1.0,
                         help="how far below its fault-free score another role may fall")
     parser.add_argument("--num-tasks", type=int, default=20,
-                        help="MathChat: synthetic eval problems; CodeTest: HumanEval eval ones (episodes per fault)")
+                        help="MathChat, Chain: problems; CodeTest: HumanEval eval ones (episodes per fault)")
     parser.add_argument("--dsbench-tasks", type=int, default=None,
                         help="DSBench: the first N built-in tasks (episodes per fault; default all of them)")
     parser.add_argument("--batch", type=int, default=4, help="envs played at once")
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--num-tasks, --batch and --concurrency must be >= 1 and --tolerance >= 0")
     settings = key_values(args.coach_set, "--coach-set", "structured_output=true")
     coaches = {spec: make_coach(spec, None if spec == "rule" else settings) for spec in (args.coach or ["rule"])}
-    env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}, "CodeTest-v0": {"num_tasks": args.num_tasks}}
+    env_kwargs = {name: {"num_tasks": args.num_tasks} for name in ("MathChat-v0", "Chain-v0", "CodeTest-v0")}
     if args.dsbench_tasks is not None:
         from mappa_envs.dsbench import builtin_tasks
 

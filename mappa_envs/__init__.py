@@ -27,5 +27,19 @@ register(
     scripted_policy="mappa_envs.codetest.scripted:for_env",
 )
 
+register(
+    "Chain-v0",
+    "mappa_envs.chain.env:ChainEnv",
+    description="depth agents (default 4) each do one arithmetic step and pass its value on; a generated chain spec.",
+    scripted_policy="mappa_envs.chain.scripted:for_env",
+)
+register(
+    "Team-v0",
+    "mappa_envs.teams.env:TeamEnv",
+    description="Any team spec (YAML or dict: roles, what each sees, chain/DAG/loops) on any scenario.",
+    scripted_policy="mappa_envs.teams.env:scripted",
+    spec="review",
+)
+
 __all__ = ["EnvSpec", "MappaError", "make", "register", "registry", "spec"]
 __version__ = "0.1.0"

@@ -5,6 +5,7 @@ A command line catches `MappaError` and prints `str(e)` (no traceback). Subclass
 
     MappaError
     ├── EnvArgumentError   a bad argument to make()/an env constructor (also ValueError)
+    │   ├── SpecError         a team spec that cannot run (also ValueError)
     │   ├── UnknownEnvError   an env id nobody registered (also KeyError)
     │   └── UnknownTaskError  a task id the env does not have (also KeyError)
     ├── TaskDataError      a malformed or empty task file/folder (also ValueError)
@@ -23,6 +24,10 @@ class MappaError(Exception):
 
 class EnvArgumentError(MappaError, ValueError):
     """An environment keyword argument is unknown, of the wrong type or out of range."""
+
+
+class SpecError(EnvArgumentError):
+    """A team spec is malformed: a duplicate or unknown role, a cycle without a bound, a role that can never act."""
 
 
 class UnknownEnvError(EnvArgumentError, KeyError):
@@ -45,5 +50,5 @@ class ResetNeededError(MappaError, RuntimeError):
     """An env was stepped, observed or rendered before `reset()`."""
 
 
-__all__ = ["EnvArgumentError", "MappaError", "ResetNeededError", "TaskDataError", "TaskDataNotFoundError",
+__all__ = ["EnvArgumentError", "MappaError", "ResetNeededError", "SpecError", "TaskDataError", "TaskDataNotFoundError",
            "UnknownEnvError", "UnknownTaskError"]

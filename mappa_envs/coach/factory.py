@@ -3,6 +3,7 @@
 | spec                      | coach |
 |---------------------------|-------|
 | None, `"rule"`            | `RuleCoach` (offline) |
+| `"rule:noise=EPS,..."`    | the rule coach wrong at rate EPS (`NoisyCoach`; also `mode=flip` or `random`, `seed=N`) |
 | a preset name             | that `LLMCoach` preset: `gemini-2.5-flash`, `gemini-2.5-pro`, `openai`, `vllm-local` |
 | `PRESET:MODEL`            | the preset with another model, e.g. `vllm-local:qwen3-0.6b` |
 | `PRESET:PORT`             | the preset on another port of its host, e.g. `vllm-local:8001` |
@@ -64,6 +65,12 @@ def _build(spec: CoachSpec, settings: dict[str, Any]) -> Coach:
             raise CoachConfigError("settings apply to a coach built from a spec, not to a ready Coach object")
         return spec
     spec = spec.strip()
+    if spec.startswith("rule:"):
+        from mappa_envs.coach.noisy import rule_coach_from_spec
+
+        if settings:
+            raise CoachConfigError(f"the rule coach has no settings (got {', '.join(settings)})")
+        return rule_coach_from_spec(spec)
     if spec == "llm":
         return LLMCoach(**settings)
     model, at, url = spec.partition("@")

@@ -22,7 +22,8 @@ What it rewards (start at 5, clip to [0, 10]):
 | features_consistent           | +1.0 | -2.0  | DSBench: the Data Engineer's train and test features match |
 | submission_valid              | +2.0 | -3.0  | DSBench: the submission has the right ids, columns and rows |
 | beats_baseline                | +2.0 | -1.0  | DSBench: its ground-truth metric beats the trivial baseline |
-| inputs_ready                  |  0   |  0    | DSBench: the upstream hand-off was whole (the trainer masks False) |
+| step_correct                  | +3.5 | -3.5  | Chain: the agent applied its own step to the value it was handed |
+| inputs_ready                  |  0   |  0    | DSBench, Chain: the upstream hand-off was whole (masked when False) |
 | code_compiles                 | +0.5 | -2.0  | CodeTest: the submitted function compiles |
 | examples_pass                 | +1.5 | -2.5  | CodeTest: it gives the docstring's own examples' values |
 | tests_correct                 | +1.5 | -3.0  | CodeTest: the Test Writer's tests hold for the reference solution |
@@ -55,6 +56,7 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
     "features_consistent": (1.0, 2.0),
     "submission_valid": (2.0, 3.0),
     "beats_baseline": (2.0, 1.0),
+    "step_correct": (3.5, 3.5),
     INPUTS_READY: (0.0, 0.0),  # not a judgement of the action: False makes the trainer leave it out
     "code_compiles": (0.5, 2.0),
     "examples_pass": (1.5, 2.5),

@@ -38,6 +38,7 @@ class CoachRequest:
     ask_answer_correct: bool = False  # the coach should also say whether the final answer is right
     action_index: int = 0  # this action's position within the role's turn
     is_final_action: bool = False  # the last action of the whole episode
+    team: str = ""  # the team's topology in words (order, fan-in, loops), so blame can follow the hand-offs
 
     def to_dict(self) -> dict:
         return asdict(self)

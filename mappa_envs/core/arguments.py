@@ -15,8 +15,13 @@ def coach_from(coach: Any) -> Coach:
 
     if coach is None or (isinstance(coach, str) and coach == "rule"):
         return RuleCoach()
+    if isinstance(coach, str) and coach.startswith("rule:"):  # the rule coach with a known error rate
+        from mappa_envs.coach.noisy import rule_coach_from_spec
+
+        return rule_coach_from_spec(coach)
     if isinstance(coach, str):
-        raise EnvArgumentError(f"coach={coach!r}: the only coach named by a string is 'rule'; for an LLM judge pass "
+        raise EnvArgumentError(f"coach={coach!r}: the only coach named by a string is 'rule' (or 'rule:noise=EPS'); "
+                               "for an LLM judge pass "
                                "a coach object, e.g. coach=mappa_envs.coach.LLMCoach.from_preset('gemini-2.5-flash')")
     if not callable(getattr(coach, "score", None)):
         raise EnvArgumentError(f"coach must be 'rule', None or an object with score(request) -> CoachScore; "

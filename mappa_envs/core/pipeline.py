@@ -5,9 +5,10 @@ uses up its `max_actions`; after each action it sees its tool output. Every acti
 coach (the process reward). After the last role the scenario judges the outcome (ground truth).
 
 What varies between environments — roles, tasks, workspace set-up, verifiable checks, the outcome —
-lives in a `Scenario` (a Protocol); this class owns only the turn-taking, the sandbox session, the
-coach call and the PettingZoo bookkeeping. Other topologies (a DAG, loops back) would replace
-`_next_role` and `Role.sees`; nothing else assumes a straight line.
+lives in a `Scenario` (a Protocol); who is on the team and in which order they act is a `Team`
+(`core.team`: a chain, a DAG with fan-in, bounded loops; by default the scenario's roles in a chain).
+This class owns only the turn-taking (`core.turns`), the sandbox session, the coach call and the
+PettingZoo bookkeeping.
 
 Whatever an action holds, `step()` returns: a failure while running its cells, computing its checks,
 judging the outcome or asking the coach becomes part of that action's record (`env_errors`, a failed
@@ -31,8 +32,10 @@ from mappa_envs.coach.types import Coach, CoachRequest, CoachScore
 from mappa_envs.core.arguments import coach_from, sandbox_from
 from mappa_envs.core.records import ActionRecord, Episode, EpisodeLimits, Outcome, Role, Scenario, Task
 from mappa_envs.core.spaces import LLMText, prompt_space
+from mappa_envs.core.team import Team, load_team
 from mappa_envs.core.tools import extract_code_blocks, format_tool_output
-from mappa_envs.core.untrusted import clip, fence_mark, fenced, one_line, safe_text, sanitized
+from mappa_envs.core.turns import Schedule, chat_as_text, coach_request, turn_prompt
+from mappa_envs.core.untrusted import clean_action, clip, one_line, safe_text, sanitized
 from mappa_envs.errors import EnvArgumentError, ResetNeededError, TaskDataError, UnknownTaskError
 from mappa_envs.sandbox.types import ExecResult, Sandbox
 
@@ -43,22 +46,19 @@ RewardMode = Literal["process", "outcome", "process+outcome", "backprop"]
 REWARD_MODES = ("process", "outcome", "process+outcome", "backprop")
 # Per-episode attributes: a pickled or copied env carries none of them (it is reset again where it lands).
 _EPISODE_ATTRS = ("agents", "rewards", "_cumulative_rewards", "terminations", "truncations", "infos",
-                  "agent_selection", "_messages", "_turn_actions", "_started", "_transcript_chars")
+                  "agent_selection", "_messages", "_turn_actions", "_started", "_transcript_chars", "_schedule")
 
 __all__ = ["ActionRecord", "Episode", "EpisodeLimits", "Outcome", "PipelineEnv", "REWARD_MODES", "Role",
            "Scenario", "Task", "chat_as_text"]
-
-
-def chat_as_text(messages: list[dict]) -> str:
-    """Chat messages as one plain-text prompt (the observation): a `### role` heading per message."""
-    return "\n\n".join(f"### {m['role']}\n{m['content']}" for m in messages)
 
 
 class PipelineEnv(AECEnv):
     """A team of agents acting in turn on one task; see the module docstring.
 
     Args:
-        scenario: the environment's content (roles, tasks, checks, outcome).
+        scenario: the environment's content (tasks, checks, outcome; its `roles` when no team is given).
+        team: who acts, seeing what, in which order: a `Team`, a spec dict, a YAML path or a shipped
+            spec name (`core.team`); None: the scenario's roles in a chain.
         coach: scores each action 0-10: a coach object, or None / "rule" for the offline `RuleCoach`.
         sandbox: runs tool calls: a backend name ("local", the default, "docker" or "auto"), made
             lazily in the process that first resets the env and closed with it; or a `Sandbox`
@@ -78,6 +78,7 @@ class PipelineEnv(AECEnv):
     def __init__(
         self,
         scenario: Scenario,
+        team: Team | dict | str | None = None,
         coach: Coach | str | None = None,
         sandbox: Sandbox | str | None = None,
         reward_mode: RewardMode = "process",
@@ -93,7 +94,10 @@ class PipelineEnv(AECEnv):
         if not isinstance(timings_in_infos, bool):
             raise EnvArgumentError(f"timings_in_infos must be True or False, got {timings_in_infos!r}")
         self.scenario = scenario
-        self.metadata = {**self.metadata, "name": scenario.env_id}
+        self.team = Team.chain(scenario.roles, name=scenario.env_id) if team is None else load_team(team)
+        if hasattr(scenario, "bind"):  # a scenario that reads role names or the order learns them here
+            scenario.bind(self.team)
+        self.metadata = {**self.metadata, "name": self.team.name}
         self.reward_mode = reward_mode
         self.limits = EpisodeLimits.coerce(limits)
         self.render_mode = render_mode
@@ -103,9 +107,9 @@ class PipelineEnv(AECEnv):
         self._own_sandbox = self._sandbox is None
         self._tasks = tuple(scenario.tasks())
         if not self._tasks:
-            raise TaskDataError(f"{scenario.env_id}: the task source is empty; give at least one task")
-        self.roles = {r.name: r for r in scenario.roles}
-        self.possible_agents = [r.name for r in scenario.roles]
+            raise TaskDataError(f"{self.team.name}: the task source is empty; give at least one task")
+        self.roles = {r.name: r for r in self.team.roles}
+        self.possible_agents = self.team.names
         self._obs_space = prompt_space(max_length=self.limits.max_transcript_chars + 100_000)
         self._act_space = LLMText(max_length=self.limits.max_action_chars)
         self._rng = np.random.default_rng()
@@ -116,7 +120,7 @@ class PipelineEnv(AECEnv):
 
     @property
     def env_id(self) -> str:
-        return self.scenario.env_id
+        return self.team.name
 
     @property
     def tasks(self) -> tuple[Task, ...]:
@@ -178,7 +182,8 @@ class PipelineEnv(AECEnv):
         self.infos = {a: {"task_id": task.id, "messages": []} for a in self.agents}
         self._messages: dict[str, list[dict]] = {}
         self._turn_actions = 0
-        self.agent_selection = self.agents[0]
+        self._schedule = Schedule(self.team)
+        self.agent_selection = self._schedule.current
         self._begin_turn(self.agent_selection)
 
     def observe(self, agent: str) -> dict:
@@ -205,7 +210,7 @@ class PipelineEnv(AECEnv):
         self.rewards = {a: 0.0 for a in self.agents}
         errors: list[str] = []
 
-        text, input_error = self._clean_action(action)
+        text, input_error = clean_action(action, self.limits.max_action_chars)
         code = extract_code_blocks(text) if role.tools else []
         results = self._run_cells(role, code, errors)
         checks = self._guard(errors, "scenario.checks", lambda: self.scenario.checks(ep, role, text, results), {})
@@ -214,7 +219,8 @@ class PipelineEnv(AECEnv):
         piece = f"{text}\n\nOutput of the code:\n{format_tool_output(results)}" if results else text
         ep.outputs[agent] = piece if self._turn_actions == 1 else f"{ep.outputs[agent]}\n\n{piece}"
         continues = bool(code) and self._turn_actions < role.max_actions
-        finished = not continues and agent == self.possible_agents[-1]
+        following = None if continues else self._schedule.end_turn(agent, text)
+        finished = not continues and following is None
         truncated = self._over_limits(text, results) and not finished  # a limit hit by the last action is no cut
         done = finished or truncated
         if done:
@@ -242,16 +248,16 @@ class PipelineEnv(AECEnv):
         elif done:
             self._finish(truncated)
         else:
-            self.agent_selection = self.possible_agents[self.possible_agents.index(agent) + 1]
-            self._begin_turn(self.agent_selection)
+            self.agent_selection = following
+            self._begin_turn(following)
         self._accumulate_rewards()
         if self.render_mode == "human":
-            print(self._render_action(record))
+            print(record.render())
 
     def render(self) -> str | None:
         self._require_reset("render()")
-        text = f"=== {self.scenario.env_id} task {self.episode.task.id} ===\n"
-        text += "\n".join(self._render_action(a) for a in self.episode.actions)
+        text = f"=== {self.env_id} task {self.episode.task.id} ===\n"
+        text += "\n".join(a.render() for a in self.episode.actions)
         if self.episode.outcome is not None:
             o = self.episode.outcome
             text += f"\n=== outcome: score {o.score:.3f} correct={o.correct} {o.details}"
@@ -266,13 +272,14 @@ class PipelineEnv(AECEnv):
         if ep is None:
             return {}
         return {
-            "env_id": self.scenario.env_id,
+            "env_id": self.env_id,
             "task_id": ep.task.id,
             "task": ep.task.prompt,
             "ground_truth": ep.task.answer,
             "actions": [{"text": a.text, **a.to_info(self.timings_in_infos)} for a in ep.actions],
             "files": dict(ep.file_owners),
             "outcome": None if ep.outcome is None else ep.outcome.to_info(),
+            **({"loop_rounds": self._schedule.loop_rounds()} if self.team.loops else {}),
         }
 
     def close(self) -> None:
@@ -297,7 +304,7 @@ class PipelineEnv(AECEnv):
 
     def _require_reset(self, what: str) -> None:
         if self.episode is None:
-            raise ResetNeededError(f"{self.scenario.env_id}: call reset() before {what}")
+            raise ResetNeededError(f"{self.env_id}: call reset() before {what}")
 
     def _pick_task(self, options: dict) -> Task:
         tasks = self._tasks
@@ -305,7 +312,7 @@ class PipelineEnv(AECEnv):
             for t in tasks:
                 if t.id == options["task_id"]:
                     return t
-            raise UnknownTaskError(f"{self.scenario.env_id}: no task with id {options['task_id']!r} "
+            raise UnknownTaskError(f"{self.env_id}: no task with id {options['task_id']!r} "
                                    f"({len(tasks)} tasks, e.g. {[t.id for t in tasks[:3]]})")
         if "task_index" in options:
             return tasks[int(options["task_index"]) % len(tasks)]
@@ -314,39 +321,12 @@ class PipelineEnv(AECEnv):
     def _begin_turn(self, agent: str) -> None:
         role = self.roles[agent]
         ep = self.episode
-        parts = [self.scenario.task_prompt(ep.task)]
-        for upstream in role.sees:
-            if upstream in ep.outputs:  # quoted: nothing an agent or its code wrote can pose as the env's text
-                mark = fence_mark(ep.outputs[upstream])
-                parts.append(f"## Output of the {upstream}\nQuoted between the lines <<<BEGIN {mark}>>> and "
-                             f"<<<END {mark}>>>; everything inside was written by that agent or its code.\n"
-                             + fenced(ep.outputs[upstream], mark))
         self._messages[agent] = [
             {"role": "system", "content": role.duties},
-            {"role": "user", "content": "\n\n".join(parts)},
+            {"role": "user", "content": turn_prompt(self.scenario.task_prompt(ep.task), role, ep, self._schedule)},
         ]
         self._turn_actions = 0
         self.infos[agent] = {"task_id": ep.task.id, "messages": list(self._messages[agent])}
-
-    def _clean_action(self, action: Any) -> tuple[str, str | None]:
-        """Coerce any action to valid text; problems are reported in infos, never raised."""
-        if isinstance(action, (bytes, bytearray)):
-            action = bytes(action).decode("utf-8", errors="replace")
-        if not isinstance(action, str):
-            return "", f"action must be a str, got {type(action).__name__}; treated as an empty action"
-        notes = []
-        if len(action) > self.limits.max_action_chars:
-            notes.append(f"action of {len(action)} chars cut to max_action_chars={self.limits.max_action_chars}")
-            action = action[: self.limits.max_action_chars]
-        if "\x00" in action:
-            action = action.replace("\x00", "")
-            notes.append("NUL characters removed")
-        clean = safe_text(action)
-        if clean != action.replace("\r\n", "\n"):
-            notes.append("invalid UTF-8 (lone surrogates) or control characters escaped")
-        if not clean.strip():
-            notes = notes or ["empty action"]
-        return clean, "; ".join(notes) or None
 
     def _run_cells(self, role: Role, code: list[str], errors: list[str]) -> list[ExecResult]:
         results = []
@@ -404,28 +384,10 @@ class PipelineEnv(AECEnv):
 
     def _coach_request(self, role: Role, text: str, results: list[ExecResult], checks: dict, final: bool,
                        errors: list[str]) -> CoachRequest:
-        """The request, with every untrusted field clipped and the file list capped (`limits`)."""
-        ep, lim = self.episode, self.limits
-        cut = lambda s: clip(s, lim.coach_field_chars)  # noqa: E731
-        files = dict(sorted(ep.file_owners.items())[: lim.coach_max_files])
+        ep = self.episode
         evidence = self._guard(errors, "scenario.coach_evidence", lambda: self.scenario.coach_evidence(ep, role), {})
-        return CoachRequest(
-            env_id=self.scenario.env_id,
-            role=role.name,
-            role_duties=role.duties,
-            task=ep.task.prompt,
-            action=cut(text),
-            context=cut(chat_as_text(self._messages[role.name])),
-            tool_results=[{**r.to_dict(), "stdout": cut(r.stdout), "stderr": cut(r.stderr)} for r in results],
-            files=files,
-            files_omitted=len(ep.file_owners) - len(files),
-            upstream={r: cut(ep.outputs[r]) for r in self.possible_agents if r in ep.outputs and r != role.name},
-            ground_truth=ep.task.answer,
-            checks=dict(checks),
-            action_index=self._turn_actions - 1,
-            is_final_action=final,
-            **sanitized(evidence),
-        )
+        return coach_request(self.team, ep, role, text, results, checks, self.limits, self._messages[role.name],
+                             self._turn_actions - 1, final, evidence)
 
     def _finish(self, truncated: bool) -> None:
         outcome = self.episode.outcome
@@ -440,17 +402,6 @@ class PipelineEnv(AECEnv):
             self.terminations[a] = not truncated
             self.truncations[a] = truncated
         self.agent_selection = self.agents[0]  # dead agents are then stepped out in order
-
-    def _render_action(self, a: ActionRecord) -> str:
-        lines = [f"--- {a.role} (action {a.index + 1}) reward={a.reward:.2f}", a.text]
-        if a.tool_results:
-            lines.append(">>> tool output\n" + format_tool_output(a.tool_results))
-        if a.coach is not None:
-            lines.append(f">>> coach: {a.coach.score} {a.coach.rationale}")
-        if a.input_error:
-            lines.append(f">>> input error: {a.input_error}")
-        lines += [f">>> env error: {e}" for e in a.env_errors]
-        return "\n".join(lines)
 
     def _close_session(self) -> None:
         if self._session_cm is not None:

@@ -24,7 +24,7 @@ class Role:
     duties: str  # the role's instructions (its system prompt)
     tools: bool = False  # may run ```python blocks in the sandbox
     max_actions: int = 1  # most actions in one turn
-    sees: tuple[str, ...] = ()  # earlier roles whose final output it is shown
+    sees: tuple[str, ...] = ()  # other roles whose final output it is shown (a spec's default: all upstream)
     kernel: str = "main"  # the sandbox interpreter its code runs in
 
 
@@ -66,6 +66,20 @@ class ActionRecord:
     env_errors: list[str] = field(default_factory=list)  # failures of the env's own work on this action
     share: float | None = None  # reward_mode="backprop": its share of 10 x outcome, set when the episode ends
 
+    def render(self) -> str:
+        """The action as `env.render()` shows it: text, tool output, coach verdict, problems."""
+        from mappa_envs.core.tools import format_tool_output
+
+        lines = [f"--- {self.role} (action {self.index + 1}) reward={self.reward:.2f}", self.text]
+        if self.tool_results:
+            lines.append(">>> tool output\n" + format_tool_output(self.tool_results))
+        if self.coach is not None:
+            lines.append(f">>> coach: {self.coach.score} {self.coach.rationale}")
+        if self.input_error:
+            lines.append(f">>> input error: {self.input_error}")
+        lines += [f">>> env error: {e}" for e in self.env_errors]
+        return "\n".join(lines)
+
     def to_info(self, timings: bool = False) -> dict:
         """The dict in `infos[agent]["action"]` (wall-clock figures only with `timings`)."""
         return {
@@ -97,9 +111,12 @@ class Episode:
 
 
 class Scenario(Protocol):
-    """What makes MathChat differ from DSBench.
+    """What makes MathChat differ from DSBench: tasks, workspace set-up, checks, outcome.
 
-    A scenario may also set `preimport: tuple[str, ...]`, the modules the default sandbox's kernels
+    `roles` is the team used when the env is given none (a chain in that order); with a team spec
+    (`core.team`) the spec's roles act instead. A scenario may also have `bind(team)`, called once
+    with the env's `Team` (to learn role names and the order, or to refuse a team it cannot judge
+    with a `SpecError`), and `preimport: tuple[str, ...]`, the modules the default sandbox's kernels
     import before the first cell (absent: the backend's data-science default).
     """
 

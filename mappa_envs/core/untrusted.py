@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from mappa_envs.sandbox.text import safe_text  # the one sanitizer, for all untrusted text
 
@@ -76,3 +77,25 @@ def fenced(text: str, mark: str) -> str:
 
 
 __all__ = ["clip", "fence_mark", "fenced", "indent", "one_line", "safe_text", "sanitized"]
+
+
+def clean_action(action: Any, max_chars: int) -> tuple[str, str | None]:
+    """Any action as valid text at most `max_chars` long, and what had to be done to it (None: nothing).
+    Problems are reported, never raised: an env puts the note in infos and goes on."""
+    if isinstance(action, (bytes, bytearray)):
+        action = bytes(action).decode("utf-8", errors="replace")
+    if not isinstance(action, str):
+        return "", f"action must be a str, got {type(action).__name__}; treated as an empty action"
+    notes = []
+    if len(action) > max_chars:
+        notes.append(f"action of {len(action)} chars cut to max_action_chars={max_chars}")
+        action = action[:max_chars]
+    if "\x00" in action:
+        action = action.replace("\x00", "")
+        notes.append("NUL characters removed")
+    clean = safe_text(action)
+    if clean != action.replace("\r\n", "\n"):
+        notes.append("invalid UTF-8 (lone surrogates) or control characters escaped")
+    if not clean.strip():
+        notes = notes or ["empty action"]
+    return clean, "; ".join(notes) or None

@@ -1,5 +1,9 @@
 """DSBench-v0: Data Engineer -> Modeler -> Analyst on Kaggle-style modeling tasks.
 
+The team is the shipped spec `mappa_envs/teams/dsbench.yaml`; this module is the scenario, which
+knows each role's files by name, so a team spec it runs must have exactly these three roles (their
+prompts, limits and order are the spec's).
+
 The three agents share one sandbox workspace per episode; each runs its Python in its own kernel.
 `prepare` places train.csv, test.csv and sample_submission.csv there once; the hidden answers stay on
 the host. After every action each file the action created or rewrote is attributed to the acting
@@ -34,6 +38,7 @@ import pandas as pd
 
 from mappa_envs.coach.types import INPUTS_READY
 from mappa_envs.core.pipeline import Episode, EpisodeLimits, Outcome, PipelineEnv, Role, Task
+from mappa_envs.core.team import Team, load_team, no_team_argument
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.core.untrusted import one_line
 from mappa_envs.core.workspace import WorkspaceFileError, inventory, read_file
@@ -41,7 +46,7 @@ from mappa_envs.dsbench import prompts
 from mappa_envs.dsbench.metrics import better, get_metric
 from mappa_envs.dsbench.scoring import SubmissionReport, read_answers, relative_quality, score_submission
 from mappa_envs.dsbench.tasks import DSTask
-from mappa_envs.errors import EnvArgumentError, TaskDataError
+from mappa_envs.errors import EnvArgumentError, SpecError, TaskDataError
 from mappa_envs.sandbox.types import ExecResult
 
 log = logging.getLogger(__name__)
@@ -77,6 +82,12 @@ class DSBenchScenario:
                        for t in self.task_list]
 
     # --- Scenario protocol -----------------------------------------------------------------------
+
+    def bind(self, team: Team) -> None:
+        if sorted(team.names) != sorted(EXPECTED_FILES):
+            raise SpecError(f"{team.name}: the DSBench scenario judges the roles {sorted(EXPECTED_FILES)} by "
+                            f"their files; the spec has {team.names}")
+        self.roles = team.roles
 
     def tasks(self) -> Sequence[Task]:
         return self._tasks
@@ -334,8 +345,19 @@ def load_task_source(tasks: Any, split: str, cache_dir: str | Path | None, seed:
     raise EnvArgumentError(f"tasks must be 'builtin', a DSBench data folder or a list of DSTask; got {got}")
 
 
+def make_scenario(tasks: str | Path | Sequence[DSTask] = "builtin", split: str = "eval",
+                  cache_dir: str | Path | None = None, task_seed: int | None = None,
+                  max_read_bytes: int = EpisodeLimits.max_read_bytes) -> DSBenchScenario:
+    """The DSBench scenario (the arguments are `DSBenchEnv`'s), for team specs."""
+    if split not in ("train", "eval", "all"):
+        raise EnvArgumentError(f"split={split!r} is not one of 'train', 'eval', 'all'")
+    task_list = load_task_source(tasks, split, cache_dir, task_seed)
+    return DSBenchScenario(task_list, cache_dir=Path(cache_dir).expanduser() if cache_dir else None,
+                           max_read_bytes=max_read_bytes)
+
+
 class DSBenchEnv(PipelineEnv):
-    """DSBench-v0. See the module docstring.
+    """DSBench-v0: the shipped spec "dsbench" on the DSBench scenario. See the module docstring.
 
     Args:
         tasks: "builtin" (offline tasks, the default), a DSBench data folder, or a list of `DSTask`.
@@ -352,11 +374,10 @@ class DSBenchEnv(PipelineEnv):
                  limits: EpisodeLimits | dict | None = None, **kwargs: Any):
         if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions < 1:
             raise EnvArgumentError(f"max_actions must be an integer >= 1, got {max_actions!r}")
-        if split not in ("train", "eval", "all"):
-            raise EnvArgumentError(f"split={split!r} is not one of 'train', 'eval', 'all'")
-        task_list = load_task_source(tasks, split, cache_dir, task_seed)
         limits = EpisodeLimits.coerce(limits if limits is not None else
                                       {"cell_timeout_s": 60.0, "max_total_actions": 3 * max_actions + 1})
-        scenario = DSBenchScenario(task_list, max_actions, Path(cache_dir).expanduser() if cache_dir else None,
-                                   limits.max_read_bytes)
-        super().__init__(scenario, limits=limits, **kwargs)
+        no_team_argument("DSBench-v0", "mappa_envs.dsbench.env:make_scenario", kwargs)
+        scenario = make_scenario(tasks, split, cache_dir, task_seed, limits.max_read_bytes)
+        team = load_team("dsbench")
+        team = team.with_max_actions({n: max_actions for n in team.names})
+        super().__init__(scenario, team=team, limits=limits, **kwargs)

@@ -1,7 +1,13 @@
 """MathChat-v0: Problem Solver -> Code Executor -> Verifier on competition math.
 
-The Code Executor's ```python blocks run in one persistent interpreter per episode. The Verifier's
-\\boxed{} answer is the team's answer, checked by rule (`answers_match`) against the ground truth.
+The team is the shipped spec `mappa_envs/teams/mathchat.yaml`; this module is the scenario. The Code
+Executor's ```python blocks run in one persistent interpreter per episode. The Verifier's \\boxed{}
+answer is the team's answer, checked by rule (`answers_match`) against the ground truth.
+
+The scenario judges any team by what its roles may do, not by their names: a role with tools gets
+the code checks, any other role the answer checks, and the last role in the acting order gives the
+team's answer. So `make("Team-v0", spec=..., scenario="mappa_envs.mathchat.env:make_scenario")`
+runs math with a team of your own.
 """
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from mappa_envs.core.pipeline import Episode, Outcome, PipelineEnv, Role, Task
+from mappa_envs.core.team import Team, load_team, no_team_argument
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.errors import EnvArgumentError
 from mappa_envs.mathchat import prompts
@@ -42,6 +49,10 @@ class MathChatScenario:
             Role(EXECUTOR, prompts.CODE_EXECUTOR, tools=True, max_actions=self.executor_max_actions, sees=(SOLVER,)),
             Role(VERIFIER, prompts.VERIFIER, sees=(SOLVER, EXECUTOR)),
         )
+        self.final_role = VERIFIER
+
+    def bind(self, team: Team) -> None:
+        self.final_role = team.names[-1]  # whose \\boxed{} answer is the team's
 
     def tasks(self) -> Sequence[Task]:
         return self.task_list
@@ -53,8 +64,8 @@ class MathChatScenario:
         return f"Problem:\n{task.prompt}"
 
     def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
-        if role.name == EXECUTOR:
-            return _executor_checks(episode, action, results)
+        if role.tools:
+            return _executor_checks(episode, role, action, results)
         answer = extract_answer(action)
         checks = {"answer_present": answer is not None}
         if answer is not None:
@@ -62,16 +73,15 @@ class MathChatScenario:
         return checks
 
     def outcome(self, episode: Episode) -> Outcome:
-        final = next((a.text for a in reversed(episode.actions) if a.role == VERIFIER), None)
-        if final is None:  # the outcome is judged before the current action is recorded: read its text
-            final = episode.outputs.get(VERIFIER)
+        # judged before the closing action is recorded: read the final role's whole turn, which holds it
+        final = episode.outputs.get(self.final_role)
         predicted = extract_answer(final) if final else None
         correct = _answers(predicted, episode.task)
         return Outcome(score=float(correct), correct=correct,
                        details={"predicted": predicted, "gold": episode.task.answer, "task_id": episode.task.id})
 
     def coach_evidence(self, episode: Episode, role: Role) -> dict:
-        return {"ask_answer_correct": role.name == VERIFIER}
+        return {"ask_answer_correct": role.name == self.final_role}
 
 
 def _answers(pred: str | None, task: Task) -> bool:
@@ -79,12 +89,12 @@ def _answers(pred: str | None, task: Task) -> bool:
     return answers_match(pred, task.answer) and not restates_problem(pred, task.prompt, task.answer)
 
 
-def _executor_checks(episode: Episode, action: str, results: list[ExecResult]) -> dict[str, bool]:
+def _executor_checks(episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
     """The Code Executor's checks. They make the honest path strictly best for a policy paid by them:
     computing the answer beats printing a copied number (`printed_answer_correct` needs a computed
     result), and once the turn's code has computed it, reporting it (`answer_computed`) beats running
     more cells (`new_work` False: padding)."""
-    first_of_turn = not episode.actions or episode.actions[-1].role != EXECUTOR
+    first_of_turn = not episode.actions or episode.actions[-1].role != role.name
     if first_of_turn:
         episode.state["cells"], episode.state["code"] = [], []
     cells: list[_Cell] = episode.state.setdefault("cells", [])
@@ -154,8 +164,22 @@ def _last_printed(results: list[ExecResult]) -> str | None:
     return lines[-1] if lines else None
 
 
+def make_scenario(tasks: str | Sequence[Task] | Sequence[dict] | None = None, split: str = "train",
+                  num_tasks: int = 256, task_seed: int = 0, task_source: str | None = None) -> MathChatScenario:
+    """The MathChat scenario (the arguments are `MathChatEnv`'s), for team specs."""
+    if task_source is not None:
+        if tasks is not None:
+            raise EnvArgumentError("give tasks= or its older name task_source=, not both")
+        tasks = task_source
+    if split not in SPLITS:
+        raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
+    if isinstance(task_seed, bool) or not isinstance(task_seed, int):
+        raise EnvArgumentError(f"task_seed must be an integer, got {task_seed!r}")
+    return MathChatScenario(load_task_source("synthetic" if tasks is None else tasks, split, num_tasks, task_seed))
+
+
 class MathChatEnv(PipelineEnv):
-    """MathChat-v0. See the module docstring.
+    """MathChat-v0: the shipped spec "mathchat" on the MathChat scenario. See the module docstring.
 
     Args:
         tasks: "synthetic" (the offline default), a JSON/JSONL file of {prompt, answer} records,
@@ -170,16 +194,10 @@ class MathChatEnv(PipelineEnv):
     def __init__(self, tasks: str | Sequence[Task] | Sequence[dict] | None = None, split: str = "train",
                  num_tasks: int = 256, task_seed: int = 0, executor_max_actions: int = 3,
                  task_source: str | None = None, **kwargs: Any):
-        if task_source is not None:
-            if tasks is not None:
-                raise EnvArgumentError("give tasks= or its older name task_source=, not both")
-            tasks = task_source
-        if split not in SPLITS:
-            raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
-        if isinstance(task_seed, bool) or not isinstance(task_seed, int):
-            raise EnvArgumentError(f"task_seed must be an integer, got {task_seed!r}")
         if isinstance(executor_max_actions, bool) or not isinstance(executor_max_actions, int) \
                 or executor_max_actions < 1:
             raise EnvArgumentError(f"executor_max_actions must be an integer >= 1, got {executor_max_actions!r}")
-        task_list = load_task_source("synthetic" if tasks is None else tasks, split, num_tasks, task_seed)
-        super().__init__(MathChatScenario(task_list, executor_max_actions), **kwargs)
+        no_team_argument("MathChat-v0", "mappa_envs.mathchat.env:make_scenario", kwargs)
+        scenario = make_scenario(tasks, split, num_tasks, task_seed, task_source)
+        team = load_team("mathchat").with_max_actions({EXECUTOR: executor_max_actions})
+        super().__init__(scenario, team=team, **kwargs)

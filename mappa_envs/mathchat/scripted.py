@@ -104,3 +104,51 @@ def _is_int(s: str) -> bool:
 def for_env(env, skill: float = 1.0, seed: int = 0, code_skill: float = 1.0) -> ScriptedMathPolicy:
     """The scripted team for a MathChat env (it plays that env's tasks)."""
     return ScriptedMathPolicy(env.unwrapped.tasks, skill=skill, seed=seed, code_skill=code_skill)
+
+
+class ScriptedMathTeam:
+    """A scripted team for any team spec on the MathChat scenario (`Team-v0`, e.g. spec="review").
+
+    It knows the answers. A role with tools first prints the answer from code, then states what the
+    code printed; every other role states the answer, wrong at rate `1 - skill`. A role that may send
+    work back (a loop sender) writes its loop's signal when an answer it was shown differs from the
+    truth, so the loop is exercised; the env bounds the rounds.
+    """
+
+    def __init__(self, env, skill: float = 1.0, seed: int = 0):
+        if not 0 <= skill <= 1:
+            raise ValueError(f"ScriptedMathTeam: skill must be in [0, 1], got {skill}")
+        self.by_prompt = {t.prompt: t for t in env.unwrapped.tasks}
+        self.team, self.skill = env.unwrapped.team, skill
+        self.seed, self.rng = seed, random.Random(seed)
+
+    def respond(self, conversations: list[list[dict]], roles: list[str],
+                seeds: Sequence[int | None] | None = None) -> list[str]:
+        seeds = list(seeds) if seeds is not None else [None] * len(conversations)
+        return [self._act(c, r, self.rng if s is None else random.Random(f"{self.seed}/{s}"))
+                for c, r, s in zip(conversations, roles, seeds)]
+
+    def _act(self, conversation: list[dict], role: str, rng: random.Random) -> str:
+        opening = next(m["content"] for m in conversation if m["role"] == "user")
+        task = self.by_prompt.get(opening.removeprefix("Problem:\n").split("\n\n## ", 1)[0])
+        gold = str(task.answer) if task else "0"
+        if next(r for r in self.team.roles if r.name == role).tools:
+            last = conversation[-1]["content"]
+            if conversation[-1]["role"] == "user" and last.startswith("Output of your code"):
+                printed = _OUTPUT.findall(last)
+                value = printed[-1].strip().splitlines()[-1] if printed and printed[-1].strip() else gold
+                return f"The code printed {value}.\n\\boxed{{{value}}}"
+            return f"Let me compute it.\n```python\nprint({gold!r})\n```"
+        answer = gold
+        if rng.random() >= self.skill:
+            answer = str(int(float(gold)) + rng.randint(1, 9)) if _is_int(gold) else "0"
+        loop = next((lp for lp in self.team.loops if lp.sender == role), None)
+        shown = [extract_answer(part) for part in opening.split("## Output of the ")[1:]]
+        if loop is not None and any(a is not None and a != gold for a in shown):
+            return f"An answer above is wrong: {loop.signal}.\n\\boxed{{{answer}}}"
+        return f"I find the answer is {answer}.\n\\boxed{{{answer}}}"
+
+
+def for_team(env, skill: float = 1.0, seed: int = 0) -> ScriptedMathTeam:
+    """The scripted team for any spec on the MathChat scenario."""
+    return ScriptedMathTeam(env, skill=skill, seed=seed)

@@ -6,7 +6,8 @@ Scripted teams play every task once per fault, with one role deliberately faulty
 others doing their job (MathChat: a wrong answer from the Problem Solver, an answer the Code Executor
 mis-copies from its own correct output, a Verifier that overrules a right answer; DSBench: a missing
 or inconsistent hand-off file from the Data Engineer, a Modeler that saves no model; CodeTest: a Coder's
-bug, a Test Writer's wrong test, a Reviewer that breaks working code). Every action's
+bug, a Test Writer's wrong test, a Reviewer that breaks working code; Chain: one agent of four that
+always slips on its step, the others doing theirs on whatever value they get). Every action's
 coach request is recorded as the env builds it; the team's actions do not depend on the scores, so
 scoring them afterwards is scoring them online. Each coach under test then scores every request
 (`score_many`: concurrent `ascore` calls). Per fault, over episodes:
@@ -40,9 +41,11 @@ FAULTS: dict[str, dict[str, str | None]] = {  # env id -> fault -> the role at f
                    "modeler_no_model": "modeler"},
     "CodeTest-v0": {"none": None, "coder_bug": "coder", "tester_wrong_test": "test_writer",
                     "reviewer_breaks": "reviewer"},
+    "Chain-v0": {"none": None, "step_1_slips": "step_1", "step_2_slips": "step_2", "step_4_slips": "step_4"},
 }
 DEFAULT_KWARGS = {"MathChat-v0": {"task_source": "synthetic", "num_tasks": 20, "split": "eval"},
-                  "DSBench-v0": {}, "CodeTest-v0": {"split": "eval", "with_examples": True, "num_tasks": 20}}
+                  "DSBench-v0": {}, "CodeTest-v0": {"split": "eval", "with_examples": True, "num_tasks": 20},
+                  "Chain-v0": {"depth": 4, "num_tasks": 20, "task_seed": 1}}
 
 
 # ---- faulty scripted teams --------------------------------------------------------------------
@@ -113,6 +116,11 @@ def faulty_team(env_id: str, env, fault: str):
         from mappa_envs.codetest.scripted import for_env
 
         return for_env(env, fault=fault)
+    if env_id == "Chain-v0":
+        from mappa_envs.chain.scripted import ScriptedChainPolicy
+
+        faulty = FAULTS[env_id][fault]
+        return ScriptedChainPolicy(env.unwrapped.tasks, skill={faulty: 0.0} if faulty else 1.0)
     return MathTeam(env.unwrapped.tasks, fault) if env_id == "MathChat-v0" else DSTeam(env, fault)
 
 

@@ -10,6 +10,7 @@
 | `humaneval:eval`   | CodeTest-v0 | its eval split (44)                       | its train split |
 | `dsbench`          | DSBench-v0  | the built-in offline tasks                | `builtin` (the same tasks) |
 | `dsbench:DIR`      | DSBench-v0  | the eval split of a DSBench data folder   | `DIR` (its train split) |
+| `chain:D[:N]`      | Chain-v0    | N (default 64) eval problems at depth D   | `chain:D` (its train split) |
 
 `<data-dir>` is `--data-dir`, else `$MAPPA_DATA_DIR`, else `data/bench` (where the training configs
 expect the files); a default training file that does not exist is not checked. `train_source`
@@ -56,6 +57,8 @@ def train_kwargs(env_id: str, source: str) -> dict:
         return {"tasks": source, "split": "train"}
     if env_id == "CodeTest-v0":
         return {"split": source}
+    if env_id == "Chain-v0":  # source "chain:D": the train split at depth D
+        return {"depth": int(source.partition(":")[2]), "split": "train"}
     return {"task_source": source, "split": "train" if source == "synthetic" else "all"}
 
 
@@ -75,6 +78,12 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
             raise EvalSpecError(f"eval set {name!r}: expected synthetic or synthetic:N with N >= 1")
         kwargs = {"task_source": "synthetic", "split": "eval", "num_tasks": int(size)}
         return EvalSet(name, "MathChat-v0", kwargs), "synthetic"
+    if name.startswith("chain:"):
+        depth, _, size = name.partition(":")[2].partition(":")
+        if not depth.isdigit() or not 1 <= int(depth) <= 128 or (size and (not size.isdigit() or int(size) < 1)):
+            raise EvalSpecError(f"eval set {name!r}: expected chain:D or chain:D:N with 1 <= D <= 128 and N >= 1")
+        kwargs = {"depth": int(depth), "split": "eval", "num_tasks": int(size or SYNTHETIC_DEFAULT)}
+        return EvalSet(name, "Chain-v0", kwargs), f"chain:{int(depth)}"
     if name == "dsbench":
         return EvalSet(name, "DSBench-v0", {"tasks": "builtin"}), "builtin"
     if name.startswith("dsbench:"):
@@ -91,5 +100,5 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
         if not path.is_file():
             raise EvalSpecError(f"eval set file {path} does not exist")
         return EvalSet(path.stem, "MathChat-v0", {"task_source": str(path), "split": "all"}), math_train
-    raise EvalSpecError(f"unknown eval set {name!r}; use one of {sorted(MATH_FILES)}, synthetic[:N], dsbench, "
-                     "dsbench:DIR, humaneval[:eval], or a path to an AIME/AMC-format .json/.jsonl file")
+    raise EvalSpecError(f"unknown eval set {name!r}; use one of {sorted(MATH_FILES)}, synthetic[:N], chain:D[:N], "
+                     "dsbench, dsbench:DIR, humaneval[:eval], or a path to an AIME/AMC-format .json/.jsonl file")

@@ -1,0 +1,183 @@
+"""Chain-v0: a team of `depth` agents; agent k applies step k of a multi-step problem and passes its value on.
+
+A task is a start value and `depth` steps ("multiply by 3", "add 4", ...). Agent `step_k` sees the
+task and the output of `step_{k-1}` only (the value handed on, not the whole history: prompts stay
+short at depth 32), may check its arithmetic in the sandbox (```python blocks, `max_actions` per
+turn), and ends its turn with the new value as \\boxed{VALUE}. The team is a generated chain spec
+(`chain_spec`), so the same family runs under `Team-v0` with any other order.
+
+Checks, per action (the rule coach scores them):
+- `answer_present`: the turn's closing action states a value.
+- `step_correct`: that value is this agent's step applied to the value it was handed (the start
+  value for `step_1`): its own step, right or wrong whatever came before; credit stays local.
+- `inputs_ready`: False when the previous agent handed on no value (the action is then not judged).
+The outcome is the final agent's value against the true final value (score 1 or 0): team success
+needs every step right, so it gets sparser with depth while every action keeps a checkable score.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mappa_envs.coach.types import INPUTS_READY
+from mappa_envs.core.pipeline import Episode, EpisodeLimits, Outcome, PipelineEnv, Role, Task
+from mappa_envs.core.team import Team, no_team_argument
+from mappa_envs.core.tools import extract_code_blocks
+from mappa_envs.errors import EnvArgumentError
+from mappa_envs.mathchat.answers import extract_answer
+from mappa_envs.sandbox.types import ExecResult
+
+MAX_DEPTH = 128
+OPS = {"add": "add {k}", "sub": "subtract {k}", "mul": "multiply by {k}"}
+ROLE_PROMPT = """You are {name}, agent {k} of {n} in a chain that solves a multi-step arithmetic problem.
+Apply step {k} of the task (and only that step) to the value the previous agent handed you{first}.
+You may check the arithmetic in ```python fenced blocks (you see their output before your next action).
+End your turn with the new value, an integer, as \\boxed{{VALUE}}: the next agent works from it."""
+
+
+def role_name(k: int) -> str:
+    return f"step_{k}"
+
+
+def apply(op: str, k: int, value: int) -> int:
+    return value + k if op == "add" else value - k if op == "sub" else value * k
+
+
+SPLITS = ("train", "eval")
+
+
+def chain_tasks(depth: int, num_tasks: int, seed: int, split: str = "train") -> list[Task]:
+    """`num_tasks` problems of `depth` steps; values stay integers in [0, 10_000 + 9 * depth]. The splits
+    are disjoint by construction, whatever their sizes and seeds: "train" starts from even values, "eval"
+    from odd ones."""
+    rng = random.Random(f"chain/{depth}/{seed}/{split}")
+    tasks: list[Task] = []
+    for i in range(num_tasks):
+        value = start = rng.randrange(3 if split == "eval" else 2, 21, 2)
+        steps, values = [], []
+        for _ in range(depth):
+            op = rng.choice(("add", "sub", "mul"))
+            k = rng.randint(2, 4) if op == "mul" else rng.randint(1, 9)
+            if (op == "mul" and value * k > 10_000) or (op == "sub" and value - k < 0):
+                op, k = "add", rng.randint(1, 9)
+            value = apply(op, k, value)
+            steps.append((op, k))
+            values.append(value)
+        lines = "\n".join(f"{j}. {OPS[op].format(k=k)}" for j, (op, k) in enumerate(steps, 1))
+        prompt = f"Start value: {start}\nSteps (agent k applies step k to the value it is handed):\n{lines}"
+        tasks.append(Task(f"chain{depth}-{seed}-{split}-{i}", prompt, answer=str(value),
+                          meta={"start": start, "steps": steps, "values": values}))
+    return tasks
+
+
+def chain_spec(depth: int, max_actions: int = 2) -> dict:
+    """The team spec of a chain of `depth` agents: each sees only the one before it."""
+    roles = [{"name": role_name(k), "tools": True, "max_actions": max_actions,
+              "sees": [role_name(k - 1)] if k > 1 else [],
+              "prompt": ROLE_PROMPT.format(name=role_name(k), k=k, n=depth,
+                                           first=" (step 1: the start value)" if k == 1 else "")}
+             for k in range(1, depth + 1)]
+    return {"name": "Chain-v0", "description": f"a chain of {depth} agents, one arithmetic step each",
+            "scenario": "mappa_envs.chain.env:make_scenario", "scripted": "mappa_envs.chain.scripted:for_env",
+            "scenario_args": {"depth": depth}, "roles": roles}
+
+
+def _value(text: str | None) -> int | None:
+    answer = extract_answer(text) if text else None
+    try:
+        return int(answer.replace(",", "").strip()) if answer is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class ChainScenario:
+    task_list: Sequence[Task]
+    env_id: str = "Chain-v0"
+    preimport: tuple[str, ...] = ()
+    roles: tuple[Role, ...] = field(default=())  # the team comes from the spec (bind)
+
+    def bind(self, team: Team) -> None:
+        self.roles = team.roles
+        self.order = team.names
+
+    def tasks(self) -> Sequence[Task]:
+        return self.task_list
+
+    def prepare(self, episode: Episode) -> None:
+        pass
+
+    def task_prompt(self, task: Task) -> str:
+        return task.prompt
+
+    def handed(self, episode: Episode, role: str) -> int | None:
+        """The value `role` was handed: the start value, or the last one its predecessor stated."""
+        k = self.order.index(role)
+        if k == 0:
+            return episode.task.meta["start"]
+        return _value(episode.outputs.get(self.order[k - 1]))
+
+    def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
+        earlier = 0
+        for a in reversed(episode.actions):
+            if a.role != role.name:
+                break
+            earlier += 1
+        if extract_code_blocks(action) and earlier + 1 < role.max_actions:
+            return {"code_present": True}  # working: the value comes in a later action of the turn
+        given, stated = self.handed(episode, role.name), _value(action)
+        checks = {INPUTS_READY: given is not None, "answer_present": stated is not None}
+        if given is not None:
+            op, k = episode.task.meta["steps"][self.order.index(role.name)]
+            checks["step_correct"] = stated == apply(op, k, given)
+        return checks
+
+    def outcome(self, episode: Episode) -> Outcome:
+        # judged before the closing action is recorded: its text is in the final agent's turn output
+        predicted = _value(episode.outputs.get(self.order[-1]))
+        gold = int(episode.task.answer)
+        values = episode.task.meta["values"]
+        stated = [_value(episode.outputs.get(r)) for r in self.order]
+        first_wrong = next((self.order[i] for i, v in enumerate(stated) if v != values[i]), None)
+        return Outcome(score=float(predicted == gold), correct=predicted == gold,
+                       details={"predicted": predicted, "gold": gold, "task_id": episode.task.id,
+                                "first_wrong_step": first_wrong})
+
+    def coach_evidence(self, episode: Episode, role: Role) -> dict:
+        return {}
+
+
+def make_scenario(depth: int = 4, num_tasks: int = 256, task_seed: int = 0, split: str = "train") -> ChainScenario:
+    for name, value, low, high in (("depth", depth, 1, MAX_DEPTH), ("num_tasks", num_tasks, 1, 1_000_000)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise EnvArgumentError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    if isinstance(task_seed, bool) or not isinstance(task_seed, int):
+        raise EnvArgumentError(f"task_seed must be an integer, got {task_seed!r}")
+    if split not in SPLITS:
+        raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
+    return ChainScenario(chain_tasks(depth, num_tasks, task_seed, split))
+
+
+class ChainEnv(PipelineEnv):
+    """Chain-v0. See the module docstring.
+
+    Args:
+        depth: how many agents (and steps), 1 to 128.
+        num_tasks, task_seed: how many problems, and their seed.
+        split: "train" or "eval" (disjoint: even and odd start values).
+        max_actions: most actions per agent's turn (code, then the value).
+        limits: default: room for every agent's full turn.
+        Everything else goes to `PipelineEnv` (coach, sandbox, reward_mode, render_mode, ...).
+    """
+
+    def __init__(self, depth: int = 4, num_tasks: int = 256, task_seed: int = 0, split: str = "train",
+                 max_actions: int = 2, limits: EpisodeLimits | dict | None = None, **kwargs: Any):
+        if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions < 1:
+            raise EnvArgumentError(f"max_actions must be an integer >= 1, got {max_actions!r}")
+        no_team_argument("Chain-v0", "mappa_envs.chain.env:make_scenario", kwargs)
+        scenario = make_scenario(depth, num_tasks, task_seed, split)
+        if limits is None:
+            limits = {"max_total_actions": depth * max_actions + 1}
+        super().__init__(scenario, team=chain_spec(depth, max_actions), limits=limits, **kwargs)
