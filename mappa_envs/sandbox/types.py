@@ -5,6 +5,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
+from mappa_envs.errors import MappaError
 from mappa_envs.sandbox.inside.files import FileTooLargeError, NotRegularFileError
 from mappa_envs.sandbox.text import safe_text
 
@@ -114,5 +115,9 @@ class SandboxError(RuntimeError):
     """A sandbox could not be created or used (no engine, no image, bad limits)."""
 
 
-__all__ = ["ExecResult", "FileInfo", "FileTooLargeError", "Inventory", "Limits", "NotRegularFileError", "Sandbox",
-           "SandboxError", "SandboxSession"]
+class IsolationUnavailableError(MappaError, SandboxError):
+    """No isolating backend can run here and nobody opted in to unisolated code; the message says how to fix it."""
+
+
+__all__ = ["ExecResult", "FileInfo", "FileTooLargeError", "Inventory", "IsolationUnavailableError", "Limits",
+           "NotRegularFileError", "Sandbox", "SandboxError", "SandboxSession"]
