@@ -7,12 +7,12 @@ one [0, 1] scale between a trivial baseline and a strong reference.
 """
 from __future__ import annotations
 
-import io
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from mappa_envs.dsbench.csvread import read_csv_bounded
 from mappa_envs.dsbench.metrics import LABEL, NUMBER, ORDINAL, PROBABILITY, better, compute_metric, get_metric
 from mappa_envs.dsbench.tasks import DSTask
 
@@ -33,16 +33,12 @@ class SubmissionReport:
 
 
 def read_table(data: bytes | str | pd.DataFrame, id_column: str, what: str) -> pd.DataFrame:
-    """A CSV as a DataFrame with the id column as stripped strings (so 7 and "7" join)."""
+    """A CSV as a DataFrame with the id column as stripped strings (so 7 and "7" join); ValueError if unreadable."""
     if isinstance(data, pd.DataFrame):
         df = data.copy()
     else:
         raw = data.encode() if isinstance(data, str) else data
-        try:
-            df = pd.read_csv(io.BytesIO(raw), dtype={id_column: str}, keep_default_na=True)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
-            why = f"{type(e).__name__}: {str(e).strip()[:200]}"
-            raise ValueError(f"{what} is not a readable CSV file ({why})") from None
+        df = read_csv_bounded(raw, what, dtype={id_column: str}, keep_default_na=True)  # shapes that stall: refused
     if id_column in df.columns:
         df[id_column] = df[id_column].astype("string").str.strip()
     return df
