@@ -21,7 +21,6 @@ submission, an inconsistent feature file), never an exception out of `step()`.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import os
@@ -36,8 +35,10 @@ from mappa_envs.coach.types import INPUTS_READY
 from mappa_envs.core.pipeline import Episode, EpisodeLimits, Outcome, PipelineEnv, Role, Task
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.core.untrusted import one_line
-from mappa_envs.core.workspace import WorkspaceFileError, inventory, read_file
+from mappa_envs.core.workspace import WorkspaceFileError, read_file
 from mappa_envs.dsbench import prompts
+from mappa_envs.dsbench.attribution import TASK_FILES, owed_by, track_files
+from mappa_envs.dsbench.csvread import read_csv_bounded
 from mappa_envs.dsbench.metrics import better, get_metric
 from mappa_envs.dsbench.scoring import SubmissionReport, read_answers, relative_quality, score_submission
 from mappa_envs.dsbench.tasks import DSTask
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 
 ENGINEER, MODELER, ANALYST = "data_engineer", "modeler", "analyst"
 EXPECTED_FILES = {ENGINEER: prompts.ENGINEER_FILES, MODELER: prompts.MODELER_FILES, ANALYST: prompts.ANALYST_FILES}
-TASK_FILES = ("train.csv", "test.csv", "sample_submission.csv")
 # what each role cannot work without, from the roles before it (the Modeler needs no test features)
 NEEDS = {MODELER: ("X_train.csv", "y_train.csv"), ANALYST: ("X_test.csv", "model.pkl")}
 
@@ -88,14 +88,14 @@ class DSBenchScenario:
         s.write_file("test.csv", ds.test_csv.read_bytes())
         s.write_file("sample_submission.csv", self._sample_submission(ds))
         episode.state["inventory"] = {}
-        self._track_files(episode, "task")
+        track_files(episode, "task")
 
     def task_prompt(self, task: Task) -> str:
         return (f"{task.prompt}\n\nThe working directory holds train.csv, test.csv and sample_submission.csv. "
                 "The submission is scored on the hidden test answers.")
 
     def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
-        self._track_files(episode, role.name)
+        damage = episode.state["damage"] = track_files(episode, role.name)
         has_code = bool(extract_code_blocks(action))
         earlier = 0
         for a in reversed(episode.actions):
@@ -105,6 +105,8 @@ class DSBenchScenario:
         turn_over = not has_code or earlier + 1 >= role.max_actions
         present = all(f in episode.file_owners for f in EXPECTED_FILES[role.name])
         checks: dict[str, bool] = {}
+        if damage:  # changed or deleted a file the task or another role owns: reported only when it happens
+            checks["others_files_intact"] = False
         if role.name in NEEDS:
             checks[INPUTS_READY] = self._handoff(episode, role.name) is None
         if has_code or not present:  # a closing summary after the work is done is not penalized
@@ -158,17 +160,20 @@ class DSBenchScenario:
         return None
 
     def _root_cause(self, episode: Episode, missing: dict[str, str], error: str, owner: str) -> dict:
-        """The earliest broken link: a missing file, then inconsistent features, then the submission itself."""
-        if missing:
-            file, role = next(iter(missing.items()))
-            return {"file": file, "owner": role, "reason": "missing"}
+        """The earliest broken link: a task file an agent rewrote, then role by role a missing file (owed by
+        whoever deleted it) or, for the Data Engineer's files, an inconsistency (owed by their last writer),
+        then the submission itself."""
         for file in TASK_FILES:  # a task file an agent rewrote: the last writer answers for it
             writer = episode.file_owners.get(file)
             if writer not in (None, "task"):
                 return {"file": file, "owner": writer, "reason": f"{file} was modified by the {writer}"}
-        problem = self._features_consistent(episode)
-        if problem is not None:
-            return {"file": problem[0], "owner": ENGINEER, "reason": problem[1]}
+        for role in (ENGINEER, MODELER, ANALYST):
+            for file in EXPECTED_FILES[role]:
+                if file in missing:
+                    return {"file": file, "owner": missing[file], "reason": "missing"}
+            if role == ENGINEER and (problem := self._features_consistent(episode)) is not None:
+                return {"file": problem[0], "owner": episode.file_owners.get(problem[0], ENGINEER),
+                        "reason": problem[1]}
         return {"file": "submission.csv", "owner": owner, "reason": error}
 
     def coach_evidence(self, episode: Episode, role: Role) -> dict:
@@ -183,6 +188,8 @@ class DSBenchScenario:
             "missing_files": self._missing_files(episode, role.name),
             "changed_task_files": {f: h for f, h in episode.file_history.items() if f in TASK_FILES and len(h) > 1},
         }
+        if episode.state.get("damage"):
+            metrics["others_files_damaged"] = episode.state["damage"]
         if role.name in NEEDS:
             metrics["inputs_problem"] = self._handoff(episode, role.name)
         if episode.state.get("inventory_error"):
@@ -205,27 +212,8 @@ class DSBenchScenario:
 
     def _missing_files(self, episode: Episode, role: str) -> dict[str, str]:
         """Expected files of `role` and the roles before it that are not in the workspace -> who owes them."""
-        return {f: r for r in self._upto(role) for f in EXPECTED_FILES[r] if f not in episode.file_owners}
-
-    def _track_files(self, episode: Episode, writer: str) -> None:
-        """Attribute every file created or rewritten since the last look to `writer` (last writer wins,
-        the history keeps every change). Names are shown sanitized; a listing failure is noted, not raised."""
-        try:
-            now = inventory(episode.session)
-        except WorkspaceFileError as e:
-            episode.state["inventory_error"] = str(e)
-            return
-        episode.state.pop("inventory_error", None)
-        before = episode.state["inventory"]
-        for path in sorted(now):
-            change = "created" if path not in before else "modified" if now[path] != before[path] else None
-            if change is not None:
-                episode.file_owners[one_line(path)] = writer
-                episode.file_history.setdefault(one_line(path), []).append({"role": writer, "change": change})
-        for path in sorted(before.keys() - now.keys()):  # deleted: no longer in the inventory
-            episode.file_owners.pop(one_line(path), None)
-            episode.file_history.setdefault(one_line(path), []).append({"role": writer, "change": "deleted"})
-        episode.state["inventory"] = now
+        return {f: owed_by(episode, f, r) for r in self._upto(role) for f in EXPECTED_FILES[r]
+                if f not in episode.file_owners}
 
     def _submission(self, episode: Episode) -> SubmissionReport | None:
         """The verdict on the current submission.csv (cached by content), or None if there is none."""
@@ -256,14 +244,24 @@ class DSBenchScenario:
         return self._answers[ds.id]
 
     def _features_consistent(self, episode: Episode) -> tuple[str, str] | None:
-        """None when the engineer's files line up with the task's; else (file, what is wrong with it)."""
+        """None when the engineer's files line up with the task's; else (file, what is wrong with it).
+        Cached by the files' fingerprints: the check, the hand-off and the coach's evidence parse them once."""
+        if "inventory_error" in episode.state:  # fingerprints are stale: read the files again
+            return self._check_features(episode)
+        key = tuple(episode.state["inventory"].get(f) for f in prompts.ENGINEER_FILES)
+        cached = episode.state.get("features")
+        if cached is None or cached[0] != key:
+            cached = episode.state["features"] = (key, self._check_features(episode))
+        return cached[1]
+
+    def _check_features(self, episode: Episode) -> tuple[str, str] | None:
         ds = self._ds[episode.task.id]
         tables = {}
         for f in prompts.ENGINEER_FILES:
             if f not in episode.file_owners:
                 return f, "missing"
             try:
-                tables[f] = pd.read_csv(io.BytesIO(read_file(episode.session, f, self.max_read_bytes)))
+                tables[f] = read_csv_bounded(read_file(episode.session, f, self.max_read_bytes), f)
             except WorkspaceFileError as e:
                 return f, f"unreadable: {e}"
             except Exception as e:  # any unparsable file is the engineer's problem to hear about, not ours to raise
