@@ -12,7 +12,9 @@ it; the trainer leaves such actions out of the loss (with `algo.scope: episode` 
 reach the upstream actions' returns), so no agent is taught by a failure that was not its own.
 
 After the Analyst, submission.csv is validated, joined to the answers by id, scored by the task's own
-metric and placed between a trivial baseline (0) and a strong reference (1): `Outcome.score`.
+metric and placed between the best trivial submission (0) and a strong reference (1): `Outcome.score`.
+Only a submission that beats its own predictions shuffled across the rows (`scoring`: so never a constant
+one) and the best trivial one is paid: `correct`, `beats_baseline` and a quality above 0.
 
 Workspace files are read back with `core.workspace` (no links followed, no blocking, a size cap:
 `EpisodeLimits.max_read_bytes`); a file that cannot be read is that file's verdict (an invalid
@@ -40,6 +42,7 @@ from mappa_envs.dsbench import prompts
 from mappa_envs.dsbench.attribution import TASK_FILES, owed_by, track_files
 from mappa_envs.dsbench.csvread import read_csv_bounded
 from mappa_envs.dsbench.metrics import better, get_metric
+from mappa_envs.dsbench.modelcheck import model_problem
 from mappa_envs.dsbench.scoring import SubmissionReport, read_answers, relative_quality, score_submission
 from mappa_envs.dsbench.tasks import DSTask
 from mappa_envs.errors import EnvArgumentError, TaskDataError
@@ -51,6 +54,8 @@ ENGINEER, MODELER, ANALYST = "data_engineer", "modeler", "analyst"
 EXPECTED_FILES = {ENGINEER: prompts.ENGINEER_FILES, MODELER: prompts.MODELER_FILES, ANALYST: prompts.ANALYST_FILES}
 # what each role cannot work without, from the roles before it (the Modeler needs no test features)
 NEEDS = {MODELER: ("X_train.csv", "y_train.csv"), ANALYST: ("X_test.csv", "model.pkl")}
+# the checks that say a role's part is finished (with its files present and written by it)
+DONE_WHEN = {ENGINEER: ("features_consistent",), MODELER: ("model_works",), ANALYST: ("submission_valid",)}
 
 
 @dataclass
@@ -95,7 +100,11 @@ class DSBenchScenario:
                 "The submission is scored on the hidden test answers.")
 
     def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
-        damage = episode.state["damage"] = track_files(episode, role.name)
+        damage = track_files(episode, role.name)
+        if role.name == MODELER and "model.pkl" in episode.file_owners:
+            self._model_problem(episode)  # loading it runs its code: whatever that changes is the Modeler's doing
+            damage += track_files(episode, role.name)
+        episode.state["damage"] = damage
         has_code = bool(extract_code_blocks(action))
         earlier = 0
         for a in reversed(episode.actions):
@@ -107,6 +116,8 @@ class DSBenchScenario:
         checks: dict[str, bool] = {}
         if damage:  # changed or deleted a file the task or another role owns: reported only when it happens
             checks["others_files_intact"] = False
+        if earlier and episode.state.get("done", {}).get(role.name):  # its part was finished before this action:
+            checks["closing_report"] = not has_code  # the summary that ends the turn beats more code (padding)
         if role.name in NEEDS:
             checks[INPUTS_READY] = self._handoff(episode, role.name) is None
         if has_code or not present:  # a closing summary after the work is done is not penalized
@@ -115,15 +126,20 @@ class DSBenchScenario:
             checks["expected_files_present"] = present
         if role.name == ENGINEER and present:
             checks["features_consistent"] = self._features_consistent(episode) is None
+        if role.name == MODELER and present:
+            checks["model_works"] = self._model_problem(episode) is None
         if role.name == ANALYST and ("submission.csv" in episode.file_owners or turn_over):
             report = self._submission(episode)
             checks["submission_valid"] = report is not None and report.valid
             if report is not None and report.valid:
-                checks["beats_baseline"] = better(report.metric, report.score, self._scores(episode)[0])
+                checks["beats_baseline"] = _pays(report, self._scores(episode)[0])
         names = [r.name for r in self.roles]
         if turn_over and role.name != names[-1]:  # judged as the next role finds it, before it can touch it
             following = names[names.index(role.name) + 1]
             episode.state.setdefault("handoff", {})[following] = self._handoff_problem(episode, following)
+        episode.state.setdefault("done", {})[role.name] = present and all(
+            episode.file_owners.get(f) == role.name for f in EXPECTED_FILES[role.name]) and all(
+            checks.get(c, False) for c in DONE_WHEN[role.name])
         return checks
 
     def outcome(self, episode: Episode) -> Outcome:
@@ -138,9 +154,11 @@ class DSBenchScenario:
             "files": dict(episode.file_owners), "file_history": {f: list(h) for f, h in episode.file_history.items()},
         }
         if report is not None and report.valid:
-            quality = relative_quality(ds.metric, report.score, baseline, reference)
-            details.update(metric_value=report.score, quality=quality, warnings=report.warnings)
-            return Outcome(score=quality, correct=better(ds.metric, report.score, baseline), details=details)
+            paid = _pays(report, baseline)  # a constant or any submission no better than its own shuffles: 0
+            quality = relative_quality(ds.metric, report.score, baseline, reference) if paid else 0.0
+            details.update(metric_value=report.score, quality=quality, warnings=report.warnings,
+                           constant=report.constant, informative=report.informative)
+            return Outcome(score=quality, correct=paid, details=details)
         error = report.error if report is not None else "submission.csv was not written"
         owner = episode.file_owners.get("submission.csv", ANALYST)
         details["failure"] = {"file": "submission.csv", "error": error, "owner": owner,
@@ -157,6 +175,8 @@ class DSBenchScenario:
             return f"missing {', '.join(missing)}"
         if role == ANALYST and (problem := self._features_consistent(episode)) is not None:
             return f"{problem[0]}: {problem[1]}"
+        if role == ANALYST and (problem := self._model_problem(episode)) is not None:
+            return problem
         return None
 
     def _root_cause(self, episode: Episode, missing: dict[str, str], error: str, owner: str) -> dict:
@@ -197,6 +217,8 @@ class DSBenchScenario:
         if role.name == ENGINEER and all(f in episode.file_owners for f in prompts.ENGINEER_FILES):
             problem = self._features_consistent(episode)
             metrics["features_problem"] = None if problem is None else {"file": problem[0], "problem": problem[1]}
+        if role.name in (MODELER, ANALYST) and "model.pkl" in episode.file_owners:
+            metrics["model_problem"] = self._model_problem(episode)
         if role.name == ANALYST:
             report = self._submission(episode)
             metrics["submission"] = report.to_dict() if report else None
@@ -254,6 +276,15 @@ class DSBenchScenario:
             cached = episode.state["features"] = (key, self._check_features(episode))
         return cached[1]
 
+    def _model_problem(self, episode: Episode) -> str | None:
+        """None when model.pkl loads and predicts (in the sandbox: `modelcheck`); cached by fingerprints."""
+        key = tuple(episode.state["inventory"].get(f) for f in ("model.pkl", "X_test.csv", "X_train.csv"))
+        cached = episode.state.get("model_check")
+        if cached is None or cached[0] != key or "inventory_error" in episode.state:
+            problem = model_problem(episode.session, self._ds[episode.task.id].id_column)
+            cached = episode.state["model_check"] = (key, problem)
+        return cached[1]
+
     def _check_features(self, episode: Episode) -> tuple[str, str] | None:
         ds = self._ds[episode.task.id]
         tables = {}
@@ -296,12 +327,17 @@ class DSBenchScenario:
         return ds.baseline_score, ds.reference_score
 
 
+def _pays(report: SubmissionReport, baseline: float) -> bool:
+    """A valid submission earns credit when it carries information about the rows and beats the best trivial one."""
+    return report.valid and report.informative and better(report.metric, report.score, baseline)
+
+
 def _scored(ds: DSTask, cache_dir: Path | None) -> DSTask:
     """Compute (or read back) a task's baseline and reference scores."""
     from mappa_envs.dsbench.builtin import default_cache_dir
-    from mappa_envs.dsbench.reference import reference_scores
+    from mappa_envs.dsbench.reference import BASELINE_VERSION, reference_scores
 
-    stamp = f"{ds.answers_csv.stat().st_size}-{ds.answers_csv.stat().st_mtime_ns}"
+    stamp = f"{BASELINE_VERSION}-{ds.answers_csv.stat().st_size}-{ds.answers_csv.stat().st_mtime_ns}"
     path = Path(cache_dir or default_cache_dir()) / "dsbench-scores" / f"{ds.id}.json"
     if path.is_file():
         saved = json.loads(path.read_text())
