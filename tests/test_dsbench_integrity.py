@@ -113,13 +113,19 @@ def test_closing_summary_beats_padding_once_the_part_is_done(play, role):
     assert rewards["summary"] > rewards["padding"], rewards
 
 
-def test_a_one_byte_model_earns_less_than_a_fitted_one_and_excuses_the_analyst(play):
+DUMMY = ("import pickle, pandas as pd\nfrom sklearn.dummy import DummyClassifier\n"
+         "X = pd.read_csv('X_train.csv').drop(columns=[{id!r}])\ny = pd.read_csv('y_train.csv').iloc[:, 0]\n"
+         "pickle.dump(DummyClassifier().fit(X, y), open('model.pkl', 'wb'))\nprint('saved')")
+
+
+def test_a_junk_or_constant_model_earns_less_than_a_fitted_one_and_excuses_the_analyst(play):
     rewards = {}
-    for kind in ("fitted", "one-byte", "string"):
+    for kind in ("fitted", "one-byte", "string", "constant"):
         ep = play(max_actions=1)
         ep.step(cell(engineer_code(ep.task)))
         code = {"fitted": modeler_code(ep.task), "one-byte": "open('model.pkl', 'wb').write(b'x')\nprint('saved')",
-                "string": "import pickle\npickle.dump('a model', open('model.pkl', 'wb'))\nprint('saved')"}[kind]
+                "string": "import pickle\npickle.dump('a model', open('model.pkl', 'wb'))\nprint('saved')",
+                "constant": DUMMY.format(id=ep.task.id_column)}[kind]
         rewards[kind] = ep.step(cell(code))
         assert ep.checks["expected_files_present"] is True
         assert ep.checks["model_works"] is (kind == "fitted")
@@ -127,6 +133,7 @@ def test_a_one_byte_model_earns_less_than_a_fitted_one_and_excuses_the_analyst(p
         assert ep.checks["inputs_ready"] is (kind == "fitted")  # a broken model is not the Analyst's failure
     assert rewards["fitted"] > rewards["one-byte"]
     assert rewards["fitted"] > rewards["string"]
+    assert rewards["fitted"] > rewards["constant"]
 
 
 def test_a_pickle_that_deletes_a_file_when_loaded_is_the_modelers_doing(play):

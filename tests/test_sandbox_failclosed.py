@@ -143,3 +143,24 @@ def test_without_bwrap_auto_uses_docker(tmp_path, monkeypatch):
             assert sb.name == "docker"
         finally:
             sb.close()
+
+
+def test_the_quickstart_preset_runs_isolated_or_not_at_all(bare_machine, monkeypatch):
+    """The quickstart's own config: on a bare machine its sandbox refuses; with bwrap it is isolated."""
+    pytest.importorskip("torch")
+    from mappa_train.config import load_config
+    from mappa_train.quickstart import PRESET
+
+    cfg = load_config(str(PRESET), [])
+    with pytest.raises(IsolationUnavailableError):
+        make_sandbox(cfg.env.sandbox, **{**cfg.env.sandbox_kwargs, "pool_size": 0})
+    monkeypatch.undo()  # PATH back: bubblewrap where the machine has it
+    from mappa_envs.sandbox.bwrap import bwrap_path
+
+    if not bwrap_path():
+        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
+    sb = make_sandbox(cfg.env.sandbox, **{**cfg.env.sandbox_kwargs, "pool_size": 0})
+    try:
+        assert getattr(sb, "isolation", "container") in ("bwrap", "container")
+    finally:
+        sb.close()

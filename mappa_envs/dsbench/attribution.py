@@ -9,7 +9,8 @@ a file). The contract files (`TRACKED`) are looked up by name, so a workspace fl
 entry cap can neither hide them nor make them read as deleted; any other path the truncated listing did
 not reach keeps its last fingerprint (not looked at is not deleted).
 
-A role that changes or deletes a contract file owned by the task or by another role did damage: `track_files`
+A role that changes or deletes a contract file that its rightful owner wrote (a task file still the task's,
+another role's deliverable written by that role) did damage: `track_files`
 returns it, the env reports the check `others_files_intact=False` on that action, and a file it deleted is
 owed by it (not by the role that wrote it) when the hand-off or the outcome finds it missing.
 """
@@ -21,7 +22,10 @@ from mappa_envs.core.workspace import WorkspaceFileError, inventory
 from mappa_envs.dsbench import prompts
 
 TASK_FILES = ("train.csv", "test.csv", "sample_submission.csv")
-TRACKED = (*TASK_FILES, *prompts.ENGINEER_FILES, *prompts.MODELER_FILES, *prompts.ANALYST_FILES)
+# contract file -> who it belongs to: the task, or the role whose deliverable it is
+CONTRACT = {**{f: "task" for f in TASK_FILES}, **{f: "data_engineer" for f in prompts.ENGINEER_FILES},
+            **{f: "modeler" for f in prompts.MODELER_FILES}, **{f: "analyst" for f in prompts.ANALYST_FILES}}
+TRACKED = tuple(CONTRACT)
 HASH_MAX = 256 << 10  # contract files up to this size are hashed after every action (larger: the fingerprint)
 
 
@@ -41,7 +45,7 @@ def track_files(episode: Episode, writer: str) -> list[dict]:
     def record(path: str, change: str) -> None:
         name = one_line(path)
         previous = episode.file_owners.get(name)
-        if path in TRACKED and change != "created" and previous not in (None, writer):
+        if change != "created" and CONTRACT.get(path) == previous != writer:  # its rightful owner's, and not its own
             damage.append({"file": name, "owner": previous, "change": change})
         if change == "deleted":
             episode.file_owners.pop(name, None)
@@ -70,4 +74,4 @@ def owed_by(episode: Episode, file: str, owner: str) -> str:
     return episode.state.get("removed_by", {}).get(file, owner)
 
 
-__all__ = ["HASH_MAX", "TASK_FILES", "TRACKED", "owed_by", "track_files"]
+__all__ = ["CONTRACT", "HASH_MAX", "TASK_FILES", "TRACKED", "owed_by", "track_files"]

@@ -5,7 +5,8 @@ check so nothing a previous pickle did survives): it loads model.pkl, finds a pr
 itself, or one inside a dict/list/tuple up to three levels deep, as teams bundle per-target models),
 and predicts on the first `ROWS` rows of X_test.csv (else X_train.csv) without the id column. The verdict
 is one JSON line behind a random token; anything else (no line, a crash, a timeout) is a failed check.
-A 1-byte file, a pickled string, or an estimator that was never fitted fails; a fitted model passes.
+A 1-byte file, a pickled string, an estimator that was never fitted, or one that predicts the same for
+every row (a DummyClassifier: a constant, not a model) fails; a fitted model passes.
 
 Not defended: a pickle that runs code at load time can read the cell's source from its frames and
 print a forged verdict. That takes a crafted exploit, not a shortcut a policy stumbles into; the
@@ -67,6 +68,12 @@ def _mappa_check():
         return f"the model in model.pkl does not predict on {name}: {type(e).__name__}: {e}"
     if n != len(X):
         return f"the model predicted {n} values for {len(X)} rows of {name}"
+    try:
+        rows = [repr(row) for row in (pred.tolist() if hasattr(pred, "tolist") else list(pred))]
+    except BaseException:
+        rows = []
+    if len(rows) > 1 and len(set(rows)) == 1:
+        return f"the model predicts the same for all {n} rows of {name}: a constant is not a model"
     return None
 
 
