@@ -3,7 +3,8 @@
 Unpickling runs code, so the check is a cell in a kernel of its own (`KERNEL`, restarted before every
 check so nothing a previous pickle did survives): it loads model.pkl, finds a predictor (the object
 itself, or one inside a dict/list/tuple up to three levels deep, as teams bundle per-target models),
-and predicts on the first `ROWS` rows of X_test.csv (else X_train.csv) without the id column. The verdict
+and predicts on the first `ROWS` rows of X_train.csv (what the Modeler fitted on, so an X_test.csv the
+Engineer got wrong is never the Modeler's failure; else X_test.csv) without the id column. The verdict
 is one JSON line behind a random token; anything else (no line, a crash, a timeout) is a failed check.
 A 1-byte file, a pickled string, an estimator that was never fitted, or one that predicts the same for
 every row (a DummyClassifier: a constant, not a model) fails; a fitted model passes.
@@ -50,7 +51,7 @@ def _mappa_check():
     if est is None:
         return f"model.pkl holds no model: a {type(model).__name__} with no predict() or predict_proba() in it"
     X, name = None, None
-    for name in ("X_test.csv", "X_train.csv"):
+    for name in ("X_train.csv", "X_test.csv"):
         try:
             X = pd.read_csv(name, nrows=ROWS).drop(columns=[ID], errors="ignore")
             break
