@@ -3,6 +3,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# The local sandbox runs agent code only inside bubblewrap (or use Docker); it refuses to run unisolated.
+# As root we install it; otherwise we say how, once.
+if ! command -v bwrap >/dev/null 2>&1 && [ "$(uname -s)" = Linux ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 &&
+      apt-get install -y -q bubblewrap >/dev/null 2>&1; }) || echo "could not apt-get install bubblewrap" >&2
+  elif [ "$(id -u)" = 0 ] && command -v dnf >/dev/null 2>&1; then
+    dnf install -y -q bubblewrap >/dev/null 2>&1 || echo "could not dnf install bubblewrap" >&2
+  fi
+  command -v bwrap >/dev/null 2>&1 || echo "note: bubblewrap is not installed, so the local sandbox will refuse" \
+    "to run agent code; install it (sudo apt-get install bubblewrap) or use Docker (--sandbox docker)" >&2
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.mappa-installed
 want=$(cat pyproject.toml requirements/constraints.txt | sha256sum | cut -c1-16)

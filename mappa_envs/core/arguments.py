@@ -29,10 +29,11 @@ def coach_from(coach: Any) -> Coach:
     return coach
 
 
-def sandbox_from(sandbox: Any) -> tuple[Sandbox | None, str]:
-    """(a caller's sandbox or None, the backend to make lazily when None)."""
+def sandbox_from(sandbox: Any) -> tuple[Sandbox | None, str | None]:
+    """(a caller's sandbox or None, the backend to make lazily when None: None for the default, the
+    cheapest isolated backend that runs here; see `make_default_sandbox`)."""
     if sandbox is None:
-        return None, "local"
+        return None, None
     if isinstance(sandbox, str):
         if sandbox not in SANDBOX_BACKENDS:
             raise EnvArgumentError(f"sandbox={sandbox!r} is not a backend; use one of {SANDBOX_BACKENDS} or a "

@@ -60,7 +60,8 @@ class PipelineEnv(AECEnv):
         team: who acts, seeing what, in which order: a `Team`, a spec dict, a YAML path or a shipped
             spec name (`core.team`); None: the scenario's roles in a chain.
         coach: scores each action 0-10: a coach object, or None / "rule" for the offline `RuleCoach`.
-        sandbox: runs tool calls: a backend name ("local", the default, "docker" or "auto"), made
+        sandbox: runs tool calls: a backend name ("local", "docker" or "auto"), or None (the default:
+            local with bubblewrap, else Docker, else a one-line refusal; never unisolated), made
             lazily in the process that first resets the env and closed with it; or a `Sandbox`
             object (shared, the caller closes it; an env holding one cannot be pickled).
         reward_mode: "process" (coach score per action, the paper), "outcome" (10 x ground-truth
@@ -141,12 +142,16 @@ class PipelineEnv(AECEnv):
     def sandbox(self) -> Sandbox:
         """The sandbox; an env that owns its sandbox makes it here, on first use, in this process."""
         if self._sandbox is None:
-            from mappa_envs.sandbox import make_sandbox
+            from mappa_envs.sandbox.factory import make_default_sandbox, make_sandbox
 
             # Scenarios say which modules their kernels should have pre-imported (pandas costs ~1 s a start).
             preimport = getattr(self.scenario, "preimport", None)
             options = {} if preimport is None else {"preimport": tuple(preimport)}
-            self._sandbox = make_sandbox(self._sandbox_backend, timeout_s=self.limits.cell_timeout_s, **options)
+            options["timeout_s"] = self.limits.cell_timeout_s
+            if self._sandbox_backend is None:  # isolated or refused, never silently unisolated
+                self._sandbox = make_default_sandbox(**options)
+            else:
+                self._sandbox = make_sandbox(self._sandbox_backend, **options)
         return self._sandbox
 
     # --- PettingZoo API --------------------------------------------------------------------------

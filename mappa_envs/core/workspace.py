@@ -7,6 +7,9 @@ recursion, any file name; see docs/sandbox.md); here every failure of it becomes
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from mappa_envs.core.untrusted import one_line
 
 MAX_ENTRIES = 10_000  # an inventory lists at most this many workspace entries
@@ -24,18 +27,35 @@ def read_file(session, path: str, max_bytes: int) -> bytes:
         raise WorkspaceFileError(f"{one_line(path)} could not be read: {_brief(e)}") from None
 
 
-def inventory(session, max_entries: int = MAX_ENTRIES) -> dict[str, tuple]:
-    """Workspace path -> (kind, size, mtime_ns), a fingerprint that changes when the entry is rewritten,
-    for every non-directory entry (files, links, FIFOs). Raises WorkspaceFileError."""
+@dataclass(frozen=True)
+class Listing:
+    """What `inventory` saw. `files`: path -> fingerprint. A path absent from `files` is known to be absent
+    only when `complete` or when it is in `looked_up` (stat'ed by name); otherwise it was not looked at."""
+
+    files: dict[str, tuple]
+    complete: bool
+    looked_up: frozenset[str]
+
+    def known_absent(self, path: str) -> bool:
+        return path not in self.files and (self.complete or path in self.looked_up)
+
+
+def inventory(session, max_entries: int = MAX_ENTRIES, include: Sequence[str] = (), hash_max: int = 0) -> Listing:
+    """Every non-directory entry (files, links, FIFOs) as path -> (kind, size, mtime_ns, inode, ctime_ns, sha256):
+    a fingerprint that changes when the entry is rewritten, in place or not, whatever mtime a cell sets (the
+    ctime and inode cannot be set back; the hash, for the `include` paths of at most `hash_max` bytes, sees
+    the content). The `include` paths are looked up by name past the entry cap. Raises WorkspaceFileError."""
     try:
-        listing = session.inventory(max_entries=max_entries)
+        listing = session.inventory(max_entries=max_entries, include=tuple(include), hash_max=hash_max)
     except Exception as e:
         raise WorkspaceFileError(f"the workspace could not be listed: {_brief(e)}") from None
-    return {f.path: (f.kind, f.size, f.mtime_ns) for f in listing.files if f.kind != "dir"}
+    files = {f.path: (f.kind, f.size, f.mtime_ns, f.inode, f.ctime_ns, f.sha256) for f in listing.files
+             if f.kind != "dir"}
+    return Listing(files, complete=not listing.truncated, looked_up=frozenset(listing.included))
 
 
 def _brief(e: BaseException) -> str:
     return f"{type(e).__name__}: {one_line(str(e))}"[:400]
 
 
-__all__ = ["WorkspaceFileError", "inventory", "read_file"]
+__all__ = ["Listing", "WorkspaceFileError", "inventory", "read_file"]

@@ -16,7 +16,9 @@ it; the trainer leaves such actions out of the loss (with `algo.scope: episode` 
 reach the upstream actions' returns), so no agent is taught by a failure that was not its own.
 
 After the Analyst, submission.csv is validated, joined to the answers by id, scored by the task's own
-metric and placed between a trivial baseline (0) and a strong reference (1): `Outcome.score`.
+metric and placed between the best trivial submission (0) and a strong reference (1): `Outcome.score`.
+Only a submission that beats its own predictions shuffled across the rows (`scoring`: so never a constant
+one) and the best trivial one is paid: `correct`, `beats_baseline` and a quality above 0.
 
 Workspace files are read back with `core.workspace` (no links followed, no blocking, a size cap:
 `EpisodeLimits.max_read_bytes`); a file that cannot be read is that file's verdict (an invalid
@@ -25,7 +27,6 @@ submission, an inconsistent feature file), never an exception out of `step()`.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import os
@@ -41,9 +42,12 @@ from mappa_envs.core.pipeline import Episode, EpisodeLimits, Outcome, PipelineEn
 from mappa_envs.core.team import Team, load_team, no_team_argument
 from mappa_envs.core.tools import extract_code_blocks
 from mappa_envs.core.untrusted import one_line
-from mappa_envs.core.workspace import WorkspaceFileError, inventory, read_file
+from mappa_envs.core.workspace import WorkspaceFileError, read_file
 from mappa_envs.dsbench import prompts
+from mappa_envs.dsbench.attribution import TASK_FILES, owed_by, track_files
+from mappa_envs.dsbench.csvread import read_csv_bounded
 from mappa_envs.dsbench.metrics import better, get_metric
+from mappa_envs.dsbench.modelcheck import model_problem
 from mappa_envs.dsbench.scoring import SubmissionReport, read_answers, relative_quality, score_submission
 from mappa_envs.dsbench.tasks import DSTask
 from mappa_envs.errors import EnvArgumentError, SpecError, TaskDataError
@@ -53,9 +57,10 @@ log = logging.getLogger(__name__)
 
 ENGINEER, MODELER, ANALYST = "data_engineer", "modeler", "analyst"
 EXPECTED_FILES = {ENGINEER: prompts.ENGINEER_FILES, MODELER: prompts.MODELER_FILES, ANALYST: prompts.ANALYST_FILES}
-TASK_FILES = ("train.csv", "test.csv", "sample_submission.csv")
 # what each role cannot work without, from the roles before it (the Modeler needs no test features)
 NEEDS = {MODELER: ("X_train.csv", "y_train.csv"), ANALYST: ("X_test.csv", "model.pkl")}
+# the checks that say a role's part is finished (with its files present and written by it)
+DONE_WHEN = {ENGINEER: ("features_consistent",), MODELER: ("model_works",), ANALYST: ("submission_valid",)}
 
 
 @dataclass
@@ -99,14 +104,18 @@ class DSBenchScenario:
         s.write_file("test.csv", ds.test_csv.read_bytes())
         s.write_file("sample_submission.csv", self._sample_submission(ds))
         episode.state["inventory"] = {}
-        self._track_files(episode, "task")
+        track_files(episode, "task")
 
     def task_prompt(self, task: Task) -> str:
         return (f"{task.prompt}\n\nThe working directory holds train.csv, test.csv and sample_submission.csv. "
                 "The submission is scored on the hidden test answers.")
 
     def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
-        self._track_files(episode, role.name)
+        damage = track_files(episode, role.name)
+        if role.name == MODELER and "model.pkl" in episode.file_owners:
+            self._model_problem(episode)  # loading it runs its code: whatever that changes is the Modeler's doing
+            damage += track_files(episode, role.name)
+        episode.state["damage"] = damage
         has_code = bool(extract_code_blocks(action))
         earlier = 0
         for a in reversed(episode.actions):
@@ -116,6 +125,10 @@ class DSBenchScenario:
         turn_over = not has_code or earlier + 1 >= role.max_actions
         present = all(f in episode.file_owners for f in EXPECTED_FILES[role.name])
         checks: dict[str, bool] = {}
+        if damage:  # changed or deleted a file the task or another role owns: reported only when it happens
+            checks["others_files_intact"] = False
+        if earlier and episode.state.get("done", {}).get(role.name):  # its part was finished before this action:
+            checks["closing_report"] = not has_code  # the summary that ends the turn beats more code (padding)
         if role.name in NEEDS:
             checks[INPUTS_READY] = self._handoff(episode, role.name) is None
         if has_code or not present:  # a closing summary after the work is done is not penalized
@@ -124,15 +137,20 @@ class DSBenchScenario:
             checks["expected_files_present"] = present
         if role.name == ENGINEER and present:
             checks["features_consistent"] = self._features_consistent(episode) is None
+        if role.name == MODELER and present:
+            checks["model_works"] = self._model_problem(episode) is None
         if role.name == ANALYST and ("submission.csv" in episode.file_owners or turn_over):
             report = self._submission(episode)
             checks["submission_valid"] = report is not None and report.valid
             if report is not None and report.valid:
-                checks["beats_baseline"] = better(report.metric, report.score, self._scores(episode)[0])
+                checks["beats_baseline"] = _pays(report, self._scores(episode)[0])
         names = [r.name for r in self.roles]
         if turn_over and role.name != names[-1]:  # judged as the next role finds it, before it can touch it
             following = names[names.index(role.name) + 1]
             episode.state.setdefault("handoff", {})[following] = self._handoff_problem(episode, following)
+        episode.state.setdefault("done", {})[role.name] = present and all(
+            episode.file_owners.get(f) == role.name for f in EXPECTED_FILES[role.name]) and all(
+            checks.get(c, False) for c in DONE_WHEN[role.name])
         return checks
 
     def outcome(self, episode: Episode) -> Outcome:
@@ -147,9 +165,11 @@ class DSBenchScenario:
             "files": dict(episode.file_owners), "file_history": {f: list(h) for f, h in episode.file_history.items()},
         }
         if report is not None and report.valid:
-            quality = relative_quality(ds.metric, report.score, baseline, reference)
-            details.update(metric_value=report.score, quality=quality, warnings=report.warnings)
-            return Outcome(score=quality, correct=better(ds.metric, report.score, baseline), details=details)
+            paid = _pays(report, baseline)  # a constant or any submission no better than its own shuffles: 0
+            quality = relative_quality(ds.metric, report.score, baseline, reference) if paid else 0.0
+            details.update(metric_value=report.score, quality=quality, warnings=report.warnings,
+                           constant=report.constant, informative=report.informative)
+            return Outcome(score=quality, correct=paid, details=details)
         error = report.error if report is not None else "submission.csv was not written"
         owner = episode.file_owners.get("submission.csv", ANALYST)
         details["failure"] = {"file": "submission.csv", "error": error, "owner": owner,
@@ -166,20 +186,25 @@ class DSBenchScenario:
             return f"missing {', '.join(missing)}"
         if role == ANALYST and (problem := self._features_consistent(episode)) is not None:
             return f"{problem[0]}: {problem[1]}"
+        if role == ANALYST and (problem := self._model_problem(episode)) is not None:
+            return problem
         return None
 
     def _root_cause(self, episode: Episode, missing: dict[str, str], error: str, owner: str) -> dict:
-        """The earliest broken link: a missing file, then inconsistent features, then the submission itself."""
-        if missing:
-            file, role = next(iter(missing.items()))
-            return {"file": file, "owner": role, "reason": "missing"}
+        """The earliest broken link: a task file an agent rewrote, then role by role a missing file (owed by
+        whoever deleted it) or, for the Data Engineer's files, an inconsistency (owed by their last writer),
+        then the submission itself."""
         for file in TASK_FILES:  # a task file an agent rewrote: the last writer answers for it
             writer = episode.file_owners.get(file)
             if writer not in (None, "task"):
                 return {"file": file, "owner": writer, "reason": f"{file} was modified by the {writer}"}
-        problem = self._features_consistent(episode)
-        if problem is not None:
-            return {"file": problem[0], "owner": ENGINEER, "reason": problem[1]}
+        for role in (ENGINEER, MODELER, ANALYST):
+            for file in EXPECTED_FILES[role]:
+                if file in missing:
+                    return {"file": file, "owner": missing[file], "reason": "missing"}
+            if role == ENGINEER and (problem := self._features_consistent(episode)) is not None:
+                return {"file": problem[0], "owner": episode.file_owners.get(problem[0], ENGINEER),
+                        "reason": problem[1]}
         return {"file": "submission.csv", "owner": owner, "reason": error}
 
     def coach_evidence(self, episode: Episode, role: Role) -> dict:
@@ -194,6 +219,8 @@ class DSBenchScenario:
             "missing_files": self._missing_files(episode, role.name),
             "changed_task_files": {f: h for f, h in episode.file_history.items() if f in TASK_FILES and len(h) > 1},
         }
+        if episode.state.get("damage"):
+            metrics["others_files_damaged"] = episode.state["damage"]
         if role.name in NEEDS:
             metrics["inputs_problem"] = self._handoff(episode, role.name)
         if episode.state.get("inventory_error"):
@@ -201,6 +228,8 @@ class DSBenchScenario:
         if role.name == ENGINEER and all(f in episode.file_owners for f in prompts.ENGINEER_FILES):
             problem = self._features_consistent(episode)
             metrics["features_problem"] = None if problem is None else {"file": problem[0], "problem": problem[1]}
+        if role.name in (MODELER, ANALYST) and "model.pkl" in episode.file_owners:
+            metrics["model_problem"] = self._model_problem(episode)
         if role.name == ANALYST:
             report = self._submission(episode)
             metrics["submission"] = report.to_dict() if report else None
@@ -216,27 +245,8 @@ class DSBenchScenario:
 
     def _missing_files(self, episode: Episode, role: str) -> dict[str, str]:
         """Expected files of `role` and the roles before it that are not in the workspace -> who owes them."""
-        return {f: r for r in self._upto(role) for f in EXPECTED_FILES[r] if f not in episode.file_owners}
-
-    def _track_files(self, episode: Episode, writer: str) -> None:
-        """Attribute every file created or rewritten since the last look to `writer` (last writer wins,
-        the history keeps every change). Names are shown sanitized; a listing failure is noted, not raised."""
-        try:
-            now = inventory(episode.session)
-        except WorkspaceFileError as e:
-            episode.state["inventory_error"] = str(e)
-            return
-        episode.state.pop("inventory_error", None)
-        before = episode.state["inventory"]
-        for path in sorted(now):
-            change = "created" if path not in before else "modified" if now[path] != before[path] else None
-            if change is not None:
-                episode.file_owners[one_line(path)] = writer
-                episode.file_history.setdefault(one_line(path), []).append({"role": writer, "change": change})
-        for path in sorted(before.keys() - now.keys()):  # deleted: no longer in the inventory
-            episode.file_owners.pop(one_line(path), None)
-            episode.file_history.setdefault(one_line(path), []).append({"role": writer, "change": "deleted"})
-        episode.state["inventory"] = now
+        return {f: owed_by(episode, f, r) for r in self._upto(role) for f in EXPECTED_FILES[r]
+                if f not in episode.file_owners}
 
     def _submission(self, episode: Episode) -> SubmissionReport | None:
         """The verdict on the current submission.csv (cached by content), or None if there is none."""
@@ -267,14 +277,33 @@ class DSBenchScenario:
         return self._answers[ds.id]
 
     def _features_consistent(self, episode: Episode) -> tuple[str, str] | None:
-        """None when the engineer's files line up with the task's; else (file, what is wrong with it)."""
+        """None when the engineer's files line up with the task's; else (file, what is wrong with it).
+        Cached by the files' fingerprints: the check, the hand-off and the coach's evidence parse them once."""
+        if "inventory_error" in episode.state:  # fingerprints are stale: read the files again
+            return self._check_features(episode)
+        key = tuple(episode.state["inventory"].get(f) for f in prompts.ENGINEER_FILES)
+        cached = episode.state.get("features")
+        if cached is None or cached[0] != key:
+            cached = episode.state["features"] = (key, self._check_features(episode))
+        return cached[1]
+
+    def _model_problem(self, episode: Episode) -> str | None:
+        """None when model.pkl loads and predicts (in the sandbox: `modelcheck`); cached by fingerprints."""
+        key = tuple(episode.state["inventory"].get(f) for f in ("model.pkl", "X_test.csv", "X_train.csv"))
+        cached = episode.state.get("model_check")
+        if cached is None or cached[0] != key or "inventory_error" in episode.state:
+            problem = model_problem(episode.session, self._ds[episode.task.id].id_column)
+            cached = episode.state["model_check"] = (key, problem)
+        return cached[1]
+
+    def _check_features(self, episode: Episode) -> tuple[str, str] | None:
         ds = self._ds[episode.task.id]
         tables = {}
         for f in prompts.ENGINEER_FILES:
             if f not in episode.file_owners:
                 return f, "missing"
             try:
-                tables[f] = pd.read_csv(io.BytesIO(read_file(episode.session, f, self.max_read_bytes)))
+                tables[f] = read_csv_bounded(read_file(episode.session, f, self.max_read_bytes), f)
             except WorkspaceFileError as e:
                 return f, f"unreadable: {e}"
             except Exception as e:  # any unparsable file is the engineer's problem to hear about, not ours to raise
@@ -309,12 +338,17 @@ class DSBenchScenario:
         return ds.baseline_score, ds.reference_score
 
 
+def _pays(report: SubmissionReport, baseline: float) -> bool:
+    """A valid submission earns credit when it carries information about the rows and beats the best trivial one."""
+    return report.valid and report.informative and better(report.metric, report.score, baseline)
+
+
 def _scored(ds: DSTask, cache_dir: Path | None) -> DSTask:
     """Compute (or read back) a task's baseline and reference scores."""
     from mappa_envs.dsbench.builtin import default_cache_dir
-    from mappa_envs.dsbench.reference import reference_scores
+    from mappa_envs.dsbench.reference import BASELINE_VERSION, reference_scores
 
-    stamp = f"{ds.answers_csv.stat().st_size}-{ds.answers_csv.stat().st_mtime_ns}"
+    stamp = f"{BASELINE_VERSION}-{ds.answers_csv.stat().st_size}-{ds.answers_csv.stat().st_mtime_ns}"
     path = Path(cache_dir or default_cache_dir()) / "dsbench-scores" / f"{ds.id}.json"
     if path.is_file():
         saved = json.loads(path.read_text())

@@ -4,15 +4,23 @@ A submission that cannot be scored fairly (unreadable, wrong columns, missing or
 unknown ids, NaN, values of the wrong type) gets `valid=False` and an error that says exactly what is
 wrong — never a zero that looks like a score. `relative_quality` puts scores of different metrics on
 one [0, 1] scale between a trivial baseline and a strong reference.
+
+A valid submission is also tested for carrying information about the test rows (`informative`): its score
+must strictly beat the score of its own predictions shuffled across the rows, in each of `SHUFFLES`
+seeded shuffles. Shuffling keeps everything a submission could write without looking at the inputs (its
+values, their mix) and destroys only the link to the rows, so a constant submission (`constant`), a
+constant with a few rows changed, or any fixed mix of values fails it, whatever the metric; a fitted model
+passes by a wide margin. The env pays (`correct`, `beats_baseline`, quality) only informative submissions.
 """
 from __future__ import annotations
 
-import io
+import hashlib
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from mappa_envs.dsbench.csvread import read_csv_bounded
 from mappa_envs.dsbench.metrics import LABEL, NUMBER, ORDINAL, PROBABILITY, better, compute_metric, get_metric
 from mappa_envs.dsbench.tasks import DSTask
 
@@ -27,22 +35,20 @@ class SubmissionReport:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     rows: int = 0
+    constant: bool = False  # every row predicts the same (per target column)
+    informative: bool = False  # beats every shuffle of its own predictions across the rows (module docstring)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def read_table(data: bytes | str | pd.DataFrame, id_column: str, what: str) -> pd.DataFrame:
-    """A CSV as a DataFrame with the id column as stripped strings (so 7 and "7" join)."""
+    """A CSV as a DataFrame with the id column as stripped strings (so 7 and "7" join); ValueError if unreadable."""
     if isinstance(data, pd.DataFrame):
         df = data.copy()
     else:
         raw = data.encode() if isinstance(data, str) else data
-        try:
-            df = pd.read_csv(io.BytesIO(raw), dtype={id_column: str}, keep_default_na=True)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
-            why = f"{type(e).__name__}: {str(e).strip()[:200]}"
-            raise ValueError(f"{what} is not a readable CSV file ({why})") from None
+        df = read_csv_bounded(raw, what, dtype={id_column: str}, keep_default_na=True)  # shapes that stall: refused
     if id_column in df.columns:
         df[id_column] = df[id_column].astype("string").str.strip()
     return df
@@ -97,15 +103,38 @@ def score_submission(task: DSTask, submission: bytes | str | pd.DataFrame,
         sub = read_table(submission, task.id_column, "submission.csv")
         report.rows = len(sub)
         y_true, y_pred = _align(task, sub, answers, report.warnings)
-        report.score = compute_metric(metric.name, y_true, y_pred, **({"pos_label": _pos_label(task, answers)}
-                                                                        if metric.name == "f1" else {}))
+        options = {"pos_label": _pos_label(task, answers)} if metric.name == "f1" else {}
+        report.score = compute_metric(metric.name, y_true, y_pred, **options)
     except ValueError as e:
         report.error = str(e)
         return report
     report.valid = bool(np.isfinite(report.score))
     if not report.valid:
         report.error = f"the metric {metric.name} is undefined for this submission (got {report.score})"
+        return report
+    report.constant = len(y_pred) > 1 and all(len(pd.unique(y_pred[:, j])) == 1 for j in range(y_pred.shape[1]))
+    report.informative = not report.constant and _beats_its_shuffles(metric.name, y_true, y_pred, report.score,
+                                                                     options)
     return report
+
+
+SHUFFLES = 19  # a submission with no link to the rows beats all 19 with probability at most 1/20
+
+
+def _beats_its_shuffles(metric: str, y_true: np.ndarray, y_pred: np.ndarray, score: float, options: dict) -> bool:
+    """Does `score` strictly beat the metric of `y_pred` with its rows shuffled, every time? Seeded by the
+    predictions, so a verdict is reproducible; a shuffle the metric cannot score counts as beaten."""
+    seed = int.from_bytes(hashlib.sha256(pd.util.hash_array(y_pred.ravel().astype(str)).tobytes()).digest()[:8],
+                          "little")
+    rng = np.random.default_rng(seed)
+    for _ in range(SHUFFLES):
+        try:
+            shuffled = compute_metric(metric, y_true, y_pred[rng.permutation(len(y_pred))], **options)
+        except ValueError:
+            continue
+        if np.isfinite(shuffled) and not better(metric, score, shuffled):
+            return False
+    return True
 
 
 def _pos_label(task: DSTask, answers: pd.DataFrame) -> str:

@@ -9,6 +9,7 @@ from mappa_envs.sandbox.types import (
     FileInfo,
     FileTooLargeError,
     Inventory,
+    IsolationUnavailableError,
     Limits,
     NotRegularFileError,
     Sandbox,
@@ -24,5 +25,6 @@ def make_sandbox(backend: str = "auto", **limits) -> Sandbox:
     return _make(backend, **limits)
 
 
-__all__ = ["ExecResult", "FileInfo", "FileTooLargeError", "Inventory", "Limits", "NotRegularFileError", "Sandbox",
-           "SandboxError", "SandboxSession", "make_sandbox", "raw_name", "safe_name", "safe_text"]
+__all__ = ["ExecResult", "FileInfo", "FileTooLargeError", "Inventory", "IsolationUnavailableError", "Limits",
+           "NotRegularFileError", "Sandbox", "SandboxError", "SandboxSession", "make_sandbox", "raw_name",
+           "safe_name", "safe_text"]

@@ -1,4 +1,4 @@
-"""The local backend: kernels in a bubblewrap sandbox on this machine (or, without bwrap, unisolated).
+"""The local backend: kernels in a bubblewrap sandbox on this machine (unisolated only when asked for by name).
 
 What it isolates, with `bwrap` (Linux; `apt-get install bubblewrap`):
 - new PID, network, IPC, UTS and (where possible) cgroup namespaces: no network at all (not even the
@@ -29,9 +29,12 @@ supervisor (the keeper, pid 1, replaces a killed supervisor and keeps the worksp
 files are all readable by each other. Without a writable cgroup, memory is limited per process only.
 Docker limits CPU share too.
 
-Without bwrap it runs a plain subprocess with the rlimits above and warns that code runs
-unisolated: it can read and write whatever the calling user can, and reach the network; the
-workspace is an ordinary directory whose size is not limited.
+Without a usable bwrap, `isolation="auto"` (the default) refuses to start (`IsolationUnavailableError`,
+one line saying how to install bubblewrap, use Docker, or opt in): it never falls back to running
+agent code unisolated. Only `isolation="none"`, asked for by name, runs a plain subprocess with the
+rlimits above, and warns loudly (a RuntimeWarning and a log warning) that code runs unisolated: it
+can read and write whatever the calling user can, and reach the network; the workspace is an ordinary
+directory whose size is not limited.
 """
 from __future__ import annotations
 
@@ -52,14 +55,23 @@ from mappa_envs.sandbox.inside.files import remove_tree
 from mappa_envs.sandbox.launch import DEFAULT_PREIMPORT, process_start, sandbox_env, supervisor_argv, supervisor_config
 from mappa_envs.sandbox.pool import WarmPool
 from mappa_envs.sandbox.session import Session, Slot
-from mappa_envs.sandbox.types import Limits, SandboxError
+from mappa_envs.sandbox.text import safe_text
+from mappa_envs.sandbox.types import IsolationUnavailableError, Limits, SandboxError
 
 log = logging.getLogger(__name__)
 _UID_BASE, _UID_BLOCK, _UID_BLOCKS = 3_000_000, 2048, 400_000  # per-session host uid blocks, far above real accounts
 KERNEL_UID = 1000  # kernel i is uid 1000 + i inside the sandbox, in group 1000
 _blocks_in_use: set[int] = set()
 
-__all__ = ["LocalSandbox", "bwrap_path", "reap_workspaces"]
+__all__ = ["LocalSandbox", "bwrap_path", "reap_workspaces", "unisolated_refusal"]
+
+
+def unisolated_refusal(why: str) -> str:
+    """The one line that says why no isolated local sandbox can start here and the three ways on."""
+    why = " ".join(safe_text(why).split())[:300]
+    return (f"no isolated sandbox can run here ({why}): install bubblewrap (as root: apt-get install "
+            "bubblewrap, which scripts/setup_venv.sh does), or use Docker (sandbox='docker' after "
+            "`mappa sandbox build`), or opt in to UNISOLATED agent code with isolation='none'")
 
 
 def _owner(pid: int | None = None) -> str:
@@ -99,18 +111,20 @@ class LocalSandbox:
         self.workspace_root = workspace_root
         self.hide = default_hidden() if hide is None else tuple(hide)  # answer-bearing packages (`hidden`)
         self.root_mode = os.geteuid() == 0
-        bwrap, why = bwrap_path(), "bubblewrap is not installed (apt-get install bubblewrap; Linux only)"
+        bwrap, why = bwrap_path(), "bubblewrap is not installed"
         if bwrap and isolation != "none":
             why = probe(bwrap_argv(bwrap, limits, self.python, self.root_mode, self.hide))  # e.g. no user namespaces
         if isolation == "bwrap" and why:
             raise SandboxError(f"isolation='bwrap' is not possible here: {why}")
-        self.isolation = "bwrap" if bwrap and isolation != "none" and not why else "none"
+        if isolation == "auto" and why:  # fail closed: unisolated agent code only when asked for by name
+            raise IsolationUnavailableError(unisolated_refusal(why))
+        self.isolation = "none" if isolation == "none" else "bwrap"
         self._bwrap = bwrap if self.isolation == "bwrap" else None
         if self.isolation == "none":
-            reason = "isolation='none' was asked for" if isolation == "none" else why
-            warnings.warn(f"local sandbox without bwrap ({reason}): agent code runs UNISOLATED with your user's "
-                          "rights (files, network); install bubblewrap or use the docker backend",
-                          RuntimeWarning, stacklevel=3)
+            message = ("local sandbox with isolation='none': agent code runs UNISOLATED with your user's rights "
+                       "(all your files, the network); install bubblewrap or use the docker backend")
+            log.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
         # each kernel its own uid: only where we can map uids (root) inside bwrap
         self.separate_kernel_uids = self.isolation == "bwrap" and self.root_mode
         reap_workspaces(workspace_root)

@@ -5,7 +5,7 @@ import io
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mappa_envs.sandbox.channel import Channel, ChannelClosed
@@ -166,21 +166,30 @@ class Session:
                 offset += len(data)
         return buf.getvalue()
 
-    def inventory(self, max_entries: int = 10_000) -> Inventory:
+    def inventory(self, max_entries: int = 10_000, include: Sequence[str] = (), hash_max: int = 0) -> Inventory:
         """Every non-directory of the workspace (and directories that could not be listed) with size,
-        kind and owning kernel; at most `max_entries` names are looked at."""
+        kind, owning kernel and fingerprint; at most `max_entries` names are looked at. The paths in
+        `include` (at most 64, in `safe_name` form) are looked up by name whatever the cap: each is listed
+        if it exists, with the sha256 of its content when it is a regular file of at most `hash_max` bytes."""
+        wanted = [os.fsdecode(raw_name(p)) for p in include]
         with self._lock:
-            meta, _ = self._call("inventory", FILE_TIMEOUT_S, max_entries=int(max_entries))
+            meta, _ = self._call("inventory", FILE_TIMEOUT_S, max_entries=int(max_entries), include=wanted,
+                                 hash_max=int(hash_max))
             uid0, names = self._slot.kernel_uid, {i: n for n, i in self._kernels.items()}
             host_uid = self._channel.ready.get("uid")
-        files = []
-        for path, size, kind, uid, mtime_ns in meta["files"]:
+
+        def info(path, size, kind, uid, mtime_ns, ino=0, ctime_ns=0, sha256=None) -> FileInfo:
             owner = None
             if uid0 is not None:
                 owner = "host" if uid == host_uid else names.get(uid - uid0)
-            files.append(FileInfo(path=safe_name(os.fsencode(path)), size=int(size), kind=str(kind), owner=owner,
-                                  mtime_ns=int(mtime_ns)))
-        return Inventory(files=tuple(files), truncated=bool(meta["truncated"]))
+            return FileInfo(path=safe_name(os.fsencode(path)), size=int(size), kind=str(kind), owner=owner,
+                            mtime_ns=int(mtime_ns), inode=int(ino), ctime_ns=int(ctime_ns),
+                            sha256=None if sha256 is None else str(sha256))
+
+        found = {f.path: f for f in (info(*entry) for entry in meta["files"])}
+        found.update((f.path, f) for f in (info(*entry) for entry in meta.get("included", ())))
+        return Inventory(files=tuple(found[p] for p in sorted(found, key=lambda p: raw_name(p))),
+                         truncated=bool(meta["truncated"]), included=tuple(safe_name(os.fsencode(p)) for p in wanted))
 
     def list_files(self) -> list[str]:
         """Workspace-relative paths of every non-directory, sorted, in `safe_name` form."""

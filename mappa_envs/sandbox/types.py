@@ -1,10 +1,12 @@
 """What every sandbox backend speaks: limits, the result of one cell, and the two Protocols."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
+from mappa_envs.errors import MappaError
 from mappa_envs.sandbox.inside.files import FileTooLargeError, NotRegularFileError
 from mappa_envs.sandbox.text import safe_text
 
@@ -68,16 +70,22 @@ class FileInfo:
     size: int  # bytes (of the entry itself: a symbolic link's size is its target's length)
     kind: str  # "file", "symlink", "fifo", "socket", "device", "other", or "dir": a directory that was not listed
     owner: str | None  # the kernel whose uid owns it, "host" for write_file's files; None where kernels share one uid
-    mtime_ns: int = 0  # last modification, as the sandbox's clock saw it: with size, a fingerprint of its content
+    mtime_ns: int = 0  # last modification, as the sandbox's clock saw it (a cell can set it back: os.utime)
+    inode: int = 0  # with ctime_ns: a rewrite in place or a replacement by rename changes one of them
+    ctime_ns: int = 0  # last change of content or metadata; no cell can set it back
+    sha256: str | None = None  # of the content: only for paths asked for by name (`include`) and small enough
 
 
 @dataclass(frozen=True)
 class Inventory:
     """What the workspace holds: every non-directory, sorted by path. `truncated` when the listing
-    stopped at its entry cap or at a directory nested too deep (listed as kind "dir")."""
+    stopped at its entry cap or at a directory nested too deep (listed as kind "dir"): a path missing
+    from a truncated listing may still exist, unless it is in `included` (looked up by name: a path
+    there and not in `files` is absent)."""
 
     files: tuple[FileInfo, ...]
     truncated: bool = False
+    included: tuple[str, ...] = ()
 
     def by_path(self) -> dict[str, FileInfo]:
         return {f.path: f for f in self.files}
@@ -95,7 +103,8 @@ class SandboxSession(Protocol):
     def write_file(self, path: str, data: bytes | str) -> None: ...
     def read_file(self, path: str, max_bytes: int | None = None) -> bytes: ...  # regular files only, capped
     def list_files(self) -> list[str]: ...  # workspace-relative paths (safe_name form) of non-directories, sorted
-    def inventory(self, max_entries: int = 10_000) -> Inventory: ...  # names, sizes, kinds, owners
+    def inventory(self, max_entries: int = 10_000, include: Sequence[str] = (),
+                  hash_max: int = 0) -> Inventory: ...  # names, sizes, kinds, owners, fingerprints
     def close(self) -> None: ...
 
 
@@ -114,5 +123,9 @@ class SandboxError(RuntimeError):
     """A sandbox could not be created or used (no engine, no image, bad limits)."""
 
 
-__all__ = ["ExecResult", "FileInfo", "FileTooLargeError", "Inventory", "Limits", "NotRegularFileError", "Sandbox",
-           "SandboxError", "SandboxSession"]
+class IsolationUnavailableError(MappaError, SandboxError):
+    """No isolating backend can run here and nobody opted in to unisolated code; the message says how to fix it."""
+
+
+__all__ = ["ExecResult", "FileInfo", "FileTooLargeError", "Inventory", "IsolationUnavailableError", "Limits",
+           "NotRegularFileError", "Sandbox", "SandboxError", "SandboxSession"]

@@ -131,9 +131,44 @@ def write(root: int, rel: bytes, data: bytes, append: bool) -> None:
         os.close(fd)
 
 
+def row(path: str, st: os.stat_result) -> list:
+    """One inventory entry: [path, size, kind, uid, mtime_ns, inode, ctime_ns]. The inode and the ctime (which
+    no cell can set back, unlike the mtime) make the fingerprint change on any rewrite, even in place."""
+    return [path, st.st_size, kind(st.st_mode), st.st_uid, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+
+
+def stat_paths(root: int, rels: list[bytes], hash_max: int) -> list[list]:
+    """An inventory entry plus the sha256 of the content (None past `hash_max` bytes or for non-files) for
+    each of `rels` that exists; a path that is absent (or not reachable without a link) is left out."""
+    import hashlib
+
+    out = []
+    for rel in rels:
+        try:
+            comps = parts(rel)
+            parent = open_parent(root, comps)
+            try:
+                st = os.stat(comps[-1], dir_fd=parent, follow_symlinks=False)
+            finally:
+                os.close(parent)
+            digest = None
+            if stat.S_ISREG(st.st_mode) and st.st_size <= hash_max:
+                fd = open_regular(root, rel)
+                try:
+                    data = os.pread(fd, hash_max + 1, 0)
+                    if len(data) == os.fstat(fd).st_size:
+                        digest = hashlib.sha256(data).hexdigest()
+                finally:
+                    os.close(fd)
+        except (OSError, ValueError):
+            continue
+        out.append([*row(os.fsdecode(rel), st), digest])
+    return out
+
+
 def inventory(root: int, max_entries: int, max_depth: int) -> tuple[list[list], bool]:
     """Every non-directory below `root`, and every directory that could not be listed, as
-    [path, size, kind, uid, mtime_ns] (path: the str form, os.fsdecode, of the raw name), sorted.
+    `row`s (path: the str form, os.fsdecode, of the raw name), sorted.
     Returns (entries, truncated): the walk stops after `max_entries` names (directories included)
     and does not enter directories nested deeper than `max_depth`; both set truncated."""
     out: list[list] = []
@@ -158,7 +193,7 @@ def inventory(root: int, max_entries: int, max_depth: int) -> tuple[list[list], 
                         subdirs.append(name)
                     else:
                         path = os.fsdecode(prefix + name)
-                        out.append([path, st.st_size, kind(st.st_mode), st.st_uid, st.st_mtime_ns])
+                        out.append(row(path, st))
         except OSError:
             pass
         stack.append((fd, prefix, subdirs[::-1]))
@@ -179,7 +214,8 @@ def inventory(root: int, max_entries: int, max_depth: int) -> tuple[list[list], 
                     st = os.stat(name, dir_fd=parent, follow_symlinks=False)
                 except OSError:
                     continue
-                out.append([os.fsdecode(base + name), st.st_size, "dir", st.st_uid, st.st_mtime_ns])
+                out.append(row(os.fsdecode(base + name), st))
+                out[-1][2] = "dir"  # whatever it is now: it is where the walk stopped
     for parent, _, _ in stack:
         os.close(parent)
     out.sort(key=lambda e: os.fsencode(e[0]))

@@ -8,7 +8,8 @@ Requests from the host (each gets exactly one reply with the same "id", "error" 
     restart {kernel, index}              -> {}
     write {path, append} + data          -> {}
     read {path, offset, length, max_bytes} -> {size} + data
-    inventory {max_entries}              -> {files: [[path, size, kind, uid, mtime_ns], ...], truncated}
+    inventory {max_entries, include?, hash_max?} -> {files: [[path, size, kind, uid, mtime_ns, ino, ctime_ns], ...],
+                                            truncated, included: [[...the same, sha256 or None], ...]}
     ping {}                              -> {}
 
 A cell's turn, and who decides what:
@@ -40,6 +41,7 @@ from .protocol import CHUNK, FrameReader, ProtocolError, encode, write_all
 GRACE_S = 1.0  # after SIGINT at the deadline, how long a cell may take to unwind before SIGKILL
 MAX_KERNELS = 64  # kernel uids per session, where kernels get their own uids
 MAX_DEPTH = 8192  # directories nested deeper are listed as one entry, marked truncated
+MAX_INCLUDE, MAX_HASH = 64, 16 << 20  # paths an inventory stats by name, and the most bytes it hashes for each
 
 
 class Supervisor:
@@ -197,7 +199,9 @@ class Supervisor:
             elif op == "inventory":  # one descriptor per level: stay well inside the descriptor limit
                 depth = min(MAX_DEPTH, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 64)
                 found, truncated = files.inventory(self.root, int(req["max_entries"]), depth)
-                self.reply({"id": rid, "files": found, "truncated": truncated})
+                include = [os.fsencode(p) for p in req.get("include", ())[:MAX_INCLUDE]]
+                included = files.stat_paths(self.root, include, min(int(req.get("hash_max", 0)), MAX_HASH))
+                self.reply({"id": rid, "files": found, "truncated": truncated, "included": included})
             elif op == "ping":
                 self.reply({"id": rid})
             else:
