@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                 outcomes.append(record.get("outcome") or {})
                 progress.episode(record)
                 if args.render:
-                    progress.say(env.unwrapped.render())
+                    progress.say(env.unwrapped.render_text())
 
             jobs = [(args.seed + k, None) for k in range(args.episodes)]
             VectorRunner(envs, policy).play(jobs, on_episode=write)

@@ -87,6 +87,25 @@ def register(env_id: str, entry_point: str | Callable[..., Any], *, description:
             pettingzoo.register("aec", pz_id, entry_point=functools.partial(make, env_id))
     except (ImportError, AttributeError):  # PettingZoo < 1.26 has no registry
         pass
+    _register_gymnasium(env_id)
+
+
+def _register_gymnasium(env_id: str) -> None:
+    """`gymnasium.make("mappa/<id>")`: the single-stream `TextEnv` over the env (one action per step)."""
+    import gymnasium
+
+    gym_id = env_id if "/" in env_id else f"mappa/{env_id}"
+    if gym_id in gymnasium.registry:
+        del gymnasium.registry[gym_id]  # re-registering an id replaces it, as in our own registry
+    # no TimeLimit or env checker: an episode's length is the env's own limits, and actions are free text
+    gymnasium.register(gym_id, entry_point=functools.partial(_text_env, env_id), disable_env_checker=True,
+                       order_enforce=True)
+
+
+def _text_env(env_id: str, **kwargs):
+    from mappa_envs.wrappers.text_env import make_text_env
+
+    return make_text_env(env_id, **kwargs)
 
 
 def spec(env_id: str) -> EnvSpec:
