@@ -18,9 +18,11 @@ from mappa_cli.args import key_values, non_negative_float, positive_int
 from mappa_cli.errors import UsageError
 
 TEAM_HELP = (
-    "the team to evaluate (repeat for several): a model for every role ('hf:PATH', 'vllm:PATH', "
-    "'openai:MODEL@BASE_URL'), a finished `mappa train` run ('run:DIR'), 'scripted' or 'scripted:SKILL' (the "
-    "env's built-in team), 'module:factory' (factory(env) -> TextPolicy), or one per role as 'ROLE=SPEC;ROLE=SPEC;...'"
+    "the team to evaluate (repeat for several): a model for every role ('hf:MODEL', 'vllm:MODEL', MODEL being what "
+    "model.path takes: a folder, ORG/NAME, a .gguf, smollm2-135m, tiny; 'openai:MODEL@BASE_URL'), a finished "
+    "`mappa train` run ('run:DIR'), 'scripted:SKILL' (the env's built-in noisy team, a baseline: right about SKILL of "
+    "the time), 'scripted' (its oracle, a reference that reads the gold answer, no baseline), 'module:factory' "
+    "(factory(env) -> TextPolicy), or one per role as 'ROLE=SPEC;ROLE=SPEC;...'"
 )
 COACH_HELP = ("'rule' (offline), an LLM coach preset (gemini-2.5-flash, gemini-2.5-pro, openai, vllm-local), "
               "PRESET:MODEL, PRESET:PORT (e.g. vllm-local:8001), or MODEL@BASE_URL (see docs/coach.md)")
@@ -133,6 +135,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_settings: dict,
                progress: EvalProgress) -> list[Path]:
+    from mappa_train.evaluation.leaderboard import is_reference
     from mappa_train.evaluation.runner import evaluate_team
     from mappa_train.evaluation.teams import make_team, team_name, training_env
     from mappa_train.generation import SamplingParams
@@ -145,7 +148,9 @@ def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_set
         run_name = names[i] if i < len(names) else team_name(spec)
         out = args.out / run_name
         team = make_team(spec, args.seed, sampling)  # a bad spec fails here, before its header
-        print(f"== {run_name}: {spec} -> {out}", file=sys.stderr)
+        # the scripted oracle reads the gold answer: say so where its 1.000 shows, and name the real baseline
+        note = " (a reference that reads the gold answer, no baseline: see scripted:SKILL)" * is_reference(spec)
+        print(f"== {run_name}: {spec}{note} -> {out}", file=sys.stderr)
         trained = training_env(spec)
         team_sets = sets
         if trained and args.train_source is None:  # check overlap against what this team was trained on

@@ -184,7 +184,7 @@ def test_hub_id_offline_says_the_hub_is_unreachable(tmp_path):
     assert "Traceback" not in result.stderr
     line = result.stderr.strip().splitlines()[-1]
     assert "not in the local cache while the hub is switched off (HF_HUB_OFFLINE=1)" in line
-    assert "huggingface-cli download SomeOrg/some-model" in line
+    assert "`hf download SomeOrg/some-model`" in line
 
 
 def test_empty_task_file_is_an_error(tmp_path, capsys, out):
