@@ -221,6 +221,8 @@ class TrainConfig:
     eval_samples: int = doc(1, "evaluation episodes per eval task; accuracy is their mean", positive)
     checkpoint_every: int = doc(1, "checkpoint every N steps (resume continues from the last one)", positive)
     keep_checkpoints: int = doc(2, "checkpoints kept on disk", positive)
+    allow_config_change: bool = doc(False, "resume a run in out_dir although this config changes what it learns "
+                                    "(the changed keys are listed when refused); never the model or its shape")
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
