@@ -11,7 +11,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config",
                         help="a YAML preset (configs/mathchat.yaml, configs/dsbench.yaml, configs/quickstart.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
-                        help="override config keys, e.g. learner.lr=1e-5 steps=10")
+                        help="override config keys, e.g. learner.lr=1e-5 steps=10; a key inside a mapping "
+                        "(env.kwargs, env.eval_sets, ...) is set on its own: env.kwargs.num_tasks=64")
     parser.add_argument("--allow-config-change", action="store_true",
                         help="resume the run in out_dir with a config that changes what it learns "
                         "(allow_config_change=true)")
