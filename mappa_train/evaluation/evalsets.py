@@ -7,7 +7,7 @@
 | `synthetic[:N]`    | MathChat-v0 | N (default 64) synthetic eval problems    | `synthetic` (the training stream) |
 | a `*.json[l]` path | MathChat-v0 | an AIME/AMC-format file (prompt, answer)  | `<data-dir>/AIME_1983_2024.json` |
 | `dsbench`          | DSBench-v0  | the built-in offline tasks                | `builtin` (the same tasks) |
-| `dsbench:DIR`      | DSBench-v0  | the eval split of a DSBench data folder   | `DIR` (its train split) |
+| `dsbench:DIR`      | DSBench-v0  | the eval split of a DSBench data folder   | `DIR` (its train split, if any) |
 
 `<data-dir>` is `--data-dir`, else `$MAPPA_DATA_DIR`, else `data/bench` (where the training configs
 expect the files); a default training file that does not exist is not checked. `train_source`
@@ -78,7 +78,11 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
         if not Path(folder).is_dir():
             raise EvalSpecError(f"eval set {name!r}: {folder} is not a folder; expected a DSBench data folder "
                                     "(data_resplit/ and answers/ with the split metadata files)")
-        return EvalSet(name, "DSBench-v0", {"tasks": folder, "split": "eval"}), folder
+        from mappa_envs.dsbench.tasks import SPLIT_FILES, metadata_file
+
+        # an eval-only folder (no training split file beside it) has no training source to check against
+        train = folder if metadata_file(folder, SPLIT_FILES["train"]) else None
+        return EvalSet(name, "DSBench-v0", {"tasks": folder, "split": "eval"}), train
     if name.endswith((".json", ".jsonl")):
         path = Path(name)
         if not path.is_file():
