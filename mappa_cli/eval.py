@@ -35,6 +35,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="per-problem deltas of RUN_B over RUN_A with a paired bootstrap CI")
     mode.add_argument("--leaderboard", nargs="+", metavar="RUNS",
                       help="print the Markdown table of these runs / folders of runs")
+    mode.add_argument("--list-sets", action="store_true",
+                      help="list the named eval sets, their env, and whether their data is found (--data-dir)")
     parser.add_argument("--name", action="append",
                         help="run name per --team, in order (default: derived from the spec)")
     parser.add_argument("--sets", default="synthetic",
@@ -78,7 +80,20 @@ def run(args: argparse.Namespace) -> int:
         from mappa_train.evaluation.leaderboard import write
 
         return write(args.leaderboard, None)
+    if args.list_sets:
+        return _list_sets(args)
     return _evaluate(args)
+
+
+def _list_sets(args: argparse.Namespace) -> int:
+    from mappa_train.evaluation.evalsets import describe_sets
+
+    rows = describe_sets(args.data_dir)
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3])
+    print("\n--sets takes a comma-separated list of these (e.g. --sets synthetic:16,amc); see docs/evaluation.md")
+    return 0
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -90,3 +90,21 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
         return EvalSet(path.stem, "MathChat-v0", {"task_source": str(path), "split": "all"}), math_train
     raise EvalSpecError(f"unknown eval set {name!r}; use one of {sorted(MATH_FILES)}, synthetic[:N], dsbench, "
                      "dsbench:DIR, or a path to an AIME/AMC-format .json/.jsonl file")
+
+
+def describe_sets(data: str | Path | None = None) -> list[tuple[str, str, str, str]]:
+    """(name, env, problems, where it stands on this machine) for each named eval set, for `--list-sets`."""
+    root = data_dir(data)
+    rows = []
+    for name, file in MATH_FILES.items():
+        path = root / file if root else None
+        state = f"ready: {path}" if path and path.is_file() else \
+            f"needs {file} in --data-dir / ${DATA_DIR_ENV}" + (f" (not in {root})" if root else "")
+        rows.append((name, "MathChat-v0", f"<data-dir>/{file}", state))
+    rows += [
+        ("synthetic[:N]", "MathChat-v0", f"N (default {SYNTHETIC_DEFAULT}) generated eval problems", "ready (offline)"),
+        ("PATH.json[l]", "MathChat-v0", "an AIME/AMC-format file: prompt (or problem/question), answer", "your file"),
+        ("dsbench", "DSBench-v0", "the built-in Kaggle-style tasks", "ready (offline; generated on first use)"),
+        ("dsbench:DIR", "DSBench-v0", "the eval split of a DSBench data folder", "your folder (docs/dsbench.md)"),
+    ]
+    return rows
