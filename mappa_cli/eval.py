@@ -150,6 +150,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_settings: dict,
                progress: EvalProgress) -> list[Path]:
+    from mappa_train.evaluation.activity import Activity, watch
     from mappa_train.evaluation.leaderboard import is_reference
     from mappa_train.evaluation.runner import evaluate_team
     from mappa_train.evaluation.teams import make_team, team_name, training_env
@@ -163,6 +164,8 @@ def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_set
         run_name = names[i] if i < len(names) else team_name(spec)
         out = args.out / run_name
         team = make_team(spec, args.seed, sampling)  # a bad spec fails here, before its header
+        progress.activity = Activity()  # requests and tokens of this team, for lines between episodes
+        team = watch(team, progress.activity)
         # the scripted oracle reads the gold answer: say so where its 1.000 shows, and name the real baseline
         note = " (a reference that reads the gold answer, no baseline: see scripted:SKILL)" * is_reference(spec)
         print(f"== {run_name}: {spec}{note} -> {out}", file=sys.stderr)
@@ -195,6 +198,7 @@ class EvalProgress:
         self.bar = bar
         self.coach_calls = self.coach_failures = 0
         self.last_error: str | None = None
+        self.activity = None  # the team's Activity (mappa_train.evaluation.activity), set per team
         self._set = None
 
     def set_started(self, name: str, done: int, total: int) -> None:
@@ -202,7 +206,8 @@ class EvalProgress:
 
         if done:
             print(f"{name}: {done}/{total} episodes already done (resuming)", file=sys.stderr)
-        self._set = Progress(total - done, name, bar=self.bar) if done < total else None
+        activity = self.activity.line if self.activity is not None else None
+        self._set = Progress(total - done, name, bar=self.bar, activity=activity) if done < total else None
 
     def episode(self, record: dict) -> None:
         self._set.episode(record)

@@ -66,7 +66,7 @@ def test_bad_coach_spec(capsys, out):
     (["eval", "--team", "scripted", "--k", "0"], "argument --k: must be >= 1, got 0"),
     (["eval", "--team", "scripted", "--batch-size", "x"], "argument --batch-size: expected an integer, got 'x'"),
     (["eval", "--team", "scripted", "--top-p", "0"], "--top-p must lie in (0, 1]"),
-    (["eval"], "one of the arguments --team --compare --leaderboard is required"),
+    (["eval"], "one of the arguments --team --compare --leaderboard --list-sets is required"),
     (["run", "MathChat-v0", "--skill", "7"], "argument --skill: must lie in [0, 1], got 7"),
     (["run", "MathChat-v0", "--episodes", "0"], "argument --episodes: must be >= 1, got 0"),
     (["run", "MathChat-v0", "--env-arg", "novalue"], "expected KEY=VALUE"),
