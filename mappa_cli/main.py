@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("mappa_train.quickstart", "build a tiny model offline and watch it learn (<= 10 min on CPU)"),
     "blame": ("mappa_cli.blame", "blame precision: does the coach credit the right (faulty) agent?"),
     "ablate": ("mappa_train.ablate", "train one start several ways (reward, normalisation, curriculum) x seeds"),
+    "export": ("mappa_cli.export", "a training checkpoint as Hugging Face models; transcripts as a datasets dataset"),
 }
 DEBUG_ENV = "MAPPA_DEBUG"
 
