@@ -16,21 +16,10 @@ import time
 from pathlib import Path
 
 import mappa_envs
+from mappa_envs.random_policy import RandomPolicy  # well-formed random actions from the env's vocabulary
 from mappa_envs.registration import load_callable
 from mappa_envs.sandbox import make_sandbox
 from mappa_envs.wrappers import TranscriptRecorder, VectorRunner
-
-
-class RandomPolicy:
-    """Random text from each role's action space (a `TextPolicy`)."""
-
-    def __init__(self, env, seed: int = 0, max_chars: int = 200):
-        self.env, self.max_chars = env, max_chars
-        for agent in env.possible_agents:
-            env.action_space(agent).seed(seed)
-
-    def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
-        return [self.env.action_space(r).sample()[: self.max_chars] for r in roles]
 
 
 def policies(env_id: str, env, seed: int) -> dict:

@@ -70,7 +70,7 @@ def prompt_dataset(env, num_prompts: int):
 
     rows = []
     for i in range(num_prompts):
-        env.reset(options={"task_index": i})
+        env.reset(options={"task_index": i % len(env.unwrapped.tasks)})  # cycle: the env refuses an index past its end
         first = env.agent_selection
         rows.append({"prompt": env.infos[first]["messages"], "task_id": env.infos[first]["task_id"]})
     return Dataset.from_list(rows)

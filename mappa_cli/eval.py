@@ -18,9 +18,11 @@ from mappa_cli.args import key_values, non_negative_float, positive_int
 from mappa_cli.errors import UsageError
 
 TEAM_HELP = (
-    "the team to evaluate (repeat for several): a model for every role ('hf:PATH', 'vllm:PATH', "
-    "'openai:MODEL@BASE_URL'), a finished `mappa train` run ('run:DIR'), 'scripted' or 'scripted:SKILL' (the "
-    "env's built-in team), 'module:factory' (factory(env) -> TextPolicy), or one per role as 'ROLE=SPEC;ROLE=SPEC;...'"
+    "the team to evaluate (repeat for several): a model for every role ('hf:MODEL', 'vllm:MODEL', MODEL being what "
+    "model.path takes: a folder, ORG/NAME, a .gguf, smollm2-135m, tiny; 'openai:MODEL@BASE_URL'), a finished "
+    "`mappa train` run ('run:DIR'), 'scripted:SKILL' (the env's built-in noisy team, a baseline: right about SKILL of "
+    "the time), 'scripted' (its oracle, a reference that reads the gold answer, no baseline), 'module:factory' "
+    "(factory(env) -> TextPolicy), or one per role as 'ROLE=SPEC;ROLE=SPEC;...'"
 )
 COACH_HELP = ("'rule' (offline), an LLM coach preset (gemini-2.5-flash, gemini-2.5-pro, openai, vllm-local), "
               "PRESET:MODEL, PRESET:PORT (e.g. vllm-local:8001), or MODEL@BASE_URL (see docs/coach.md)")
@@ -33,6 +35,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="per-problem deltas of RUN_B over RUN_A with a paired bootstrap CI")
     mode.add_argument("--leaderboard", nargs="+", metavar="RUNS",
                       help="print the Markdown table of these runs / folders of runs")
+    mode.add_argument("--list-sets", action="store_true",
+                      help="list the named eval sets, their env, and whether their data is found (--data-dir)")
     parser.add_argument("--name", action="append",
                         help="run name per --team, in order (default: derived from the spec)")
     parser.add_argument("--sets", default="synthetic",
@@ -76,7 +80,20 @@ def run(args: argparse.Namespace) -> int:
         from mappa_train.evaluation.leaderboard import write
 
         return write(args.leaderboard, None)
+    if args.list_sets:
+        return _list_sets(args)
     return _evaluate(args)
+
+
+def _list_sets(args: argparse.Namespace) -> int:
+    from mappa_train.evaluation.evalsets import describe_sets
+
+    rows = describe_sets(args.data_dir)
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3])
+    print("\n--sets takes a comma-separated list of these (e.g. --sets synthetic:16,amc); see docs/evaluation.md")
+    return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -133,6 +150,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_settings: dict,
                progress: EvalProgress) -> list[Path]:
+    from mappa_train.evaluation.activity import Activity, watch
+    from mappa_train.evaluation.leaderboard import is_reference
     from mappa_train.evaluation.runner import evaluate_team
     from mappa_train.evaluation.teams import make_team, team_name, training_env
     from mappa_train.generation import SamplingParams
@@ -145,7 +164,11 @@ def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_set
         run_name = names[i] if i < len(names) else team_name(spec)
         out = args.out / run_name
         team = make_team(spec, args.seed, sampling)  # a bad spec fails here, before its header
-        print(f"== {run_name}: {spec} -> {out}", file=sys.stderr)
+        progress.activity = Activity()  # requests and tokens of this team, for lines between episodes
+        team = watch(team, progress.activity)
+        # the scripted oracle reads the gold answer: say so where its 1.000 shows, and name the real baseline
+        note = " (a reference that reads the gold answer, no baseline: see scripted:SKILL)" * is_reference(spec)
+        print(f"== {run_name}: {spec}{note} -> {out}", file=sys.stderr)
         trained = training_env(spec)
         team_sets = sets
         if trained and args.train_source is None:  # check overlap against what this team was trained on
@@ -175,6 +198,7 @@ class EvalProgress:
         self.bar = bar
         self.coach_calls = self.coach_failures = 0
         self.last_error: str | None = None
+        self.activity = None  # the team's Activity (mappa_train.evaluation.activity), set per team
         self._set = None
 
     def set_started(self, name: str, done: int, total: int) -> None:
@@ -182,7 +206,8 @@ class EvalProgress:
 
         if done:
             print(f"{name}: {done}/{total} episodes already done (resuming)", file=sys.stderr)
-        self._set = Progress(total - done, name, bar=self.bar) if done < total else None
+        activity = self.activity.line if self.activity is not None else None
+        self._set = Progress(total - done, name, bar=self.bar, activity=activity) if done < total else None
 
     def episode(self, record: dict) -> None:
         self._set.episode(record)

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "blame": ("mappa_cli.blame", "blame precision: does the coach credit the right (faulty) agent?"),
     "coach-eval": ("mappa_cli.coach_eval", "a coach's report card: AUROC, blame, master keys, calibration"),
     "ablate": ("mappa_train.ablate", "train one start several ways (reward, normalisation, curriculum) x seeds"),
+    "export": ("mappa_cli.export", "a training checkpoint as Hugging Face models; transcripts as a datasets dataset"),
 }
 DEBUG_ENV = "MAPPA_DEBUG"
 

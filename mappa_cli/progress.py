@@ -1,22 +1,26 @@
 """Progress of a long job on stderr: episodes done / total, throughput, ETA, and coach failures.
 
 On a terminal it is a tqdm bar; otherwise (a log file, CI, `--no-progress`) a plain line every
-`every_s` seconds and one at the end. A coach call that fails is announced once when it first
-happens and summed up at the end ("coach: 4/4 calls failed (last error: ...)"), so a run whose
-coach is unreachable does not pass for a run with low scores.
+`every_s` seconds and one at the end. With `activity` (a callable saying what the policies are doing:
+requests answered, tokens, requests in flight), a line comes every `every_s` seconds even while no
+episode ends, so a slow model's first episode is not minutes of silence. A coach call that fails
+is announced once when it first happens and summed up at the end ("coach: 4/4 calls failed (last
+error: ...)"), so a run whose coach is unreachable does not pass for a run with low scores.
 """
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 
 class Progress:
     def __init__(self, total: int, desc: str, bar: bool | None = None, every_s: float = 10.0,
-                 stream: TextIO | None = None):
+                 stream: TextIO | None = None, activity: Callable[[], str] | None = None):
         """bar: True/False forces the tqdm bar on/off; None: on when `stream` is a terminal."""
-        self.total, self.desc, self.every_s = total, desc, every_s
+        self.total, self.desc, self.every_s, self.activity = total, desc, every_s, activity
         self.stream = stream or sys.stderr
         self.done = self.failed = self.coach_calls = self.coach_failures = 0
         self.last_error: str | None = None
@@ -26,6 +30,23 @@ class Progress:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc=desc, unit="episode", file=self.stream, dynamic_ncols=True)
+        self._stop = threading.Event()
+        self._ticker = None
+        if activity is not None:
+            self._ticker = threading.Thread(target=self._tick, name="progress-ticker", daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        """Between episodes: a line (or the bar's postfix) every every_s seconds with the activity."""
+        while not self._stop.wait(min(self.every_s, 1.0)):
+            if time.monotonic() - self._last_line < self.every_s:
+                continue
+            bar = self._bar
+            if bar is not None:
+                bar.set_postfix_str(self._activity_text())
+                self._last_line = time.monotonic()
+            else:
+                self.say(self.line())
 
     def episode(self, record: dict) -> None:
         """One finished episode: its transcript record (`actions[i]["coach"]` holds each verdict)."""
@@ -55,7 +76,14 @@ class Progress:
         left = self.total - self.done
         when = f"done in {_duration(elapsed)}" if not left else f"ETA {_duration(left / rate)}" if rate else "ETA ?"
         failures = f" ({self._failures()})" if self.failed or self.coach_failures else ""
-        return f"{self.desc}: {self.done}/{self.total} episodes{failures}, {rate:.2f} episodes/s, {when}"
+        doing = f"; {self._activity_text()}" if self.activity is not None else ""
+        return f"{self.desc}: {self.done}/{self.total} episodes{failures}, {rate:.2f} episodes/s, {when}{doing}"
+
+    def _activity_text(self) -> str:
+        try:
+            return self.activity() if self.activity is not None else ""
+        except Exception as e:  # a progress line must never stop the run
+            return f"activity unknown ({type(e).__name__})"
 
     def _failures(self) -> str:
         parts = [f"{self.failed} failed"] if self.failed else []
@@ -75,6 +103,10 @@ class Progress:
         self._last_line = time.monotonic()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
+            self._ticker = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None

@@ -19,7 +19,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_id", help="a registered id (see `mappa envs`)")
     parser.add_argument("--episodes", type=positive_int, default=4, help="episodes to play")
     parser.add_argument("--policy", default="scripted",
-                        help="'scripted' (the env's built-in team), 'random' (samples the action space), "
+                        help="'scripted' (the env's built-in team), 'random' (random but well-formed actions "
+                             "from the env's own vocabulary: answers, cells with the task's numbers and files), "
                              "or 'module:factory' called as factory(env) -> TextPolicy")
     parser.add_argument("--skill", type=unit_float, default=0.8,
                         help="scripted team: rate of correct first answers, in [0, 1]")
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                 outcomes.append(record.get("outcome") or {})
                 progress.episode(record)
                 if args.render:
-                    progress.say(env.unwrapped.render())
+                    progress.say(env.unwrapped.render_text())
 
             jobs = [(args.seed + k, None) for k in range(args.episodes)]
             VectorRunner(envs, policy).play(jobs, on_episode=write)
@@ -90,21 +91,13 @@ def _env_kwargs(pairs: list[str]) -> dict:
     return kwargs
 
 
-class RandomPolicy:
-    """Samples each role's action space (random text): a smoke test of an env's plumbing."""
-
-    def __init__(self, env):
-        self.env = env
-
-    def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
-        return [self.env.action_space(role).sample() for role in roles]
-
-
 def _policy(env, args: argparse.Namespace):
     import mappa_envs
 
     if args.policy == "random":
-        return RandomPolicy(env)
+        from mappa_envs.random_policy import RandomPolicy
+
+        return RandomPolicy(env, seed=args.seed)
     if args.policy == "scripted":
         target = mappa_envs.spec(args.env_id).scripted_policy
         if target is None:

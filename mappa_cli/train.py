@@ -11,7 +11,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config",
                         help="a YAML preset (configs/mathchat.yaml, configs/dsbench.yaml, configs/quickstart.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
-                        help="override config keys, e.g. learner.lr=1e-5 steps=10")
+                        help="override config keys, e.g. learner.lr=1e-5 steps=10; a key inside a mapping "
+                        "(env.kwargs, env.eval_sets, ...) is set on its own: env.kwargs.num_tasks=64")
+    parser.add_argument("--allow-config-change", action="store_true",
+                        help="resume the run in out_dir with a config that changes what it learns "
+                        "(allow_config_change=true)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     parser.add_argument("--dry-run", action="store_true", help="resolve the model, check its chat template, print the "
                         "GPU placement and memory plan against `hardware`, and exit (0: it fits)")
@@ -21,7 +25,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mappa_train.config import load_config
 
-    cfg = load_config(args.config, args.overrides)  # its ConfigError (bad file, YAML, key, value) is one line
+    overrides = [*args.overrides, *(["allow_config_change=true"] if args.allow_config_change else [])]
+    cfg = load_config(args.config, overrides)  # its ConfigError (bad file, YAML, key, value) is one line
     if args.print_config:
         import yaml
 

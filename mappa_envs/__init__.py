@@ -13,12 +13,17 @@ register(
     "mappa_envs.mathchat.env:MathChatEnv",
     description="Problem Solver -> Code Executor -> Verifier on competition math; rule-checked answers.",
     scripted_policy="mappa_envs.mathchat.scripted:for_env",
+    task_sources=("'synthetic' or 'synthetic:FAMILY,...' (default: generated competition-style problems, offline)",
+                  "an AIME/AMC-format .json/.jsonl file (prompt, answer)", "'hf:<dataset>[:<split>]'",
+                  "a list of Task or {prompt, answer} dicts"),
 )
 register(
     "DSBench-v0",
     "mappa_envs.dsbench.env:DSBenchEnv",
     description="Data Engineer -> Modeler -> Analyst on Kaggle-style modeling tasks; scored submissions.",
     scripted_policy="mappa_envs.dsbench.scripted:for_env",
+    task_sources=("'builtin' (default: generated Kaggle-style tasks, offline)",
+                  "a DSBench data folder (with metadata=, prompts= for your own tasks)", "a list of DSTask"),
 )
 register(
     "CodeTest-v0",

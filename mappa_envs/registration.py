@@ -21,6 +21,7 @@ class EnvSpec:
     kwargs: dict = field(default_factory=dict)
     description: str = ""
     scripted_policy: str | None = None  # "module:callable(env) -> TextPolicy", used by `mappa run`
+    task_sources: tuple[str, ...] = ()  # what its `tasks=` takes, one phrase each (shown by `mappa envs`)
 
     def make(self, **kwargs):
         """The env, built with the spec's default kwargs overridden by `kwargs` (names checked first)."""
@@ -70,15 +71,17 @@ registry: dict[str, EnvSpec] = {}
 
 
 def register(env_id: str, entry_point: str | Callable[..., Any], *, description: str = "",
-             scripted_policy: str | None = None, **default_kwargs) -> None:
+             scripted_policy: str | None = None, task_sources: tuple[str, ...] = (), **default_kwargs) -> None:
     """Register `env_id` ("Name-vN"); `entry_point` is "module:callable" or a callable.
 
     `default_kwargs` go to the entry point (callers of `make` override them); `scripted_policy` names a
-    "module:callable" that builds a built-in policy for the env (for smoke runs and tests).
+    "module:callable" that builds a built-in policy for the env (for smoke runs and tests);
+    `task_sources` says in a phrase each what its `tasks=` argument takes (`mappa envs` lists them).
     """
     if not _ID.match(env_id):
         raise EnvArgumentError(f"env id {env_id!r} must look like 'Name-v0' (a name, '-v', a version number)")
-    registry[env_id] = EnvSpec(env_id, entry_point, dict(default_kwargs), description, scripted_policy)
+    registry[env_id] = EnvSpec(env_id, entry_point, dict(default_kwargs), description, scripted_policy,
+                               tuple(task_sources))
     try:  # also reachable as pettingzoo.make("aec", "mappa/<id>"); the lookup happens at make time
         import pettingzoo
 
@@ -87,6 +90,25 @@ def register(env_id: str, entry_point: str | Callable[..., Any], *, description:
             pettingzoo.register("aec", pz_id, entry_point=functools.partial(make, env_id))
     except (ImportError, AttributeError):  # PettingZoo < 1.26 has no registry
         pass
+    _register_gymnasium(env_id)
+
+
+def _register_gymnasium(env_id: str) -> None:
+    """`gymnasium.make("mappa/<id>")`: the single-stream `TextEnv` over the env (one action per step)."""
+    import gymnasium
+
+    gym_id = env_id if "/" in env_id else f"mappa/{env_id}"
+    if gym_id in gymnasium.registry:
+        del gymnasium.registry[gym_id]  # re-registering an id replaces it, as in our own registry
+    # no TimeLimit or env checker: an episode's length is the env's own limits, and actions are free text
+    gymnasium.register(gym_id, entry_point=functools.partial(_text_env, env_id), disable_env_checker=True,
+                       order_enforce=True)
+
+
+def _text_env(env_id: str, **kwargs):
+    from mappa_envs.wrappers.text_env import make_text_env
+
+    return make_text_env(env_id, **kwargs)
 
 
 def spec(env_id: str) -> EnvSpec:

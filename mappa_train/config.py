@@ -225,6 +225,8 @@ class TrainConfig:
     max_empty_steps: int = doc(3, "stop the run with an error after this many steps in a row that train on no "
                                   "action (all length-cut, excused or lost to coach failures; each such step warns "
                                   "with the reason); 0 never stops", non_negative)
+    allow_config_change: bool = doc(False, "resume a run in out_dir although this config changes what it learns "
+                                    "(the changed keys are listed when refused); never the model or its shape")
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)

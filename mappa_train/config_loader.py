@@ -40,6 +40,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         except yaml.YAMLError:
             raise ConfigError(f"override {item!r}: the value is not valid YAML; quote it, e.g. {key}='...'") from None
         node, parts = data, key.strip().split(".")
+        within = _dict_field_depth(TrainConfig, parts)
+        if within is not None:  # env.kwargs.split=eval: one key inside a dict-valued field, the rest kept
+            _set_within(data, parts, within, value, key.strip())
+            continue
         cls = _resolve(TrainConfig, parts)
         for part in parts[:-1]:
             node = node[part]
@@ -107,6 +111,36 @@ def _build(cls: type, data: dict, prefix: str) -> Any:
         kwargs[f.name] = _build(hints[f.name], value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(hints[f.name]) \
             else _coerce(value, hints[f.name], f"{prefix}{f.name}")
     return cls(**kwargs)
+
+
+def _dict_field_depth(cls: type, parts: list[str]) -> int | None:
+    """The index of the part naming a dict-valued field when the key goes on inside it, else None."""
+    node = cls
+    for i, part in enumerate(parts[:-1]):
+        if part not in {f.name for f in dataclasses.fields(node)}:
+            return None  # _resolve says what is wrong
+        hint = _field_type(node, part)
+        if hint is dict:
+            return i
+        if not dataclasses.is_dataclass(hint):
+            return None
+        node = hint
+    return None
+
+
+def _set_within(data: dict, parts: list[str], depth: int, value: Any, key: str) -> None:
+    """Set data[parts[0]]...[parts[-1]] = value, where parts[depth] is a dict field; inner dicts are made
+    as needed, and an inner value that is not a mapping cannot be gone into."""
+    node = data
+    for part in parts[:depth + 1]:
+        node = node[part]
+    for i, part in enumerate(parts[depth + 1:-1], start=depth + 1):
+        inner = node.setdefault(part, {})
+        if not isinstance(inner, dict):
+            raise ConfigError(f"override {key}: {'.'.join(parts[:i + 1])} is {inner!r}, not a mapping; "
+                              f"set it whole, e.g. {'.'.join(parts[:i + 1])}={{...}}")
+        node = inner
+    node[parts[-1]] = value
 
 
 def _resolve(cls: type, parts: list[str], full_key: str | None = None, where: str = "") -> type:

@@ -55,8 +55,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MAPPA_CACHE") or Path.home() / ".cache" / "mappa").expanduser()
 
 
-def resolve_model(spec: str, *, tiny_dir: str | Path | None = None, seed: int = 0) -> Path:
-    """A local model directory for `spec` (see the module doc); raises ModelSourceError."""
+def resolve_model(spec: str, *, tiny_dir: str | Path | None = None, seed: int = 0, label: str | None = None) -> Path:
+    """A local model directory for `spec` (see the module doc); raises ModelSourceError.
+
+    `label` names the setting in errors (default "model.path 'SPEC'"; `mappa eval` passes its team spec),
+    so that training and evaluation speak one vocabulary with one set of messages."""
+    label = label or f"model.path {spec!r}"
     if spec == "tiny":
         from mappa_train.tiny_model import build_tiny_model
 
@@ -66,17 +70,24 @@ def resolve_model(spec: str, *, tiny_dir: str | Path | None = None, seed: int = 
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
-            raise ModelSourceError(f"model.path {spec!r}: no such GGUF file")
+            raise ModelSourceError(f"{label}: no such GGUF file {spec}")
         return convert_gguf(path)
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelSourceError(f"model.path {spec!r} is a directory without config.json; "
+            raise ModelSourceError(f"{label} is a directory without config.json; "
                                    "point it at a transformers model directory (save_pretrained output)")
         return path
     if HUB_ID.match(spec) and not path.exists():
-        return _hub_snapshot(spec)
-    raise ModelSourceError(f"model.path {spec!r} is not a model directory, a .gguf file, a hub id (org/name) "
-                           f"or a built-in model ({', '.join(['tiny', *BUILTIN])})")
+        return _hub_snapshot(spec, label=label)
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        raise ModelSourceError(f"{label}: the path {spec} does not exist; give a model folder (config.json and "
+                               f"weights), a .gguf file, a hub id ORG/NAME or a built-in model ({_builtins()})")
+    raise ModelSourceError(f"{label} is not a model directory, a .gguf file, a hub id (org/name) "
+                           f"or a built-in model ({_builtins()})")
+
+
+def _builtins() -> str:
+    return ", ".join(["tiny", *BUILTIN])
 
 
 def describe_model(spec: str, *, tiny_dir: str | Path | None = None, seed: int = 0) -> ModelInfo:
@@ -172,22 +183,26 @@ def _dequantize(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def _hub_snapshot(repo_id: str, allow_patterns: list[str] | None = None) -> Path:
+def _hub_snapshot(repo_id: str, allow_patterns: list[str] | None = None, label: str | None = None) -> Path:
     """The local snapshot of a hub repo: the HF cache first, then a download; one-line error offline."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 
+    label = label or f"model.path {repo_id!r}"
     try:
         return Path(snapshot_download(repo_id, allow_patterns=allow_patterns, local_files_only=True))
     except LocalEntryNotFoundError:
         pass
-    try:
-        return Path(snapshot_download(repo_id, allow_patterns=allow_patterns))
-    except RepositoryNotFoundError:
-        raise ModelSourceError(f"model.path {repo_id!r}: no such repository on the Hugging Face hub "
-                               "(or it is gated: run `hf auth login`)") from None
-    except (LocalEntryNotFoundError, OSError) as e:
-        raise ModelSourceError(
-            f"model.path {repo_id!r}: the Hugging Face hub is unreachable and the model is not in the local HF "
-            f"cache ({type(e).__name__}); pre-download it where the hub is reachable (`hf download {repo_id}`, "
-            "then copy ~/.cache/huggingface or set HF_HOME) or set model.path to a local model directory") from None
+    why = "the hub is switched off (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else None
+    if why is None:
+        try:
+            return Path(snapshot_download(repo_id, allow_patterns=allow_patterns))
+        except RepositoryNotFoundError:
+            raise ModelSourceError(f"{label}: no such repository on the Hugging Face hub "
+                                   "(or it is gated: run `hf auth login`)") from None
+        except (LocalEntryNotFoundError, OSError) as e:
+            why = f"the Hugging Face hub is unreachable ({type(e).__name__})"
+    raise ModelSourceError(
+        f"{label}: not in the local cache while {why}; pre-download it where the hub is reachable "
+        f"(`hf download {repo_id}`, then copy ~/.cache/huggingface or set HF_HOME) or give a local model "
+        f"directory, a .gguf file or a built-in model ({_builtins()})")

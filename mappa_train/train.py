@@ -335,9 +335,10 @@ def task_ids(env) -> list[str]:
 def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
           learners: Mapping[str, Any] | None = None) -> Path:
     """Run (or resume) training as configured; returns the output directory."""
+    from mappa_train.resume import prepare_out_dir
+
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+    prepare_out_dir(cfg)  # refuses a config the run in out_dir cannot resume with, before anything is written
     use_available_cpus()
     torch.manual_seed(cfg.seed)
     model_path = resolve_model(cfg)

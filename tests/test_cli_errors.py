@@ -66,7 +66,7 @@ def test_bad_coach_spec(capsys, out):
     (["eval", "--team", "scripted", "--k", "0"], "argument --k: must be >= 1, got 0"),
     (["eval", "--team", "scripted", "--batch-size", "x"], "argument --batch-size: expected an integer, got 'x'"),
     (["eval", "--team", "scripted", "--top-p", "0"], "--top-p must lie in (0, 1]"),
-    (["eval"], "one of the arguments --team --compare --leaderboard is required"),
+    (["eval"], "one of the arguments --team --compare --leaderboard --list-sets is required"),
     (["run", "MathChat-v0", "--skill", "7"], "argument --skill: must lie in [0, 1], got 7"),
     (["run", "MathChat-v0", "--episodes", "0"], "argument --episodes: must be >= 1, got 0"),
     (["run", "MathChat-v0", "--env-arg", "novalue"], "expected KEY=VALUE"),
@@ -184,7 +184,7 @@ def test_hub_id_offline_says_the_hub_is_unreachable(tmp_path):
     assert "Traceback" not in result.stderr
     line = result.stderr.strip().splitlines()[-1]
     assert "not in the local cache while the hub is switched off (HF_HUB_OFFLINE=1)" in line
-    assert "huggingface-cli download SomeOrg/some-model" in line
+    assert "`hf download SomeOrg/some-model`" in line
 
 
 def test_empty_task_file_is_an_error(tmp_path, capsys, out):

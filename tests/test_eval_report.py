@@ -146,9 +146,35 @@ def test_plots_are_valid_pngs(tmp_path):
 def test_leaderboard_has_a_dsbench_table():
     ds = [record("t1", 0, None, None, outcome={"score": 0.75, "correct": True, "submission_valid": True})]
     res = build_results("ds-run", "scripted", {"dsbench": ds, "amc": math_records(BASE)}, k=1, seed=0, config={})
-    math_table, ds_table = leaderboard([res]).strip().split("\n\n")
+    math_table, ds_table, note = leaderboard([res]).strip().split("\n\n")
+    assert note.startswith("A reference team plays the scripted oracle")
     assert "| amc | ds-run |" in math_table
     assert "dsbench" not in math_table
     head, _, row = ds_table.splitlines()[:3]
     assert head.startswith("| eval set | run | team | k | valid submissions | relative quality | beats baseline |")
-    assert row.startswith("| dsbench | ds-run | scripted | 1 | 1.000 (n=1) | 0.750 (n=1) | 1.000 (n=1) |")
+    assert row.startswith("| dsbench | ds-run | scripted (reference: reads the gold answer) | 1 | 1.000 (n=1) | "
+                          "0.750 (n=1) | 1.000 (n=1) |")
+
+
+def test_reference_teams_are_labelled_and_noisy_ones_are_not():
+    from mappa_train.evaluation.leaderboard import is_reference
+
+    assert is_reference("scripted")
+    assert is_reference("problem_solver=hf:m;verifier=scripted")  # one oracle role reads the gold answer too
+    assert not is_reference("scripted:0.5")
+    assert not is_reference("hf:scripted_model")
+    noisy = build_results("noisy", "scripted:0.5", {"amc": math_records(BASE)}, k=1, seed=0, config={})
+    table = leaderboard([noisy])
+    assert "| amc | noisy | scripted:0.5 | 1 |" in table
+    assert "reference" not in table
+
+
+def test_a_row_whose_every_coach_call_failed_says_so():
+    records = math_records(BASE)
+    for r in records:
+        for a in r["actions"]:
+            a["coach"] = {"ok": False, "score": None, "error": "coach.score failed: CoachError: HTML"}
+    res = build_results("dead-coach", "scripted:0.5", {"amc": records}, k=1, seed=0, config={})
+    row = next(line for line in leaderboard([res]).splitlines() if line.startswith("| amc |"))
+    n = sum(len(r["actions"]) for r in records)
+    assert f"✗ every coach call failed ({n})" in row

@@ -113,7 +113,7 @@ def test_cli_eval_writes_transcripts_results_plots_and_leaderboard(tmp_path, cap
     for png in ("accuracy_by_set.png", "coach_by_role.png"):
         assert (run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     board = (tmp_path / "leaderboard.md").read_text()
-    assert "| synthetic:3 | oracle | scripted | 2 | 1.000 ± 0.000 |" in board
+    assert "| synthetic:3 | oracle | scripted (reference: reads the gold answer) | 2 | 1.000 ± 0.000 |" in board
     captured = capsys.readouterr()
     assert board in captured.out
     # stderr is not a terminal here: plain progress lines, the last one when the set is done

@@ -107,7 +107,7 @@ def test_benchmark_example_covers_every_registered_env(tmp_path):
     math = {row["policy"]: row for row in rows if row["env"] == "MathChat-v0"}
     assert set(math) == {"random", "scripted"}
     assert math["scripted"]["outcome"] == 1.0
-    assert math["random"]["outcome"] == 0.0
+    assert math["random"]["outcome"] < math["scripted"]["outcome"]
     assert math["scripted"]["returns"]["code_executor"] > math["random"]["returns"]["code_executor"]
     lines = [json.loads(line) for line in transcripts.read_text().splitlines()]
     math_lines = [x for x in lines if x["env_id"] == "MathChat-v0"]

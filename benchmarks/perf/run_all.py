@@ -8,6 +8,11 @@ in their own process with their quick flag (unless --full). A script that accept
 reports its figures there; otherwise its figures are read from the "name: number [unit]" lines it
 prints. With --baseline, each figure is shown next to the same
 figure of an earlier run and their ratio, so speed can be compared across commits.
+
+Each benchmark has a time limit (--timeout, default 600 s quick / 1800 s full): past it, the script
+and every process it started (its process group) are killed, and its row says "timeout after N s"
+with whatever figures it had printed. The table and JSON are rewritten after every benchmark, so an
+overrun, a crash or Ctrl-C loses only the benchmark that was running.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,10 +38,11 @@ _FIGURE = re.compile(r"^\s*([A-Za-z][^:=]{0,80}?)\s*[:=]\s*"  # name, then ':' o
                      r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%µ]*)(?:\s.*)?$")  # number, unit
 
 
-def benchmarks() -> list[str]:
-    """The expected scripts, then any other benchmarks/bench_*.py (new ones join the table unasked)."""
-    found = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
-    return EXPECTED + [name for name in found if name not in EXPECTED]
+def benchmarks(folder: Path = ROOT / "benchmarks") -> list[str]:
+    """The expected scripts, then any other bench_*.py of `folder` (new ones join the table unasked)."""
+    found = sorted(p.name for p in folder.glob("bench_*.py"))
+    expected = EXPECTED if folder == ROOT / "benchmarks" else []
+    return expected + [name for name in found if name not in expected]
 
 
 def flatten(d: object, prefix: str = "") -> dict[str, float]:
@@ -68,8 +75,8 @@ def run_one(script: Path, full: bool, timeout: float) -> dict:
     """Run one benchmark script; returns {status, wall_s, figures, output_tail}."""
     if not script.is_file():
         return {"status": "missing", "wall_s": 0.0, "figures": {}, "output_tail": f"{script} does not exist"}
-    helptext = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=120).stdout
+    # which flags it takes; a script that ignores --help and runs (or hangs) is held to the same limit
+    helptext = _run_limited([sys.executable, str(script), "--help"], min(timeout, 60.0))[0]
     cmd = [sys.executable, str(script)]
     if not full:
         cmd += [f for f in QUICK_FLAGS if f in helptext][:1]
@@ -78,17 +85,45 @@ def run_one(script: Path, full: bool, timeout: float) -> dict:
         if "--json" in helptext:
             cmd += ["--json", str(json_path)]
         started = time.monotonic()
-        try:
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"status": f"timeout after {timeout:.0f} s", "wall_s": timeout, "figures": {}, "output_tail": "",
-                    "command": ["python", *cmd[1:]]}
+        stdout, stderr, returncode = _run_limited(cmd, timeout)
         wall = time.monotonic() - started
-        figures = flatten(json.loads(json_path.read_text())) if json_path.is_file() else parse_printed(proc.stdout)
-    output = (proc.stdout + proc.stderr).strip().splitlines()
-    status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+        try:
+            figures = flatten(json.loads(json_path.read_text())) if json_path.is_file() else parse_printed(stdout)
+        except ValueError:  # a JSON file cut short by the kill: what it printed is what there is
+            figures = parse_printed(stdout)
+    output = (stdout + stderr).strip().splitlines()
+    status = "ok" if returncode == 0 else f"timeout after {timeout:.0f} s" if returncode is None \
+        else f"failed (exit {returncode})"
     return {"status": status, "wall_s": round(wall, 2), "figures": figures, "output_tail": "\n".join(output[-20:]),
             "command": ["python", *cmd[1:]]}
+
+
+def _run_limited(cmd: list[str], timeout: float) -> tuple[str, str, int | None]:
+    """(stdout, stderr, exit status or None on a timeout). The script runs in its own process group,
+    killed whole on a timeout: a child it started (a sandbox, a server) would otherwise hold the pipes
+    open and the wait would never end."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return out, err, proc.returncode
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if proc.returncode is None or proc.poll() is None:
+            _kill_group(proc)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # a grandchild left the group and holds the pipes: give up on them
+        out, err = "", ""
+    return out or "", err or "", None
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def table(report: dict, baseline: dict | None) -> str:
@@ -116,12 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true",
                         help="run the benchmarks at full size (default: their quick mode)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these scripts (e.g. bench_coach.py)")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed per benchmark")
+    parser.add_argument("--timeout", type=float, help="seconds allowed per benchmark (default 600, --full 1800); "
+                        "past it the benchmark and its processes are killed and the next one runs")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "perf", help="folder for perf-<commit>.md/.json")
     parser.add_argument("--baseline", type=Path, help="an earlier perf-*.json to compare against")
+    parser.add_argument("--dir", type=Path, default=ROOT / "benchmarks", help="folder of bench_*.py scripts")
     args = parser.parse_args(argv)
-    known = benchmarks()
+    timeout = args.timeout or (1800.0 if args.full else 600.0)
+    if timeout <= 0:
+        parser.error(f"--timeout must be > 0, got {timeout:g}")
+    known = benchmarks(args.dir)
     names = args.only or known
+    if not names:
+        parser.error(f"no bench_*.py scripts in {args.dir}")
     unknown = sorted(set(names) - set(known))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; known: {known}")
@@ -130,21 +172,29 @@ def main(argv: list[str] | None = None) -> int:
     report = {"commit": git_commit(ROOT) or "unknown", "mode": "full" if args.full else "quick",
               "python": platform.python_version(), "machine": f"{platform.machine()}, {_cpus()} CPUs",
               "benchmarks": {}}
-    for name in names:
-        print(f"== {name}", file=sys.stderr, flush=True)
-        res = run_one(ROOT / "benchmarks" / name, args.full, args.timeout)
-        report["benchmarks"][name] = res
-        print(f"   {res['status']} in {res['wall_s']} s, {len(res['figures'])} figures", file=sys.stderr, flush=True)
-    report["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"perf-{report['commit'][:12]}"
-    text = table(report, baseline)
-    stem.with_suffix(".md").write_text(text, encoding="utf-8")
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    for i, name in enumerate(names):
+        print(f"== {name}", file=sys.stderr, flush=True)
+        res = run_one(args.dir / name, args.full, timeout)
+        report["benchmarks"][name] = res
+        print(f"   {res['status']} in {res['wall_s']} s, {len(res['figures'])} figures", file=sys.stderr, flush=True)
+        done = i + 1 == len(names)
+        report["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds") + \
+            ("" if done else f" (partial: {i + 1}/{len(names)} benchmarks)")
+        text = _write(stem, report, baseline)  # after each benchmark: an overrun or Ctrl-C later loses nothing
     print(text, end="")
     print(f"wrote {stem}.md and {stem}.json", file=sys.stderr)
     return 0 if all(r["status"] == "ok" for r in report["benchmarks"].values()) else 1
+
+
+def _write(stem: Path, report: dict, baseline: dict | None) -> str:
+    text = table(report, baseline)
+    for suffix, content in ((".md", text), (".json", json.dumps(report, indent=2) + "\n")):
+        tmp = stem.with_suffix(suffix + ".tmp")
+        tmp.write_text(content, encoding="utf-8")
+        tmp.replace(stem.with_suffix(suffix))  # whole files only, even if killed mid-write
+    return text
 
 
 def _cpus() -> int:

@@ -106,8 +106,8 @@ class LLMCoach:
         while call.pending:
             _sleep(self._rpm.reserve())
             with self._threads:
-                try:
-                    call.took(client.chat.completions.create(**call.kwargs))
+                try:  # the raw response: its content type says what answered when it is not the API
+                    call.took(client.chat.completions.with_raw_response.create(**call.kwargs))
                 except Exception as exc:
                     call.failed(exc)
             _sleep(call.delay)
@@ -121,7 +121,7 @@ class LLMCoach:
                 await asyncio.sleep(wait)
             async with semaphore:
                 try:
-                    call.took(await client.chat.completions.create(**call.kwargs))
+                    call.took(await client.chat.completions.with_raw_response.create(**call.kwargs))
                 except Exception as exc:
                     call.failed(exc)
             if call.delay:
@@ -235,9 +235,14 @@ class _Call:
             kwargs["extra_body"] = c.extra_body
         return kwargs
 
-    def took(self, response) -> None:
+    def took(self, raw) -> None:
+        """One HTTP answer with status 2xx (`raw`: the openai client's raw response)."""
+        response = raw.parse()  # a malformed JSON body raises here, and `failed` counts the attempt
         self.attempts += 1
         self.delay = 0.0
+        if not hasattr(response, "choices"):  # the client hands back the body as text: not the API answering
+            self._fail(not_the_api(raw, self.config.base_url))
+            return
         if response.usage is not None:
             self.prompt_tokens += response.usage.prompt_tokens or 0
             self.completion_tokens += response.usage.completion_tokens or 0
@@ -290,6 +295,16 @@ class _Call:
 
     def _fail(self, error: str) -> None:
         self.error, self.pending, self.delay = error, False, 0.0
+
+
+def not_the_api(raw, base_url: str) -> str:
+    """What came back instead of a chat completion, and what was expected: a wrong base_url (a web page,
+    a proxy's login page, a server's root) answers 200 with something else, which no retry fixes."""
+    ctype = raw.headers.get("content-type") or "no content type"
+    head = raw.content[:120].decode("utf-8", errors="replace")
+    return (f"{raw.url} answered HTTP {raw.status_code} with {ctype}, not an OpenAI chat completion (JSON); "
+            f"it began {head!r}. Expected an OpenAI-compatible API at {base_url.rstrip('/')}/chat/completions: "
+            "check base_url (it usually ends in /v1)")
 
 
 def _sleep(seconds: float) -> None:

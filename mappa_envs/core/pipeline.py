@@ -30,6 +30,7 @@ from pettingzoo import AECEnv
 from mappa_envs.coach.backprop import settle
 from mappa_envs.coach.types import Coach, CoachRequest, CoachScore
 from mappa_envs.core.arguments import coach_from, sandbox_from
+from mappa_envs.core.guards import check_agent, check_live, check_reset_options, warn_no_render_mode
 from mappa_envs.core.records import ActionRecord, Episode, EpisodeLimits, Outcome, Role, Scenario, Task
 from mappa_envs.core.spaces import LLMText, prompt_space
 from mappa_envs.core.team import Team, load_team
@@ -170,6 +171,7 @@ class PipelineEnv(AECEnv):
             self._rng = np.random.default_rng(seed)
             self._obs_space.seed(seed)
             self._act_space.seed(seed)
+        check_reset_options(self.env_id, options or {}, len(self._tasks))
         self._close_session()
         task = self._pick_task(options or {})
         self._session_cm = self.sandbox.session()
@@ -193,10 +195,12 @@ class PipelineEnv(AECEnv):
 
     def observe(self, agent: str) -> dict:
         self._require_reset("observe()")
+        check_agent(self.env_id, agent, self.possible_agents)
         return {"prompt": chat_as_text(self._messages.get(agent, []))}
 
     def last(self, observe: bool = True):
         self._require_reset("last()")
+        check_live(self.env_id, self.agents, "last()")
         return super().last(observe)
 
     def agent_iter(self, max_iter: int = 2**63):
@@ -205,6 +209,7 @@ class PipelineEnv(AECEnv):
 
     def step(self, action: Any) -> None:
         self._require_reset("step()")
+        check_live(self.env_id, self.agents, "step()")
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             self._was_dead_step(action)
@@ -260,15 +265,26 @@ class PipelineEnv(AECEnv):
             print(record.render())
 
     def render(self) -> str | None:
+        """The episode so far as text ("ansi": returned; "human": printed). Without a render_mode, as in
+        Gymnasium, it warns and returns None: pass render_mode="ansi" to make() for the text."""
         self._require_reset("render()")
+        if self.render_mode is None:
+            warn_no_render_mode(self.env_id)
+            return None
+        text = self.render_text()
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def render_text(self) -> str:
+        """The episode so far as text, whatever the render_mode (what `render()` shows)."""
+        self._require_reset("render_text()")
         text = f"=== {self.env_id} task {self.episode.task.id} ===\n"
         text += "\n".join(a.render() for a in self.episode.actions)
         if self.episode.outcome is not None:
             o = self.episode.outcome
             text += f"\n=== outcome: score {o.score:.3f} correct={o.correct} {o.details}"
-        if self.render_mode == "human":
-            print(text)
-            return None
         return text
 
     def transcript(self) -> dict:
@@ -320,7 +336,7 @@ class PipelineEnv(AECEnv):
             raise UnknownTaskError(f"{self.env_id}: no task with id {options['task_id']!r} "
                                    f"({len(tasks)} tasks, e.g. {[t.id for t in tasks[:3]]})")
         if "task_index" in options:
-            return tasks[int(options["task_index"]) % len(tasks)]
+            return tasks[options["task_index"]]  # checked in range by check_reset_options
         return tasks[int(self._rng.integers(len(tasks)))]
 
     def _begin_turn(self, agent: str) -> None:

@@ -360,16 +360,22 @@ def _scored(ds: DSTask, cache_dir: Path | None) -> DSTask:
     return ds.with_scores(baseline, reference)
 
 
-def load_task_source(tasks: Any, split: str, cache_dir: str | Path | None, seed: int | None = None) -> list[DSTask]:
-    """"builtin", a DSBench folder, or a list of `DSTask`; anything else is an `EnvArgumentError`."""
+def load_task_source(tasks: Any, split: str, cache_dir: str | Path | None, seed: int | None = None,
+                     metadata: str | Path | None = None, prompts: str | Path | None = None) -> list[DSTask]:
+    """"builtin", a DSBench folder (with its `metadata`/`prompts` files when given), or a list of `DSTask`;
+    anything else is an `EnvArgumentError`."""
+    is_folder = isinstance(tasks, (str, os.PathLike)) and os.fspath(tasks) != "builtin"
+    if (metadata is not None or prompts is not None) and not is_folder:
+        raise EnvArgumentError("metadata= and prompts= describe the tasks of a DSBench data folder; pass the folder "
+                               "as tasks= (e.g. tasks='~/DSBench/data_modeling/data')")
     if isinstance(tasks, (str, os.PathLike)):
-        if os.fspath(tasks) == "builtin":
+        if not is_folder:
             from mappa_envs.dsbench.builtin import builtin_tasks
 
             return builtin_tasks(cache_dir, seed=seed)
         from mappa_envs.dsbench.tasks import load_dsbench
 
-        return load_dsbench(tasks, split=split)
+        return load_dsbench(tasks, split=split, metadata=metadata, prompts=prompts)
     if isinstance(tasks, (list, tuple)) and tasks and all(isinstance(t, DSTask) for t in tasks):
         return list(tasks)
     if isinstance(tasks, (list, tuple)) and not tasks:
@@ -381,11 +387,12 @@ def load_task_source(tasks: Any, split: str, cache_dir: str | Path | None, seed:
 
 def make_scenario(tasks: str | Path | Sequence[DSTask] = "builtin", split: str = "eval",
                   cache_dir: str | Path | None = None, task_seed: int | None = None,
-                  max_read_bytes: int = EpisodeLimits.max_read_bytes) -> DSBenchScenario:
+                  max_read_bytes: int = EpisodeLimits.max_read_bytes, metadata: str | Path | None = None,
+                  prompts: str | Path | None = None) -> DSBenchScenario:
     """The DSBench scenario (the arguments are `DSBenchEnv`'s), for team specs."""
     if split not in ("train", "eval", "all"):
         raise EnvArgumentError(f"split={split!r} is not one of 'train', 'eval', 'all'")
-    task_list = load_task_source(tasks, split, cache_dir, task_seed)
+    task_list = load_task_source(tasks, split, cache_dir, task_seed, metadata, prompts)
     return DSBenchScenario(task_list, cache_dir=Path(cache_dir).expanduser() if cache_dir else None,
                            max_read_bytes=max_read_bytes)
 
@@ -396,6 +403,10 @@ class DSBenchEnv(PipelineEnv):
     Args:
         tasks: "builtin" (offline tasks, the default), a DSBench data folder, or a list of `DSTask`.
         split: for a DSBench folder: "train" (64 tasks), "eval" (8) or "all".
+        metadata: for a DSBench folder: the split file listing its tasks (JSON lines of {prompt,
+            metadata: {task_id}}) instead of the reference's split files; `split` is then not used.
+        prompts: for a DSBench folder: the task-descriptions file (task id -> cleaned_prompt, metric,
+            id_column, target_column). Both are looked for in the folder and its parent when not given.
         cache_dir: where built-in tasks and computed baseline/reference scores live.
         task_seed: for "builtin": the generator's seed (None: a secret one, drawn once per cache folder).
         max_actions: most actions each agent may take in its turn.
@@ -405,13 +416,14 @@ class DSBenchEnv(PipelineEnv):
 
     def __init__(self, tasks: str | Path | Sequence[DSTask] = "builtin", split: str = "eval",
                  cache_dir: str | Path | None = None, task_seed: int | None = None, max_actions: int = 4,
-                 limits: EpisodeLimits | dict | None = None, **kwargs: Any):
+                 limits: EpisodeLimits | dict | None = None, metadata: str | Path | None = None,
+                 prompts: str | Path | None = None, **kwargs: Any):
         if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions < 1:
             raise EnvArgumentError(f"max_actions must be an integer >= 1, got {max_actions!r}")
         limits = EpisodeLimits.coerce(limits if limits is not None else
                                       {"cell_timeout_s": 60.0, "max_total_actions": 3 * max_actions + 1})
         no_team_argument("DSBench-v0", "mappa_envs.dsbench.env:make_scenario", kwargs)
-        scenario = make_scenario(tasks, split, cache_dir, task_seed, limits.max_read_bytes)
+        scenario = make_scenario(tasks, split, cache_dir, task_seed, limits.max_read_bytes, metadata, prompts)
         team = load_team("dsbench")
         team = team.with_max_actions({n: max_actions for n in team.names})
         super().__init__(scenario, team=team, limits=limits, **kwargs)

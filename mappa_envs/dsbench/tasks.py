@@ -163,8 +163,8 @@ def load_dsbench(root: str | Path, split: str = "eval", metadata: str | Path | N
         names = list(SPLIT_FILES.values()) if split == "all" else [SPLIT_FILES[split]]
         records = [r for name in names for r in read_records(_find(root, name))]
     else:
-        records = read_records(metadata)
-    prompts_path = Path(prompts or _find(root, PROMPTS_FILE))
+        records = read_records(Path(metadata).expanduser())
+    prompts_path = Path(prompts).expanduser() if prompts else _find(root, PROMPTS_FILE)
     cleaned = read_json_records(prompts_path, "DSBench cleaned-prompt file")[0].value
     if not isinstance(cleaned, dict):
         raise DSBenchFormatError(f"{prompts_path}: expected an object task_id -> record")
@@ -191,10 +191,21 @@ def load_dsbench(root: str | Path, split: str = "eval", metadata: str | Path | N
     return tasks
 
 
-def _find(root: Path, name: str) -> Path:
+def metadata_file(root: str | Path, name: str) -> Path | None:
+    """Where `load_dsbench` finds the metadata file `name` for the folder `root`: in it, its parent, or
+    $MAPPA_DSBENCH_META; None when nowhere."""
+    root = Path(root).expanduser()
     for folder in (root, root.parent, Path(os.environ.get("MAPPA_DSBENCH_META", root))):
         if (folder / name).is_file():
             return folder / name
+    return None
+
+
+def _find(root: Path, name: str) -> Path:
+    found = metadata_file(root, name)
+    if found is not None:
+        return found
     raise TaskDataNotFoundError(
         f"{name} not found in {root} or its parent: put the reference implementation's DSBench metadata files "
-        f"there, point MAPPA_DSBENCH_META at their folder, or pass metadata=/prompts= explicitly")
+        f"there, point MAPPA_DSBENCH_META at their folder, or name your own: "
+        f"make('DSBench-v0', tasks=..., metadata=SPLIT_FILE, prompts=PROMPTS_FILE) (docs/dsbench.md)")

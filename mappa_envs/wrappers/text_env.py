@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium
 from pettingzoo import AECEnv
 
-from mappa_envs.errors import ResetNeededError
+from mappa_envs.errors import EnvArgumentError, ResetNeededError
 
 
 class TextEnv(gymnasium.Env):
@@ -45,9 +45,12 @@ class TextEnv(gymnasium.Env):
 
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, env: AECEnv):
+    def __init__(self, env: AECEnv, render_mode: str | None = None):
         if not isinstance(env, AECEnv):
             raise TypeError(f"TextEnv wraps a PettingZoo AECEnv (e.g. mappa_envs.make(...)); got {type(env).__name__}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise EnvArgumentError(f"TextEnv: render_mode={render_mode!r} is not one of "
+                                   f"{self.metadata['render_modes']}")
         self.env = env
         first = env.possible_agents[0]
         obs_space = env.observation_space(first)
@@ -56,7 +59,7 @@ class TextEnv(gymnasium.Env):
                             f"{first!r} observes {obs_space}")
         self.observation_space = obs_space["prompt"]
         self.action_space = env.action_space(first)
-        self.render_mode = "ansi"
+        self.render_mode = render_mode
         self._over = True
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
@@ -82,7 +85,14 @@ class TextEnv(gymnasium.Env):
         return self._observation(), rewards.get(role, 0.0), terminated, truncated, info
 
     def render(self) -> str | None:
-        return self.env.render()
+        """The episode so far as text with render_mode="ansi"; without one, Gymnasium's warning and None."""
+        if self.render_mode is None:
+            from mappa_envs.core.guards import warn_no_render_mode
+
+            warn_no_render_mode(f"TextEnv({getattr(self.env.unwrapped, 'env_id', type(self.env).__name__)})")
+            return None
+        inner = self.env.unwrapped
+        return inner.render_text() if hasattr(inner, "render_text") else self.env.render()
 
     def close(self) -> None:
         self.env.close()
@@ -100,3 +110,10 @@ class TextEnv(gymnasium.Env):
         role = self.env.agent_selection
         info = self.env.infos[role]
         return {"role": role, "messages": list(info.get("messages", [])), "task_id": info.get("task_id")}
+
+
+def make_text_env(env_id: str, render_mode: str | None = None, **kwargs) -> TextEnv:
+    """`TextEnv(mappa_envs.make(env_id, **kwargs))`: what `gymnasium.make("mappa/<env_id>")` builds."""
+    import mappa_envs
+
+    return TextEnv(mappa_envs.make(env_id, **kwargs), render_mode=render_mode)

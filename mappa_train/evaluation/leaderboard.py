@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from mappa_train.evaluation.report import RESULTS, load_results
@@ -33,8 +34,27 @@ def _overlap(s: dict) -> str:
 
 
 def _coach(s: dict) -> str:
+    cost = s.get("cost", {})
+    verdicts, failed = cost.get("coach_calls", 0) + cost.get("coach_cached", 0), cost.get("coach_failures", 0)
+    if verdicts and failed == verdicts:  # no coach score at all: say so, do not show an empty cell like a score
+        return f"✗ every coach call failed ({failed})"
     roles = s.get("coach_by_role", {})
-    return " / ".join(f"{r} {v['mean']:.1f}" for r, v in roles.items()) or "–"
+    text = " / ".join(f"{r} {v['mean']:.1f}" for r, v in roles.items()) or "–"
+    return f"{text} ({failed}/{verdicts} calls failed)" if failed else text
+
+
+REFERENCE = re.compile(r"(?:^|[;=])\s*scripted\s*(?:;|$)")
+
+
+def is_reference(team: str) -> bool:
+    """A team that plays the env's scripted oracle on some role (`scripted` without a SKILL): it reads the
+    gold answer, so its row is a ceiling to check the pipeline against, not a baseline to beat."""
+    return bool(REFERENCE.search(team or ""))
+
+
+def _team(res: dict) -> str:
+    team = res.get("team", "")
+    return f"{team} (reference: reads the gold answer)" if is_reference(team) else team
 
 
 def leaderboard(results: list[dict]) -> str:
@@ -42,7 +62,7 @@ def leaderboard(results: list[dict]) -> str:
     math_rows, ds_rows = [], []
     for res in results:
         for name, s in res["sets"].items():
-            head = [name, res["run"], res.get("team", ""), str(res["k"])]
+            head = [name, res["run"], _team(res), str(res["k"])]
             tail = [_coach(s), str(s["episodes"]), _overlap(s), (res.get("commit") or "")[:12]]
             if "valid_rate" in s:
                 ds = [_fmt(s["valid_rate"]), _fmt(s["quality"]), _fmt(s.get("beats_baseline"))]
@@ -57,7 +77,12 @@ def leaderboard(results: list[dict]) -> str:
     if ds_rows:
         head = ["eval set", "run", "team", "k", "valid submissions", "relative quality", "beats baseline"]
         parts.append(_table(head + common, ds_rows))
-    return "\n\n".join(parts) + "\n" if parts else "No eval results found.\n"
+    if not parts:
+        return "No eval results found.\n"
+    if any(is_reference(res.get("team", "")) for res in results):
+        parts.append("A reference team plays the scripted oracle, which reads each task's gold answer: its row checks "
+                     "the pipeline end to end and is no baseline. `scripted:SKILL` is the noisy baseline.")
+    return "\n\n".join(parts) + "\n"
 
 
 def _table(header: list[str], rows: list[tuple]) -> str:

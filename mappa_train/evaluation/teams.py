@@ -23,7 +23,9 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
               _models: dict | None = None) -> TeamSource:
     """A TextPolicy, or a builder of one from an env, for `spec` (see `TEAM_HELP` in mappa_cli/eval.py).
 
-    Model specs: `hf:PATH` (transformers), `vllm:PATH` (an in-process vLLM engine),
+    Model specs: `hf:MODEL` (transformers), `vllm:MODEL` (an in-process vLLM engine), MODEL being
+    anything `model.path` takes (mappa_train.models.resolve_model: a folder, a hub id, a .gguf file,
+    `smollm2-135m`, `tiny`),
     `openai:MODEL@BASE_URL` (any OpenAI-compatible endpoint), sampled with `sampling`.
     """
     spec = spec.strip()
@@ -64,8 +66,8 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
     if re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", spec):  # module:factory, called with the env
         factory = _import(spec)
         return lambda env: factory(env)
-    raise EvalSpecError(f"unknown team spec {spec!r}; expected hf:PATH, vllm:PATH, openai:MODEL@URL, scripted[:SKILL], "
-                        "module:factory, or ROLE=SPEC;... (see docs/evaluation.md)")
+    raise EvalSpecError(f"unknown team spec {spec!r}; expected hf:MODEL, vllm:MODEL, openai:MODEL@URL, "
+                        "scripted[:SKILL], module:factory, or ROLE=SPEC;... (see docs/evaluation.md)")
 
 
 def _lora_team(final: Path, backend: str, seed: int, sampling: SamplingParams) -> Team:
@@ -114,52 +116,12 @@ def _model_policy(kind: str, target: str, sampling: SamplingParams) -> TextPolic
         if not sep or not model or not url:
             raise EvalSpecError(f"team spec openai:{target}: expected openai:MODEL@BASE_URL, e.g. openai:qwen@http://127.0.0.1:8000/v1")
         return EndpointPolicy(OpenAIChat(model, base_url=url), sampling)
-    check_model(kind, target)
     from mappa_train.generation import make_generator
+    from mappa_train.models import resolve_model
 
-    return GeneratorPolicy(make_generator(kind, target), sampling)
-
-
-def check_model(kind: str, target: str) -> None:
-    """A model that exists: a local folder or file, or a hub id that is cached or whose hub is reachable.
-
-    Without this, a mistyped path reaches transformers, which reads it as a malformed hub id."""
-    if Path(target).expanduser().exists():
-        return
-    if target.startswith((".", "/", "~")) or target.count("/") > 1 or target.endswith(".gguf"):
-        raise EvalSpecError(f"team spec {kind}:{target}: the path {target} does not exist; give a model folder "
-                            "(config.json and weights), a .gguf file, or a hub id ORG/NAME")
-    hub = _hub_status(target)
-    if hub is not None:
-        raise EvalSpecError(f"team spec {kind}:{target}: no local path {target} exists, and as a hub id it is not "
-                            f"in the local cache while {hub}; pre-download it where the hub is reachable "
-                            f"(`huggingface-cli download {target}`, then copy ~/.cache/huggingface) "
-                            "or pass a local folder")
-
-
-def _hub_status(repo_id: str) -> str | None:
-    """None when `repo_id` is cached or the hub answers; else why the hub cannot be used."""
-    try:
-        import huggingface_hub
-        from huggingface_hub import constants
-    except ImportError:
-        return "huggingface_hub is not installed (pip install 'mappa[train]')"
-    try:
-        if isinstance(huggingface_hub.try_to_load_from_cache(repo_id, "config.json"), str):
-            return None
-    except ValueError:  # not of the form a hub id takes
-        return f"{repo_id!r} is not a valid hub id either (ORG/NAME)"
-    if constants.HF_HUB_OFFLINE:
-        return "the hub is switched off (HF_HUB_OFFLINE=1)"
-    import socket
-    from urllib.parse import urlsplit
-
-    host = urlsplit(constants.ENDPOINT).hostname or "huggingface.co"
-    try:
-        socket.create_connection((host, 443), timeout=5).close()
-    except OSError as e:
-        return f"the hub ({host}) is unreachable ({e.strerror or e})"
-    return None
+    # the resolver `mappa train model.path=...` uses: hub ids, folders, .gguf files, smollm2-135m, tiny
+    path = resolve_model(target, label=f"team spec {kind}:{target}")
+    return GeneratorPolicy(make_generator(kind, str(path)), sampling)
 
 
 def _scripted(env, options: dict) -> TextPolicy:

@@ -1,0 +1,30 @@
+"""`mappa export checkpoint RUN_DIR [--step N] --out DIR` / `mappa export transcripts FILE --out DIR`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="what", metavar="WHAT", required=True)
+    ckpt = sub.add_parser("checkpoint", help="a training checkpoint as Hugging Face model folders, one per policy")
+    ckpt.add_argument("run", type=Path, help="a `mappa train` out_dir")
+    ckpt.add_argument("--step", type=int, help="the checkpoint's step (default: the newest)")
+    ckpt.add_argument("--out", type=Path, required=True, help="new folder: OUT/<policy>/ per policy")
+    tr = sub.add_parser("transcripts", help="transcripts (JSON lines) as a `datasets` dataset, one row per action")
+    tr.add_argument("file", type=Path, help="transcripts.jsonl of mappa eval / mappa run / TranscriptRecorder")
+    tr.add_argument("--out", type=Path, required=True, help="folder for datasets' save_to_disk")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mappa_train.export import export_checkpoint, export_transcripts
+
+    if args.what == "checkpoint":
+        written = export_checkpoint(args.run, args.step, args.out)
+        for policy, folder in written.items():
+            print(f"{policy}: {folder}  (mappa eval --team hf:{folder})")
+        return 0
+    dataset = export_transcripts(args.file, args.out)
+    print(f"{dataset.num_rows} actions of {len(set(dataset['episode']))} episodes -> {args.out} "
+          "(datasets.load_from_disk)")
+    return 0
