@@ -1,8 +1,8 @@
 """The MathChat reward pays for the work, tried as a policy paid for every hole would (issue 21).
 
-Real MathChat-v0 envs (local sandbox, rule coach), hand-made actions: boxing the question scores 0,
-copying is worth less than computing, ending the turn with the report beats padding it, and no
-answer stalls the process.
+Real MathChat-v0 envs (local sandbox; the executor's cases on Docker too; rule coach), hand-made
+actions: boxing the question scores 0, copying is worth less than computing, ending the turn with
+the report beats padding it, and no answer stalls the process.
 """
 from __future__ import annotations
 
@@ -17,15 +17,18 @@ import mappa_envs
 from mappa_envs.core.pipeline import Task
 from mappa_envs.mathchat import synthetic_tasks
 from mappa_envs.mathchat.scripted import ScriptedMathPolicy
+from tests.sandbox_helpers import BACKENDS, require_docker
 
 TASK = Task(id="t1", prompt="What is $4 \\cdot 7 + 3$?", answer="31")
 COMPUTE = "```python\nprint(4 * 7 + 3)\n```"
 
 
-def play(script: dict[str, list[str]], task: Task = TASK, executor_max_actions: int = 3):
+def play(script: dict[str, list[str]], task: Task = TASK, executor_max_actions: int = 3, sandbox: str = "local"):
     """Play one episode with `script[role]`'s actions in order; returns (per-action (role, reward,
     checks), the episode's outcome dict)."""
-    env = mappa_envs.make("MathChat-v0", tasks=[task], sandbox="local", executor_max_actions=executor_max_actions)
+    if sandbox == "docker":
+        require_docker()
+    env = mappa_envs.make("MathChat-v0", tasks=[task], sandbox=sandbox, executor_max_actions=executor_max_actions)
     queues = {a: list(v) for a, v in script.items()}
     steps, outcome = [], None
     try:
@@ -43,8 +46,9 @@ def play(script: dict[str, list[str]], task: Task = TASK, executor_max_actions: 
     return steps, outcome
 
 
-def executor_rewards(executor: list[str]) -> list[float]:
-    steps, _ = play({"problem_solver": ["\\boxed{31}"], "code_executor": executor, "verifier": ["\\boxed{31}"]})
+def executor_rewards(executor: list[str], sandbox: str = "local") -> list[float]:
+    steps, _ = play({"problem_solver": ["\\boxed{31}"], "code_executor": executor, "verifier": ["\\boxed{31}"]},
+                    sandbox=sandbox)
     return [r for role, r, _ in steps if role == "code_executor"]
 
 
@@ -102,26 +106,28 @@ class BoxTheQuestion:
 
 # ---- 4. the executor's honest path is strictly best -----------------------------------------------
 
-def test_computing_beats_copying_the_solvers_number():
-    computed = executor_rewards([COMPUTE, "It printed 31. \\boxed{31}"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_computing_beats_copying_the_solvers_number(backend):
+    computed = executor_rewards([COMPUTE, "It printed 31. \\boxed{31}"], backend)
     for copy in ("print(31)", "x = 31\nprint(x)", "print('31')", "print(32 - 1)", "print(int('3' + '1'))",
                  "print(3_1)", "print(31.0)"):
-        copied = executor_rewards([f"```python\n{copy}\n```", "It printed 31. \\boxed{31}"])
+        copied = executor_rewards([f"```python\n{copy}\n```", "It printed 31. \\boxed{31}"], backend)
         assert computed[0] > copied[0], copy
         assert computed[1] > copied[1], copy  # the report of a copied number is worth less too
     assert computed == [9.5, 10.0]
 
 
-def test_ending_the_turn_with_the_report_beats_padding():
-    report = executor_rewards([COMPUTE, "It printed 31. \\boxed{31}"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ending_the_turn_with_the_report_beats_padding(backend):
+    report = executor_rewards([COMPUTE, "It printed 31. \\boxed{31}"], backend)
     for pad in (COMPUTE, "```python\nprint(7 * 4 + 3)\n```", "```python\nprint('checking')\n```",
                 "```python\nprint(4 * 7 + 3)\nprint(4 * 7 + 3)\n```"):
-        padded = executor_rewards([COMPUTE, pad, "It printed 31. \\boxed{31}"])
+        padded = executor_rewards([COMPUTE, pad, "It printed 31. \\boxed{31}"], backend)
         assert padded[0] == report[0]
         assert report[1] > padded[1], pad  # at the decision point, reporting strictly beats another cell
         assert padded[1] <= 2.5
     steps, _ = play({"problem_solver": ["\\boxed{31}"], "code_executor": [COMPUTE, COMPUTE, COMPUTE],
-                     "verifier": ["\\boxed{31}"]})
+                     "verifier": ["\\boxed{31}"]}, sandbox=backend)
     assert [c.get("new_work") for role, _, c in steps if role == "code_executor"] == [None, False, False]
 
 
@@ -158,6 +164,7 @@ STALL = textwrap.dedent("""
     from mappa_envs.driver import Driver
     from mappa_envs.mathchat import synthetic_tasks
     from mappa_envs.mathchat.scripted import ScriptedMathPolicy
+from tests.sandbox_helpers import BACKENDS, require_docker
 
     tasks = synthetic_tasks(6, seed=0, families=["product_sum"])
     HOSTILE = "\\\\boxed{1e99999999999}"
