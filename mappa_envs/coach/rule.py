@@ -21,7 +21,7 @@ What it rewards (start at 5, clip to [0, 10]):
 | expected_files_present        | +1.0 | -2.0  | DSBench: the files this role must leave for the next one exist |
 | features_consistent           | +1.0 | -2.0  | DSBench: the Data Engineer's train and test features match |
 | submission_valid              | +2.0 | -3.0  | DSBench: the submission has the right ids, columns and rows |
-| beats_baseline                | +2.0 | -1.0  | DSBench: it beats the best trivial submission and its own shuffles |
+| beats_baseline                | +2.0 | -3.0  | DSBench: it beats the best trivial submission and its own shuffles |
 | model_works                   | +1.0 | -3.0  | DSBench: model.pkl loads and predicts (checked in the sandbox) |
 | closing_report                | +1.0 | -3.0  | DSBench: part done, it closed the turn with a summary, not more code |
 | others_files_intact           |  0   | -3.0  | DSBench (only False): it changed/deleted another role's or task file |
@@ -58,7 +58,7 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
     "expected_files_present": (1.0, 2.0),
     "features_consistent": (1.0, 2.0),
     "submission_valid": (2.0, 3.0),
-    "beats_baseline": (2.0, 1.0),
+    "beats_baseline": (2.0, 3.0),  # -3: a valid but uninformative submission is not nearly as good as a model
     "step_correct": (3.5, 3.5),
     # DSBench: the honest path is strictly best. A role whose part is done earns more for the summary that ends
     # its turn (engineer 8.0, analyst 10) than for padding code (6.5, 9.5); a model.pkl must load and predict
