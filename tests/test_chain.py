@@ -230,6 +230,7 @@ def test_the_honest_step_beats_every_hostile_action():
         "filler cell beside the value": _scores([f"```python\nprint(0)\n```\n\\boxed{{{right}}}"]),
         "cell echoing the handed value": _scores([f"```python\nprint({start})\n```"]),
         "cell printing a copied number": _scores([f"```python\nprint({right})\n```"]),
+        "cell printing every number": _scores(["```python\nfor i in range(10_001):\n    print(i)\n```"]),
         "padding after computing": _scores([compute, compute])[1:],
         "echoing the handed value": _scores([f"\\boxed{{{start}}}"]),
         "a wrong value": _scores([f"\\boxed{{{right + 1}}}"]),

@@ -10,8 +10,9 @@ Checks, per action (the rule coach scores them):
 - `answer_present`: the turn's closing action states a value.
 - `step_correct`: that value is this agent's step applied to the value it was handed (the start
   value for `step_1`): its own step, right or wrong whatever came before; credit stays local.
-- `step_computed`: an action with code: its cells ran and printed the step's value, which no cell
-  spells out as a literal (filler like `print(0)`, echoing the handed value or a copied number fail);
+- `step_computed`: an action with code: its cells ran and the last integer they printed is the step's
+  value, which no cell spells out as a literal (filler like `print(0)`, an echo of the handed value,
+  a copied number or printing every number fail);
   `new_work` False on a further cell once a cell of the turn has computed it (padding).
 - `inputs_ready`: False when the previous agent handed on no value (the action is then not judged).
 The outcome is the final agent's value against the true final value (score 1 or 0): team success
@@ -100,11 +101,11 @@ _INT = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
 
 
 def _computes(blocks: list[str], results: list[ExecResult], value: int, operands: tuple[int, int]) -> bool:
-    """The cells ran, printed `value`, and no cell has it as a literal besides the step's own operands
-    (else the print is a copy)."""
-    printed = {int(t) for r in results for t in _INT.findall(r.stdout or "")}
+    """The cells ran, the last integer they printed is `value` (printing every number is no answer), and
+    no cell has it as a literal besides the step's own operands (else the print is a copy)."""
+    printed = [int(t) for r in results for t in _INT.findall(r.stdout or "")]
     written = {int(t) for b in blocks for t in _INT.findall(b)} - set(operands)
-    return bool(results) and all(r.ok for r in results) and value in printed and value not in written
+    return bool(results) and all(r.ok for r in results) and printed[-1:] == [value] and value not in written
 
 
 @dataclass
