@@ -199,3 +199,44 @@ def test_chain_eval_set_resolves_and_checks_overlap_against_its_train_split():
     for bad in ("chain:0", "chain:x", "chain:4:0"):
         with pytest.raises(EvalSpecError, match="chain:D"):
             resolve(bad)
+
+
+def _scores(turn: list[str]) -> list[float]:
+    """The rule coach's score of each of step_1's actions in one turn (depth 2, up to 3 actions)."""
+    env = mappa_envs.make("Chain-v0", depth=2, num_tasks=1, max_actions=3, sandbox="local", coach="rule")
+    try:
+        env.reset(seed=0)
+        scores = []
+        for text in turn:
+            env.step(text)
+            scores.append(env.unwrapped.last_action.coach.score)
+        return scores
+    finally:
+        env.close()
+
+
+def test_the_honest_step_beats_every_hostile_action():
+    """Per action, under the rule coach: the correct value beats any cell, a cell that computes the step
+    beats filler and copies, and every hostile action scores clearly below 5."""
+    task = chain_tasks(2, 1, seed=0)[0]
+    start, (op, k) = task.meta["start"], task.meta["steps"][0]
+    right = apply(op, k, start)
+    assert right not in (start, k, 0)
+    sign = {"add": "+", "sub": "-", "mul": "*"}[op]
+    compute = f"```python\nprint({start} {sign} {k})\n```"
+    honest = _scores([compute, f"The code printed {right}.\n\\boxed{{{right}}}"]) + _scores([f"\\boxed{{{right}}}"])
+    hostile = {
+        "filler cell": _scores(["```python\nprint(0)\n```"]),
+        "filler cell beside the value": _scores([f"```python\nprint(0)\n```\n\\boxed{{{right}}}"]),
+        "cell echoing the handed value": _scores([f"```python\nprint({start})\n```"]),
+        "cell printing a copied number": _scores([f"```python\nprint({right})\n```"]),
+        "cell printing every number": _scores(["```python\nfor i in range(10_001):\n    print(i)\n```"]),
+        "padding after computing": _scores([compute, compute])[1:],
+        "echoing the handed value": _scores([f"\\boxed{{{start}}}"]),
+        "a wrong value": _scores([f"\\boxed{{{right + 1}}}"]),
+        "empty reply": _scores([""]),
+        "repeating the problem": _scores([task.prompt]),
+    }
+    assert min(honest) >= 8.0, honest
+    for name, scores in hostile.items():
+        assert max(scores) < 5.0, (name, scores)

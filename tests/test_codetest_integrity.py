@@ -165,3 +165,54 @@ def test_the_hidden_tests_never_enter_a_sandbox(sandbox):
             assert not any(a in text for a in asserts), f"a hidden test of {tid} was sent to a sandbox"
         assert len(shown) == 2
         assert not any(a in text or json.dumps(a)[1:-1] in text for a in asserts for text in shown)
+
+
+# Tests that key on the program rather than its behaviour: each passes on the reference and fails on the
+# team's correct code, which carries one line the coder alone wrote.
+_MARK = "_coder_only_line = 1"
+_HONEST = "from solution import has_close_elements\nassert has_close_elements([1.0, 2.0, 3.0], 0.5) is False\n"
+KEYED_TESTS = {
+    "solution_file_text": f"assert {_MARK!r} not in open('solution.py').read()",
+    "inspect_getsource": f"import inspect, solution\nassert {_MARK!r} not in inspect.getsource(solution)",
+    "linecache": f"import linecache\nassert not any({_MARK!r} in ''.join(v[2]) for v in linecache.cache.values())",
+    "module_names": "import solution\nassert not hasattr(solution, '_coder_only_line')",
+    "code_constants": "import solution\nassert len(solution.has_close_elements.__code__.co_consts) < 9",
+}
+
+
+@pytest.mark.parametrize("keyed", sorted(KEYED_TESTS))
+def test_a_test_keyed_on_the_programs_text_finds_no_bug_in_correct_code(sandbox, keyed):
+    """Found-bug (+3) on correct code for a test that tells programs apart by anything but behaviour:
+    the text is unreadable (no file, no source), and what stays visible (names, constants) earns nothing
+    unless the team's code also fails its docstring's examples."""
+    code = f"{_MARK}\n\n{P0.reference_solution}"
+    env = mappa_envs.make("CodeTest-v0", task_ids=["HumanEval/0"], sandbox=sandbox)
+    try:
+        env.reset(seed=0)
+        env.step(f"```python\n{code}```")
+        assert env.unwrapped.last_action.checks["examples_pass"] is True
+        env.step("done")
+        env.step(f"```python\n{_HONEST}{KEYED_TESTS[keyed]}\n```")
+        checks = env.unwrapped.last_action.checks
+    finally:
+        env.close()
+    assert checks.get("tests_found_bug") is not True, checks
+
+
+@pytest.mark.parametrize("probe", ["open('solution.py').read()", "inspect.getsource(solution)",
+                                   "inspect.getsource(solution.has_close_elements)", "solution.__file__",
+                                   "[v for k, v in linecache.cache.items() if 'dist' + 'ance =' in ''.join(v[2])][0]"])
+def test_no_test_can_read_the_reference_solutions_text(sandbox, probe):
+    """The judge's run on the reference: the function is importable and callable, its text is not."""
+    env = mappa_envs.make("CodeTest-v0", task_ids=["HumanEval/0"], sandbox=sandbox)
+    try:
+        env.reset(seed=0)
+        env.step("```python\nprint(1)\n```")  # no solution: the tests run on the reference and broken copy
+        env.step("done")
+        env.step(f"```python\nimport inspect, linecache, solution\n{_HONEST}\n_ = {probe}\n```")
+        env.step(f"```python\n{_HONEST}\n```")
+        first, honest = [a.checks for a in env.unwrapped.episode.actions if a.role == "test_writer"][-2:]
+    finally:
+        env.close()
+    assert first["tests_correct"] is False
+    assert honest["tests_correct"] is True

@@ -10,6 +10,10 @@ Checks, per action (the rule coach scores them):
 - `answer_present`: the turn's closing action states a value.
 - `step_correct`: that value is this agent's step applied to the value it was handed (the start
   value for `step_1`): its own step, right or wrong whatever came before; credit stays local.
+- `step_computed`: an action with code: its cells ran and the last integer they printed is the step's
+  value, which no cell spells out as a literal (filler like `print(0)`, an echo of the handed value,
+  a copied number or printing every number fail);
+  `new_work` False on a further cell once a cell of the turn has computed it (padding).
 - `inputs_ready`: False when the previous agent handed on no value (the action is then not judged).
 The outcome is the final agent's value against the true final value (score 1 or 0): team success
 needs every step right, so it gets sparser with depth while every action keeps a checkable score.
@@ -17,6 +21,7 @@ needs every step right, so it gets sparser with depth while every action keeps a
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +97,17 @@ def _value(text: str | None) -> int | None:
         return None
 
 
+_INT = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
+
+
+def _computes(blocks: list[str], results: list[ExecResult], value: int, operands: tuple[int, int]) -> bool:
+    """The cells ran, the last integer they printed is `value` (printing every number is no answer), and
+    no cell has it as a literal besides the step's own operands (else the print is a copy)."""
+    printed = [int(t) for r in results for t in _INT.findall(r.stdout or "")]
+    written = {int(t) for b in blocks for t in _INT.findall(b)} - set(operands)
+    return bool(results) and all(r.ok for r in results) and printed[-1:] == [value] and value not in written
+
+
 @dataclass
 class ChainScenario:
     task_list: Sequence[Task]
@@ -125,13 +141,25 @@ class ChainScenario:
             if a.role != role.name:
                 break
             earlier += 1
-        if extract_code_blocks(action) and earlier + 1 < role.max_actions:
-            return {"code_present": True}  # working: the value comes in a later action of the turn
-        given, stated = self.handed(episode, role.name), _value(action)
-        checks = {INPUTS_READY: given is not None, "answer_present": stated is not None}
-        if given is not None:
-            op, k = episode.task.meta["steps"][self.order.index(role.name)]
-            checks["step_correct"] = stated == apply(op, k, given)
+        given = self.handed(episode, role.name)
+        op, k = episode.task.meta["steps"][self.order.index(role.name)]
+        right = apply(op, k, given) if given is not None else None
+        blocks = extract_code_blocks(action)
+        checks: dict[str, bool] = {INPUTS_READY: given is not None}
+        if blocks and right is not None:
+            # A cell earns only when it computes the step: it prints the new value, which its code does not
+            # spell out (a copy). Once a cell of this turn has, more cells are padding.
+            done = any(a.checks.get("step_computed") for a in episode.actions[len(episode.actions) - earlier:])
+            if done:
+                checks["new_work"] = False
+            else:
+                checks["step_computed"] = _computes(blocks, results, right, (given, k))
+        if blocks and earlier + 1 < role.max_actions:
+            return checks  # working: the value comes in a later action of the turn
+        stated = _value(action)
+        checks["answer_present"] = stated is not None
+        if right is not None:
+            checks["step_correct"] = stated == right
         return checks
 
     def outcome(self, episode: Episode) -> Outcome:

@@ -16,7 +16,7 @@ What it rewards (start at 5, clip to [0, 10]):
 | answer_correct                | +3.5 | -3.5  | that answer matches the ground truth (rule-based, not an LLM) |
 | code_present                  | +0.5 | -1.0  | a tool-using role wrote a code block |
 | printed_answer_correct        | +2.0 |  0    | MathChat: the code computed the right answer (not a copy) |
-| new_work                      |  0   | -5.0  | MathChat: False on a cell after the answer was computed (padding) |
+| new_work                      |  0   | -5.0  | MathChat, Chain: False on a cell after the answer was computed |
 | answer_computed               | +1.5 |  0    | MathChat: the executor's report states what its own code computed |
 | expected_files_present        | +1.0 | -2.0  | DSBench: the files this role must leave for the next one exist |
 | features_consistent           | +1.0 | -2.0  | DSBench: the Data Engineer's train and test features match |
@@ -26,6 +26,7 @@ What it rewards (start at 5, clip to [0, 10]):
 | closing_report                | +1.0 | -3.0  | DSBench: part done, it closed the turn with a summary, not more code |
 | others_files_intact           |  0   | -3.0  | DSBench (only False): it changed/deleted another role's or task file |
 | step_correct                  | +3.5 | -3.5  | Chain: the agent applied its own step to the value it was handed |
+| step_computed                 | +1.0 | -4.0  | Chain: its cells printed the step's value, not a copy in the code |
 | inputs_ready                  |  0   |  0    | DSBench, Chain: the upstream hand-off was whole (masked when False) |
 | code_compiles                 | +0.5 | -2.0  | CodeTest: the submitted function compiles |
 | examples_pass                 | +1.5 | -2.5  | CodeTest: it gives the docstring's own examples' values |
@@ -60,6 +61,11 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
     "submission_valid": (2.0, 3.0),
     "beats_baseline": (2.0, 3.0),  # -3: a valid but uninformative submission is not nearly as good as a model
     "step_correct": (3.5, 3.5),
+    # Chain: the honest path is strictly best per action. A correct value (9.0; 10 with a cell computing it)
+    # beats a computing cell (8.0), which beats filler, a copied number or an echo of the handed value (3.0),
+    # padding after the computation (2.0), a wrong value (2.0), no value (0) and a filler cell beside a
+    # correct value (7.0).
+    "step_computed": (1.0, 4.0),
     # DSBench: the honest path is strictly best. A role whose part is done earns more for the summary that ends
     # its turn (engineer 8.0, analyst 10) than for padding code (6.5, 9.5); a model.pkl must load and predict
     # (a 1-byte one: 5.5, not 9.5); breaking another role's file costs the writer, not its owner.
@@ -75,7 +81,7 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
 }
 
 
-VERSION = "rule-4"  # bump when the weights or rules change: it is the CachedCoach identity
+VERSION = "rule-5"  # bump when the weights or rules change: it is the CachedCoach identity
 
 
 class RuleCoach:

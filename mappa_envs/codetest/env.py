@@ -132,16 +132,32 @@ class CodeTestScenario:
             passed[name] = _run_tests(session, programs[name], blocks, self.judge_timeout_s)
         checks["tests_correct"] = passed["reference"] is True
         checks["tests_catch_bug"] = passed["broken"] is False
-        if passed.get("team") is False:  # they fail on the team's code: a real bug if they hold for the reference
+        # Failing on the team's code is a found bug only when the code is observably wrong besides: it fails
+        # its docstring's examples or does not load. Else a test keyed on anything but behaviour (the code's
+        # constants, names, bytecode) would pass on the reference and fail on correct team code.
+        if passed.get("team") is not True and "team" in passed and self._team_wrong(episode, problem, passed):
             checks["tests_found_bug"] = checks["tests_correct"]
         return checks
 
     def _examples(self, episode: Episode, problem: Problem, solution: str) -> bool:
+        known = episode.state.get("examples_of")
+        if known is not None and known[0] == solution:
+            return known[1]
         judged = self._judge_session(episode)
         judged.restart("examples")
         report = judge.run_examples(judged, problem.program(solution), problem.entry_point, problem.examples,
                                     self.judge_timeout_s, self.hidden_budget_s, kernel="examples")
+        episode.state["examples_of"] = (solution, report.all_passed)
         return report.all_passed
+
+    def _team_wrong(self, episode: Episode, problem: Problem, passed: dict[str, bool | None]) -> bool:
+        """Whether the team's code is wrong by a measure the Test Writer does not control: it does not
+        load, or it fails the docstring's examples (none to fail: never)."""
+        if passed["team"] is None:
+            return True
+        solution = episode.state["solution"]
+        return bool(problem.examples) and compiles(problem.program(solution)) and not self._examples(
+            episode, problem, solution)
 
     def _judge_session(self, episode: Episode):
         """A session of the episode's own for judging agents' code against the reference (its files and
@@ -149,7 +165,7 @@ class CodeTestScenario:
         code run there left files besides solution.py (a planted module must not sway the next check)."""
         if "judge" in episode.state:
             files = episode.state["judge"][1].list_files()
-            if any(f != SOLUTION_FILE and not f.startswith("__pycache__/solution.") for f in files):
+            if files:  # the judge writes none: any file is a stray a run left
                 close_judge(episode)
         if "judge" not in episode.state:
             cm = sandbox_of(episode).session()
@@ -211,13 +227,29 @@ def _asserts(block: str) -> bool:
 _SCRATCH = "import os\nprint(sorted((d, n) for d in ('/tmp', '/dev/shm') if os.path.isdir(d) for n in os.listdir(d)))"
 
 
+# Loads a program as the module `solution` (and into the kernel's globals) with no readable text: no file,
+# compiled under a name linecache does not know, and the loader cell's own lines (the program is in them)
+# dropped from linecache; so neither open('solution.py'), inspect.getsource, __file__ nor linecache can
+# tell the reference, the broken copy and the team's code apart by their text.
+_LOADER = """import sys as _s, types as _t, linecache as _l
+_m = _t.ModuleType("solution")
+try:
+    exec(compile({program!r}, "<solution>", "exec"), _m.__dict__)
+finally:
+    for _k in [k for k in _l.cache if k.startswith("<cell")]:
+        del _l.cache[_k]
+_s.modules["solution"] = _m
+globals().update({{k: v for k, v in vars(_m).items() if not k.startswith("__")}})
+del _s, _t, _l, _m, _k
+"""
+
+
 def _run_tests(session, program: str, blocks: list[str], timeout: float) -> bool | None:
-    """The Test Writer's blocks against `program` (as solution.py and in the kernel) in a fresh kernel:
-    True when every block runs, False when one fails (an assert or any error), None when the program
-    itself does not load."""
-    session.write_file(SOLUTION_FILE, program)
+    """The Test Writer's blocks against `program` (importable as `solution`, and in the kernel) in a fresh
+    kernel: True when every block runs, False when one fails (an assert or any error), None when the
+    program itself does not load."""
     session.restart("tests")
-    if not session.run(program, timeout=timeout, kernel="tests").ok:
+    if not session.run(_LOADER.format(program=program), timeout=timeout, kernel="tests").ok:
         return None
     return all(session.run(b, timeout=timeout, kernel="tests").ok for b in blocks)
 
