@@ -1,5 +1,6 @@
 """Reward back-propagation (reward_mode="backprop"): hand-worked splits, the incentive properties over
-random cases, shares summing to the outcome on real episodes, the rule judge from checks, the LLM judge in one call per episode, failures recorded."""
+random cases, shares summing to the outcome on real episodes, the rule judge from checks, the LLM judge in
+one call per episode, failures recorded."""
 from __future__ import annotations
 
 import random
