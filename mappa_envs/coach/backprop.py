@@ -122,7 +122,7 @@ def judge(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> Epi
 
 
 def backprop(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> Backprop:
-    """Judge the episode with `coach` and walk the outcome back; failures are recorded, not raised."""
+    """Judge the episode with `coach` and split its outcome by blame (`shares`); failures are recorded, not raised."""
     try:
         j = judge(coach, requests, outcome)
     except Exception as e:  # a coach bug or a dead endpoint: this episode gets no shares, and says why
