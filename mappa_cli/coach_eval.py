@@ -14,7 +14,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
     parser.add_argument("--coach-set", action="append", default=[], metavar="KEY=VALUE",
                         help="an LLMCoachConfig setting for every LLM coach (repeatable), e.g. max_tokens=256")
-    parser.add_argument("--env", action="append", choices=ENVS, help="env(s) to measure (default: both)")
+    parser.add_argument("--env", action="append", choices=ENVS, help="env(s) to measure (default: all)")
     parser.add_argument("--num-tasks", type=int, default=10, help="MathChat: synthetic eval problems per fault")
     parser.add_argument("--dsbench-tasks", type=int, default=3, help="DSBench: the first N built-in tasks per fault")
     parser.add_argument("--probe-tasks", type=int, default=2,

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer
 
-from mappa_envs.coach.stateful import load_coach_state, save_coach_state
+from mappa_envs.coach.stateful import coach_metrics, load_coach_state, plot_run_corrections, save_coach_state
 from mappa_train import algo
 from mappa_train.config import ConfigError, TrainConfig, to_dict
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
@@ -370,15 +370,14 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
         experience.sync(weights)
         t3, c3 = time.perf_counter(), cpu_seconds()
         if all(isinstance(w, Mapping) for w in weights.values()):  # Ray passes object refs: not sized here
-            metrics["sync_bytes"] = float(sum(t.numel() * t.element_size()
-                                              for w in weights.values() for t in w.values()))
+            metrics["sync_bytes"] = float(sum(t.nbytes for w in weights.values() for t in w.values()))
         metrics.update(_episode_metrics(result), coach_failures=float(result.dropped),
                        prompt_overflows=float(result.overflow), episode_failures=float(result.failed),
                        env_actions=float(sum(e.actions for e in result.episodes)),
                        stopped_episodes=float(sum(e.stopped is not None for e in result.episodes)),
                        time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2,
                        cpu_rollout_s=c1 - c0, cpu_update_s=c2 - c1, cpu_sync_s=c3 - c2)
-        metrics.update({f"time_{k}": v for k, v in result.timing().items()})
+        metrics.update({f"time_{k}": v for k, v in result.timing().items()}, **coach_metrics(experience.coach))
         log.log("train", step + 1, metrics)
         append_train_episodes(out, step + 1, result.episodes)
         empty.check(step + 1, metrics, result, before_stop=lambda: (progress.close(), log.close(), experience.close()))
@@ -404,6 +403,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
             export_merged(out / "final", out / "final" / "merged")
     if cfg.log.plot:
         plot_curves(out / METRICS_FILE, out / "curves.png", title=f"MAPPA on {cfg.env.id}")
+        plot_run_corrections(experience.coach, out)  # the stateful coach's offsets over the run (else nothing)
     return out
 
 

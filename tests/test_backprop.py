@@ -1,5 +1,6 @@
-"""Reward back-propagation (reward_mode="backprop"): hand-worked walks, shares summing to the outcome
-on real episodes, the rule judge from checks, the LLM judge in one call per episode, failures recorded."""
+"""Reward back-propagation (reward_mode="backprop"): hand-worked splits, the incentive properties over
+random cases, shares summing to the outcome on real episodes, the rule judge from checks, the LLM judge in
+one call per episode, failures recorded."""
 from __future__ import annotations
 
 import random
@@ -18,38 +19,74 @@ from tests.openai_stub import Step, StubServer
 MATH = dict(task_source="synthetic", num_tasks=3, split="eval", reward_mode="backprop")
 
 
-def test_hand_worked_walk_blames_the_breaker_and_passes_the_rest_up():
-    # q = [1, 1, 0], outcome 0: V3 = 0; the last action broke it, so V2 = 1 and it stays 1 upstream.
-    out, values = shares([1.0, 1.0, 0.0], 0.0)
-    assert values == [1.0, 1.0, 1.0, 0.0]
-    assert out == [5.0, 5.0, -10.0]  # the residual 10 * V0 shared by quality; the breaker takes the shortfall
+def test_hand_worked_failures_blame_every_wrong_action_and_pay_no_one_above_par():
+    # The reviewer's cases. q = [0, 1, 0], s = 0: the shortfall 10 split by (1 - q) = [1, 0, 1]; the
+    # right action keeps par 10/3; the upstream error is blamed as much as the downstream one.
+    assert shares([0.0, 1.0, 0.0], 0.0) == pytest.approx([10 / 3 - 5, 10 / 3, 10 / 3 - 5])
+    # q = [1, 1, 0], s = 0: the right actions keep par (not 5, more than the all-right 10/3).
+    assert shares([1.0, 1.0, 0.0], 0.0) == pytest.approx([10 / 3, 10 / 3, -20 / 3])
+    # q = [0, 0, 0], s = 0: nothing earned, nothing paid for wrong work.
+    assert shares([0.0, 0.0, 0.0], 0.0) == pytest.approx([0.0, 0.0, 0.0])
+    # Half the fault on the last action: par 5 less 10 * (1 - q_t) / 1.5.
+    assert shares([1.0, 0.5], 0.0) == pytest.approx([5.0, 5.0 - 10.0])
+    assert shares([0.5, 0.5], 0.5) == pytest.approx([2.5, 2.5])  # s = mean q: both regimes give 10 q / n
+    assert shares([1.0, 1.0, 1.0], 1.0) == pytest.approx([10 / 3] * 3)  # all right: par each
 
 
-def test_hand_worked_walk_with_a_recovered_error_and_partial_quality():
-    out, values = shares([0.0, 1.0, 1.0], 1.0)  # the first action erred, the team recovered
-    assert values == [1.0, 1.0, 1.0, 1.0]
-    assert out == [0.0, 5.0, 5.0]
-    out, values = shares([1.0, 0.5], 0.0)  # half the fault on the last action: V1 = 1 - 0.5 * 1
-    assert values == [0.5, 0.5, 0.0]
-    assert out == pytest.approx([10 * 0.5 * (1 / 1.5), -5.0 + 10 * 0.5 * (0.5 / 1.5)])
+def test_hand_worked_surplus_shares_the_outcome_by_quality():
+    assert shares([0.0, 1.0, 1.0], 1.0) == pytest.approx([0.0, 5.0, 5.0])  # recovered: the error earns 0
+    assert shares([0.0, 0.0], 0.5) == pytest.approx([2.5, 2.5])  # every q = 0 yet s > 0: evenly (documented)
+    assert shares([1.0, 1.0], 0.5) == pytest.approx([2.5, 2.5])  # no one judged at fault: evenly
+
+
+def _cases(seed: int, count: int = 3000):
+    rng = random.Random(seed)
+    for _ in range(count):
+        n = rng.randint(1, 9)
+        q = [rng.choice([0.0, 1.0, rng.random()]) for _ in range(n)]
+        yield q, rng.choice([0.0, 1.0, rng.random()])
 
 
 def test_shares_always_sum_to_ten_times_the_outcome():
-    rng = random.Random(0)
-    for _ in range(2000):
-        n = rng.randint(1, 9)
-        q = [rng.choice([0.0, 1.0, rng.random()]) for _ in range(n)]
-        s = rng.choice([0.0, 1.0, rng.random()])
-        out, values = shares(q, s)
-        assert sum(out) == pytest.approx(10 * s, abs=1e-9)
-        assert values[-1] == s
-        assert all(b <= a + 1e-12 for a, b in zip(values, values[1:]))  # blame only lowers V going forward
+    for q, s in _cases(0):
+        assert sum(shares(q, s)) == pytest.approx(10 * s, abs=1e-9)
 
 
-def test_all_zero_qualities_share_the_residual_equally():
-    out, _ = shares([0.0, 0.0], 0.0)
-    assert sum(out) == pytest.approx(0.0)
-    assert out[0] == pytest.approx(out[1] + 10.0)  # the last takes the shortfall; V0 = 1 is split equally
+def test_a_zero_quality_action_never_gets_a_positive_share():
+    for q, s in _cases(1):
+        if sum(q) == 0 and s > 0:
+            continue  # the one documented exception: every action q = 0 yet the team scored
+        assert all(x <= 1e-9 for x, qt in zip(shares(q, s), q) if qt == 0), (q, s)
+
+
+def test_blame_of_a_shortfall_is_in_proportion_to_one_minus_quality():
+    for q, s in _cases(2):
+        n = len(q)
+        if not (s < 1 and s <= sum(q) / n and any(x < 1 for x in q)):
+            continue
+        loss = [10 / n - x for x in shares(q, s)]
+        for lt, qt in zip(loss, q):  # loss against par = 10 (1 - s) (1 - q_t) / sum(1 - q)
+            assert lt == pytest.approx(10 * (1 - s) * (1 - qt) / sum(1 - x for x in q), abs=1e-9)
+
+
+def test_no_share_in_a_failed_episode_exceeds_the_all_right_share():
+    # Monotonicity: the same actions, all right, score 1 and pay par 10/n each; in a failed episode
+    # whose judgement explains the outcome (s <= mean q) no action gets more than that.
+    checked = 0
+    for q, s in _cases(3):
+        if s >= 1 or s > sum(q) / len(q):
+            continue
+        par = shares([1.0] * len(q), 1.0)
+        assert all(x <= p + 1e-9 for x, p in zip(shares(q, s), par)), (q, s)
+        checked += 1
+    assert checked > 500
+
+
+def test_the_documented_gap_a_failed_surplus_episode_can_pay_above_par():
+    # s < 1 but s > mean q: sum = 9, q = 0 gets <= 0, so two actions cannot both stay <= 10/3.
+    out = shares([0.0, 1.0, 1.0], 0.9)
+    assert out == pytest.approx([0.0, 4.5, 4.5])
+    assert max(out) > 10 / 3
 
 
 def _request(**kw) -> CoachRequest:
@@ -108,7 +145,8 @@ def test_llm_backprop_is_one_structured_call_per_episode():
         assert stub.requests[0]["response_format"]["json_schema"]["name"] == "episode_credit"
     assert sum(a.share for a in actions) == pytest.approx(10 * result.outcome["score"])
     assert [a.coach.score for a in actions] == [10.0, 10.0, 10.0, 0.0]
-    assert actions[-1].share == pytest.approx(-10.0)
+    # the outcome failed (s = 0); the lone wrong action takes the whole shortfall against par 10/4
+    assert [a.share for a in actions] == pytest.approx([2.5, 2.5, 2.5, -7.5])
 
 
 def test_a_failed_llm_judgement_is_recorded_and_pays_nothing():

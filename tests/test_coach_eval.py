@@ -162,3 +162,21 @@ def test_cli_writes_the_card_and_bad_specs_are_one_line(tmp_path, capsys):
     assert (out / "roc.png").stat().st_size > 0
     assert (out / "calibration.png").stat().st_size > 0
     assert "master key" in (out / "coach_eval.md").read_text()
+
+
+ONE_TASK = {"MathChat-v0": {"num_tasks": 1}, "CodeTest-v0": {"num_tasks": 1}, "Chain-v0": {"num_tasks": 1}}
+
+
+@pytest.mark.parametrize("env_id", ["Chain-v0", "CodeTest-v0", "MathChat-v0",
+                                    pytest.param("DSBench-v0", marks=pytest.mark.slow)])  # ~1 min of sandboxed cells
+def test_record_all_runs_every_env_with_its_own_task_kwargs(env_id):
+    # `mappa coach-eval` without --env plays all four; the probe step once passed `tasks=` to envs that
+    # take only `num_tasks` (Chain, CodeTest) and crashed. Each env must record faults and probes.
+    from mappa_envs.dsbench import builtin_tasks
+
+    kwargs = {**ONE_TASK, "DSBench-v0": {"tasks": builtin_tasks()[:1]}}
+    eps = record_all([env_id], kwargs, probe_tasks=1, batch=2, say=lambda m: None)
+    probes = [e for e in eps if e.fault.startswith("probe:")]
+    assert probes
+    assert all(e.requests for e in eps)
+    assert len({e.task_id for e in probes}) == 1  # the probe step kept to the one task

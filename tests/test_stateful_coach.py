@@ -13,8 +13,10 @@ from mappa_envs.coach.stateful import (
     BalanceConfig,
     StatefulCoach,
     check_outcome,
+    coach_metrics,
     load_coach_state,
     plot_corrections,
+    plot_run_corrections,
     save_coach_state,
     task_type,
 )
@@ -209,3 +211,43 @@ def test_training_checkpoints_and_resumes_the_coach_state(tmp_path):
     second = json.loads((tmp_path / "checkpoints" / "step_000002" / "coach_state.json").read_text())
     (row,) = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["kind"] == "train" and r["step"] == 2]
     assert second["seen"] == first["seen"] + row["actions"]  # counted on from the checkpoint, not from zero
+
+
+def test_coach_metrics_report_the_offsets_per_group_and_the_plot_is_written(tmp_path):
+    coach = StatefulCoach(Biased(2.0))
+    assert coach_metrics(RuleCoach()) == {}  # a coach without state adds nothing to the metrics
+    for r in _stream(50):
+        coach.score(r)
+    early = coach_metrics(coach)
+    assert early == {"coach_offset/classification": 0.0, "coach_offset/regression": 0.0, "coach_corrections": 0.0}
+    for r in _stream(1500, seed=2):
+        coach.score(r)
+    m = coach_metrics(coach)
+    assert m["coach_corrections"] == len(coach.corrections) >= 1
+    assert m["coach_offset/regression"] == coach.offsets["regression"]
+    # the +2 regression bias is being taken back out, half from each side of the gap
+    assert m["coach_offset/classification"] - m["coach_offset/regression"] == pytest.approx(2.0, abs=0.3)
+    plot_run_corrections(RuleCoach(), tmp_path)
+    assert not (tmp_path / "coach_corrections.png").exists()
+    plot_run_corrections(coach, tmp_path)
+    assert (tmp_path / "coach_corrections.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_training_logs_the_coach_offsets_each_step_and_plots_them(tmp_path):
+    from mappa_train.config import load_config
+    from mappa_train.metrics import read_metrics
+    from mappa_train.train import train
+    from tests.test_train import TINY
+
+    cfg = TINY + [f"out_dir={tmp_path}", "env.coach=stateful:rule", "eval_every=0", "checkpoint_every=1", "steps=2"]
+    train(load_config(None, cfg))
+    rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:  # each step's metrics carry the coach state that step's checkpoint saved
+        state = json.loads((tmp_path / "checkpoints" / f"step_{row['step']:06d}" / "coach_state.json").read_text())
+        logged = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("coach_offset/")}
+        assert logged
+        assert logged == {k: state["offsets"].get(k, 0.0) for k in {key[1] for key in state["raw"]}}
+        assert row["coach_corrections"] == len(state["corrections"])
+    assert (tmp_path / "coach_corrections.png").stat().st_size > 0

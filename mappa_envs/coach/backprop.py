@@ -1,20 +1,28 @@
 """Reward back-propagation: the outcome reward of an episode, distributed over its actions by blame.
 
 `reward_mode="backprop"` (PipelineEnv) calls no coach per action. When the episode ends, the coach
-judges every action's quality q_t in [0, 1] (did it do its own job, given what it received?) and the
-credit walks back from the last action:
+judges every action's quality q_t in [0, 1] (did it do its own job, given what it received?), and the
+team's outcome reward 10 * s is split over the n actions against par, 10 / n (each action's share when
+every action is right and the team succeeds):
 
-    V_n     = outcome score s                      (what the team reached)
-    V_{t-1} = 1 - q_t * (1 - V_t)                  (what it would have reached had action t done its job)
-    share_t = 10 * (V_t - V_{t-1})                 (<= 0: the part of the shortfall action t explains)
-            + 10 * V_0 * q_t / sum(q)              (the residual that reaches the top, shared by quality)
+    shortfall (s <= mean q):  share_t = 10/n - 10 (1 - s) (1 - q_t) / sum_u (1 - q_u)
+    surplus   (s >  mean q):  share_t = 10 s q_t / sum_u q_u
 
-A faultless action (q = 1) passes the residual upstream untouched; a broken one (q = 0) takes the
-whole shortfall below it as blame, and the residual passed up is "the outcome had it done its job".
-What reaches the first action, 10 * V_0, is the reward the team earned when no one is to blame for
-the rest; it is shared in proportion to quality, so an action that erred but was recovered downstream
-still earns less. The shares telescope: sum_t share_t = 10 * s exactly, so back-propagation is the
-outcome reward redistributed, not a second signal.
+In the shortfall case each action's loss against par is the team's shortfall 10 (1 - s) split in
+proportion to (1 - q_t): a right action (q = 1) keeps par, every wrong one shares the blame, upstream
+or downstream alike, and an action with q = 0 gets <= 0 (since s <= mean q). The surplus case is a team
+that reached more than its judged actions explain (an error recovered downstream, or a partial score
+despite a broken step): the outcome is shared by quality, so a q = 0 action gets 0. The two agree at
+s = mean q (share = 10 q_t / n). Degenerate cases: every q = 1 but s < 1 (no one judged at fault) and
+every q = 0 but s > 0 split 10 s equally.
+
+Guaranteed, always: sum_t share_t = 10 s exactly (an outcome reward redistributed, not a second
+signal). In every case except "every q = 0 but s > 0": a q = 0 action gets <= 0. When s <= mean q (the
+judgement explains the outcome): no share exceeds par, so no action earns more in a failed episode than
+in the all-right one, and blame is in proportion to (1 - q). NOT guaranteed: in a failed episode with a
+surplus (s < 1 but s > mean q, e.g. q = [0, 1, 1], s = 0.9) the right actions get 10 s / sum q, above
+par: the sum, q = 0 <= 0 and share <= par cannot all hold there (0 + 2 * 10/3 < 9), and we keep the first
+two. Nor does any rule make the shares right when the judge's q are wrong: it is only as good as the coach.
 
 Judges (`judge`): the rule coach reads the env's checks (no call); an `LLMCoach` makes ONE call per
 episode with structured output (a 0-10 quality per action); any other coach scores each action
@@ -51,10 +59,9 @@ class EpisodeJudgement:
 
 @dataclass
 class Backprop:
-    """An episode's back-propagated shares (None when the judgement failed) and the values walked."""
+    """An episode's back-propagated shares (None when the judgement failed) and the judgement behind them."""
 
     shares: list[float] | None
-    values: list[float]  # V_0 .. V_n (empty when the judgement failed)
     judgement: EpisodeJudgement
     actions: int
 
@@ -67,19 +74,18 @@ class Backprop:
                            attempts=j.calls) for q, s in zip(j.qualities, self.shares)]
 
 
-def shares(qualities: Sequence[float], outcome: float) -> tuple[list[float], list[float]]:
-    """The walk back (module docstring): (share per action, V_0..V_n). `outcome` and qualities in [0, 1]."""
+def shares(qualities: Sequence[float], outcome: float) -> list[float]:
+    """The split of 10 * outcome over the actions (module docstring). `outcome` and qualities in [0, 1]."""
     if not qualities:
-        return [], [outcome]
+        return []
     q = [min(1.0, max(0.0, float(x))) for x in qualities]
-    values = [min(1.0, max(0.0, float(outcome)))]
-    for quality in reversed(q):
-        values.append(1.0 - quality * (1.0 - values[-1]))
-    values.reverse()  # V_0 .. V_n
-    total = sum(q)
-    weights = [x / total for x in q] if total > 0 else [1.0 / len(q)] * len(q)
-    out = [10.0 * (values[t + 1] - values[t]) + 10.0 * values[0] * weights[t] for t in range(len(q))]
-    return out, values
+    s, n = min(1.0, max(0.0, float(outcome))), len(q)
+    wrong, right = sum(1.0 - x for x in q), sum(q)
+    if s <= right / n and wrong > 0:  # shortfall: par less the blame, in proportion to (1 - q)
+        return [10.0 / n - 10.0 * (1.0 - s) * (1.0 - x) / wrong for x in q]
+    if s > right / n:  # surplus: the outcome shared by quality (evenly if every q = 0: nothing to go by)
+        return [10.0 * s * x / right for x in q] if right > 0 else [10.0 * s / n] * n
+    return [10.0 * s / n] * n  # every q = 1: no one is judged at fault, the team's reward split evenly
 
 
 def rule_quality(request: CoachRequest) -> float:
@@ -116,7 +122,7 @@ def judge(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> Epi
 
 
 def backprop(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> Backprop:
-    """Judge the episode with `coach` and walk the outcome back; failures are recorded, not raised."""
+    """Judge the episode with `coach` and split its outcome by blame (`shares`); failures are recorded, not raised."""
     try:
         j = judge(coach, requests, outcome)
     except Exception as e:  # a coach bug or a dead endpoint: this episode gets no shares, and says why
@@ -124,12 +130,11 @@ def backprop(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> 
 
         j = EpisodeJudgement(None, ok=False, error=clip(f"{type(e).__name__}: {one_line(e)}", 500))
     if not j.ok or j.qualities is None:
-        return Backprop(None, [], j, len(requests))
+        return Backprop(None, j, len(requests))
     if len(j.qualities) != len(requests):
         j = EpisodeJudgement(None, ok=False, error=f"{len(j.qualities)} qualities for {len(requests)} actions")
-        return Backprop(None, [], j, len(requests))
-    out, values = shares(j.qualities, outcome)
-    return Backprop(out, values, j, len(requests))
+        return Backprop(None, j, len(requests))
+    return Backprop(shares(j.qualities, outcome), j, len(requests))
 
 
 # ---- the LLM judge: one call per episode ------------------------------------------------------
@@ -245,5 +250,5 @@ def settle(coach: Coach, episode) -> tuple[dict[str, float], dict]:
         if record.share is not None:
             paid[record.role] = paid.get(record.role, 0.0) + record.share
     j = result.judgement
-    info = {"ok": j.ok, "error": j.error, "shares": result.shares, "values": result.values, "calls": j.calls}
+    info = {"ok": j.ok, "error": j.error, "shares": result.shares, "calls": j.calls}
     return paid, info

@@ -248,10 +248,33 @@ def plot_corrections(coach: StatefulCoach, path, title: str = "stateful coach") 
                 "o:", color=f"C{i}", label=f"raw gap {kind}")
     ax.axhline(0, color="grey", linewidth=0.5)
     ax.set(xlabel="scores seen", ylabel="score points", title=title)
-    ax.legend(fontsize=7)
+    if kinds:
+        ax.legend(fontsize=7)
+    else:  # a balanced run: say so rather than draw an empty frame
+        ax.text(0.5, 0.5, f"no correction in {coach.seen} scores", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def coach_metrics(coach) -> dict[str, float]:
+    """For the run's metrics each step: a stateful coach's offset per task type it has seen (0 until it
+    corrects one) and how many corrections it has made; {} for a coach without state."""
+    if not isinstance(coach, StatefulCoach):
+        return {}
+    with coach._lock:
+        kinds = sorted({key[1] for key in coach.raw} | set(coach.offsets))
+        out = {f"coach_offset/{k}": float(coach.offsets.get(k, 0.0)) for k in kinds}
+        out["coach_corrections"] = float(len(coach.corrections))
+    return out
+
+
+def plot_run_corrections(coach, out_dir) -> None:
+    """At the end of a run: OUT_DIR/coach_corrections.png for a stateful coach (nothing for another)."""
+    from pathlib import Path
+
+    if isinstance(coach, StatefulCoach):
+        plot_corrections(coach, Path(out_dir) / "coach_corrections.png", title="stateful coach corrections")
 
 
 def save_coach_state(coach, directory) -> None:

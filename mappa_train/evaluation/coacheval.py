@@ -277,16 +277,18 @@ def record_all(env_ids: Sequence[str], env_kwargs: dict[str, dict] | None = None
 
 
 def _first_tasks(env_id: str, kwargs: dict, n: int) -> dict:
+    """`kwargs` cut to the env's first `n` tasks, in the form the env accepts: DSBench takes a task list,
+    every other env (MathChat, CodeTest, Chain) a `num_tasks` count (they reject `tasks=`)."""
     import mappa_envs
 
+    if env_id == "DSBench-v0":
+        return {**kwargs, "tasks": _ds_tasks(kwargs)[:n]}
     env = mappa_envs.make(env_id, **kwargs)
     try:
-        tasks = list(env.unwrapped.tasks)
+        count = len(env.unwrapped.tasks)
     finally:
         env.close()
-    if env_id == "MathChat-v0":
-        return {**kwargs, "num_tasks": min(n, len(tasks))}
-    return {**kwargs, "tasks": _ds_tasks(kwargs)[:n]}
+    return {**kwargs, "num_tasks": min(n, count)}
 
 
 def _ds_tasks(kwargs: dict) -> list:
