@@ -18,7 +18,7 @@ CASES = {
     "mathchat": ("MathChat-v0", {"num_tasks": 12}, {"skill": 0.6, "code_skill": 0.6}, 6),
     "mathchat_outcome": ("MathChat-v0", {"num_tasks": 12, "reward_mode": "process+outcome",
                                          "executor_max_actions": 2}, {"skill": 0.5, "code_skill": 0.5}, 4),
-    "dsbench": ("DSBench-v0", {"max_actions": 2}, {"skill": 0.5, "forget": ("model.pkl",)}, 2),
+    "dsbench": ("DSBench-v0", {"max_actions": 2, "task_seed": 0}, {"skill": 0.5, "forget": ("model.pkl",)}, 2),
 }
 
 

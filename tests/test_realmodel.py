@@ -187,7 +187,7 @@ def test_an_llm_coach_on_vllm_scores_a_whole_episode(coach_url):
     from mappa_envs.coach import LLMCoach, LLMCoachConfig
     from mappa_envs.mathchat.scripted import ScriptedMathPolicy
 
-    coach = LLMCoach(LLMCoachConfig(model="smollm2", base_url=coach_url, api_key_env=None, max_tokens=96,
+    coach = LLMCoach(LLMCoachConfig(model="smollm2", base_url=coach_url, api_key_env=None, max_tokens=256,
                                     structured_output=True, timeout_s=300, max_retries=1, on_failure="skip"))
     tasks = [Task(id="t", prompt="What is 6 times 7?", answer="42")]
     env = mappa_envs.make("MathChat-v0", tasks=tasks, coach=coach, sandbox="local")
