@@ -164,7 +164,6 @@ STALL = textwrap.dedent("""
     from mappa_envs.driver import Driver
     from mappa_envs.mathchat import synthetic_tasks
     from mappa_envs.mathchat.scripted import ScriptedMathPolicy
-from tests.sandbox_helpers import BACKENDS, require_docker
 
     tasks = synthetic_tasks(6, seed=0, families=["product_sum"])
     HOSTILE = "\\\\boxed{1e99999999999}"
