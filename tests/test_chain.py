@@ -3,7 +3,6 @@ import asyncio
 import random
 
 import pytest
-from pettingzoo.test import api_test, seed_test
 
 import mappa_envs
 from mappa_envs.chain.env import apply, chain_tasks
@@ -13,27 +12,13 @@ from mappa_envs.coach.factory import make_coach
 from mappa_envs.coach.noisy import NoisyCoach
 from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.errors import EnvArgumentError
+from tests.pettingzoo_checks import api_and_seed_test
 from tests.test_golden_transcripts import play
 
 
 @pytest.mark.parametrize("depth", [2, 8, 32])
 def test_api_and_seed_test(depth):
-    env = mappa_envs.make("Chain-v0", depth=depth, sandbox="local")
-    try:
-        api_test(env, num_cycles=2 * depth + 5)
-    finally:
-        env.close()
-    envs = []
-
-    def make():
-        envs.append(mappa_envs.make("Chain-v0", depth=depth, sandbox="local"))
-        return envs[-1]
-
-    try:
-        seed_test(make, num_cycles=10)
-    finally:
-        for e in envs:
-            e.close()
+    api_and_seed_test(lambda: mappa_envs.make("Chain-v0", depth=depth, sandbox="local"), 2 * depth + 5)
 
 
 def test_tasks_are_what_they_say():

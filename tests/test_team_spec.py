@@ -2,11 +2,12 @@
 import copy
 
 import pytest
-from pettingzoo.test import api_test, seed_test
+from pettingzoo.test import api_test
 
 import mappa_envs
 from mappa_envs.core.team import build_team, load_team, shipped_specs
 from mappa_envs.errors import SpecError
+from tests.pettingzoo_checks import api_and_seed_test
 from tests.test_golden_transcripts import play
 
 
@@ -147,22 +148,7 @@ def test_scenario_refuses_team_it_cannot_judge():
 
 @pytest.mark.parametrize("spec", ["review", "mathchat", FAN_IN])
 def test_api_and_seed_test_for_specs(spec):
-    env = mappa_envs.make("Team-v0", spec=spec, sandbox="local")
-    try:
-        api_test(env, num_cycles=30)
-    finally:
-        env.close()
-    envs = []
-
-    def make():
-        envs.append(mappa_envs.make("Team-v0", spec=spec, sandbox="local"))
-        return envs[-1]
-
-    try:
-        seed_test(make, num_cycles=10)
-    finally:
-        for e in envs:
-            e.close()
+    api_and_seed_test(lambda: mappa_envs.make("Team-v0", spec=spec, sandbox="local"), 30)
 
 
 class Recorder:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,21 +143,32 @@ class RecordingCoach:
 
 def record(env_id: str, fault: str, env_kwargs: dict, batch: int = 4, sandbox: Any = None) -> list[CoachRequest]:
     """Play every task of the env once with the faulty team; return the coach requests."""
+    coach = RecordingCoach()
+    play_team(env_id, fault, env_kwargs, coach, batch, sandbox)
+    return coach.requests
+
+
+def play_team(env_id: str, fault: str, env_kwargs: dict, coach: Any, batch: int = 4, sandbox: Any = None,
+              wrap: Callable[[Any, list], Any] | None = None) -> tuple[list, list]:
+    """Every task of the env once with the faulty scripted team (`wrap(team, tasks)` may wrap it), scored
+    by `coach`; returns (the runner's results, the tasks), raising if any scripted episode failed."""
     import mappa_envs
     from mappa_envs.wrappers import VectorRunner
 
-    coach = RecordingCoach()
     envs = [mappa_envs.make(env_id, coach=coach, sandbox=sandbox, **env_kwargs) for _ in range(batch)]
     try:
+        tasks = envs[0].unwrapped.tasks
         team = faulty_team(env_id, envs[0], fault)
-        results = VectorRunner(envs, team).play([(i, {"task_index": i}) for i in range(len(envs[0].unwrapped.tasks))])
+        if wrap is not None:
+            team = wrap(team, tasks)
+        results = VectorRunner(envs, team).play([(i, {"task_index": i}) for i in range(len(tasks))])
     finally:
         for env in envs:
             env.close()
     failed = [r.error for r in results if r.error]
     if failed:
         raise RuntimeError(f"{env_id}/{fault}: {len(failed)} scripted episodes failed, e.g. {failed[0]}")
-    return coach.requests
+    return results, tasks
 
 
 def _roles(env_id: str, kwargs: dict) -> list[str]:

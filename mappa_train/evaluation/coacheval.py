@@ -26,7 +26,7 @@ from mappa_envs.coach.batch import score_many
 from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.coach.types import CoachRequest, CoachScore, excused
 from mappa_train.evaluation import coachmetrics as cm
-from mappa_train.evaluation.blame import DEFAULT_KWARGS, FAULTS, blame_row, excused_roles, faulty_team, role_scores
+from mappa_train.evaluation.blame import DEFAULT_KWARGS, FAULTS, blame_row, excused_roles, play_team, role_scores
 
 PROBES = {  # no-work actions a coach must not pay for (the "master keys" of a lazy judge)
     "step_by_step": "Let me solve this step by step.",
@@ -91,23 +91,10 @@ def task_type(env_id: str, task) -> str:
 def play(env_id: str, kwargs: dict, fault: str, batch: int = 4, sandbox: Any = None,
          probe: tuple[str, str] | None = None) -> list[Episode]:
     """Every task of the env once with the scripted team (`fault` injected, or `probe` = (name, role))."""
-    import mappa_envs
-    from mappa_envs.wrappers import VectorRunner
-
     recorder = _Recorder()
-    envs = [mappa_envs.make(env_id, coach=recorder, sandbox=sandbox, **kwargs) for _ in range(batch)]
-    try:
-        tasks = envs[0].unwrapped.tasks
-        team = faulty_team(env_id, envs[0], fault)
-        if probe is not None:
-            team = _ProbeTeam(team, probe[1], PROBES[probe[0]], [t.prompt for t in tasks])
-        results = VectorRunner(envs, team).play([(i, {"task_index": i}) for i in range(len(tasks))])
-    finally:
-        for env in envs:
-            env.close()
-    failed = [r.error for r in results if r.error]
-    if failed:
-        raise RuntimeError(f"{env_id}/{fault}: {len(failed)} scripted episodes failed, e.g. {failed[0]}")
+    wrap = None if probe is None else \
+        (lambda team, tasks: _ProbeTeam(team, probe[1], PROBES[probe[0]], [t.prompt for t in tasks]))
+    results, tasks = play_team(env_id, fault, kwargs, recorder, batch, sandbox, wrap)
     outcomes = {r.task_id: r.outcome or {} for r in results}
     name = fault if probe is None else f"probe:{probe[0]}:{probe[1]}"
     out = []
