@@ -16,7 +16,7 @@ command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]}"
-  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"; } \
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -o DPkg::Lock::Timeout=300 -y -qq "${missing[@]}"; } \
     || say "could not install ${missing[*]} (continuing without)"
 fi
 

@@ -7,8 +7,8 @@ PY=${PYTHON:-python3}
 # As root we install it; otherwise we say how, once.
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(uname -s)" = Linux ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 &&
-      apt-get install -y -q bubblewrap >/dev/null 2>&1; }) || echo "could not apt-get install bubblewrap" >&2
+    (apt-get install -o DPkg::Lock::Timeout=300 -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 &&
+      apt-get install -o DPkg::Lock::Timeout=300 -y -q bubblewrap >/dev/null 2>&1; }) || echo "could not apt-get install bubblewrap" >&2
   elif [ "$(id -u)" = 0 ] && command -v dnf >/dev/null 2>&1; then
     dnf install -y -q bubblewrap >/dev/null 2>&1 || echo "could not dnf install bubblewrap" >&2
   fi

@@ -7,6 +7,7 @@ episode's meaning is meant to change, with a new env version) with MAPPA_RECORD_
 """
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,10 @@ def play(env_id: str, kwargs: dict, policy_kwargs: dict, episodes: int) -> list[
                         "cumulative": dict(env._cumulative_rewards)})
     finally:
         env.close()
-    return json.loads(json.dumps(out, default=str))
+    # Tracebacks of the local sandbox name the interpreter's files; the recording must not depend on where
+    # the checkout and its virtual environment live.
+    text = json.dumps(out, default=str).replace(sys.prefix, "<python-prefix>")
+    return json.loads(text)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
