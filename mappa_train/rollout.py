@@ -81,6 +81,28 @@ class Rollout:
     wall_s: float
     failed: int = 0  # episodes that raised: counted, logged, skipped
 
+    @classmethod
+    def empty(cls) -> Rollout:
+        return cls([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0)
+
+    @classmethod
+    def merge(cls, parts: Sequence[Rollout]) -> Rollout:
+        """The rollouts of workers that ran side by side, as one: counts add up, the slowest worker's times."""
+        merged = cls.empty()
+        for p in parts:
+            merged.transitions += p.transitions
+            merged.episodes += p.episodes
+            merged.dropped += p.dropped
+            merged.overflow += p.overflow
+            merged.failed += p.failed
+            merged.rounds = max(merged.rounds, p.rounds)
+            for k, v in p.generate_calls.items():
+                merged.generate_calls[k] = merged.generate_calls.get(k, 0) + v
+            merged.generate_s = max(merged.generate_s, p.generate_s)
+            merged.env_busy_s = max(merged.env_busy_s, p.env_busy_s)
+            merged.wall_s = max(merged.wall_s, p.wall_s)
+        return merged
+
     def timing(self) -> dict[str, float]:
         return {"generate_s": self.generate_s, "env_busy_s": self.env_busy_s, "wall_s": self.wall_s}
 
@@ -206,7 +228,7 @@ def collect(
     actors = {name: TokenActor(gen, params, max_prompt_tokens, continuation) for name, gen in policies.items()}
     jobs = [(spec.get("seed", seed + k), spec.get("options")) for k, spec in enumerate(episodes)]
     driver = Driver(envs, actors, role_policy=role_policy, workers=workers, stop=stop)
-    out = Rollout([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0)
+    out = Rollout.empty()
     for result in driver.play(jobs):
         for actor in actors.values():
             actor.forget(result.episode)
