@@ -32,7 +32,6 @@ import math
 import os
 import socket
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -40,26 +39,10 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from mappa_train import algo
+from mappa_train.algo import Sample
 
 if TYPE_CHECKING:  # at run time the learner needs torch only (benchmarks/gpu_check.py imports it bare)
     from mappa_train.config import AlgoConfig, LearnerConfig, TrainConfig
-
-
-STATS = ("loss", "weight", "clip_frac", "clip_bound", "approx_kl", "tokens")  # summed over micro-batches
-
-
-@dataclass
-class Sample:
-    """One action to train on. Tensors are per action token (len(action_ids))."""
-
-    prompt_ids: list[int]
-    action_ids: list[int]
-    old_logp: torch.Tensor | None = None
-    advantages: torch.Tensor | None = None
-    ref_logp: torch.Tensor | None = None  # needed only with algo.kl_in_loss
-
-    def __len__(self) -> int:
-        return len(self.prompt_ids) + len(self.action_ids)
 
 
 def init_distributed() -> tuple[int, int]:
@@ -239,13 +222,11 @@ class PolicyLearner:
         self.engine.train()
         total = self._global_sum(len(samples))
         n_minibatches = max(1, math.ceil(total / self.cfg.train_batch_size))
-        stats = dict.fromkeys(STATS, 0.0)
+        stats = dict.fromkeys(algo.LOSS_STATS, 0.0)
         grad_norms = []
         for _ in range(self.algo.epochs):
             for mb in _chunks(samples, n_minibatches):
-                # the loss's divisor over all ranks: action tokens (token mean) or actions (sequence mean)
-                per_sequence = self.algo.loss_mean == "sequence"
-                total = self._global_sum(len(mb) if per_sequence else sum(len(s.action_ids) for s in mb))
+                total = self._global_sum(algo.loss_count(mb, self.algo))  # the loss's divisor over all ranks
                 micros = self._micro_batches(mb, self._global_max(len(self._split(mb))))
                 for i, micro in enumerate(micros):
                     self.engine.set_gradient_accumulation_boundary(i == len(micros) - 1)
@@ -267,31 +248,11 @@ class PolicyLearner:
         return result
 
     def _loss(self, micro: list[Sample], total: float) -> tuple[torch.Tensor, dict[str, float]]:
-        """This micro-batch's share of the mini-batch loss (its sum divided by the global `total`)."""
+        """This micro-batch's share of the mini-batch loss (`algo.micro_loss`)."""
         logps = self._forward(self.engine, micro)
         if not micro:  # this rank has no data for the micro-step the others run: a zero-loss pass
-            return logps.sum() * 0.0, dict.fromkeys(STATS, 0.0)
-        logp = _pad(logps).float()  # [R, A]: action tokens only
-        device = logp.device
-        mask = _pad([torch.ones(len(s.action_ids)) for s in micro]).to(device)
-        # per-token weights: 1 (token mean) or 1/len (sequence mean); the divisor `total` matches
-        weight = mask if self.algo.loss_mean == "token" else mask / mask.sum(1, keepdim=True)
-        old = _pad([s.old_logp for s in micro]).to(device)
-        adv = _pad([s.advantages for s in micro]).to(device)
-        loss = algo.ppo_clip_loss(logp, old, adv, weight, eps=self.algo.clip_eps, n_tokens=total)
-        if self.algo.kl_in_loss:
-            ref = _pad([s.ref_logp for s in micro]).to(device)
-            loss = loss + algo.kl_loss(logp, ref, weight, beta=self.algo.beta, n_tokens=total)
-        with torch.no_grad():
-            log_ratio = (logp - old).clamp(-algo.MAX_LOG_RATIO, algo.MAX_LOG_RATIO)
-            ratio, eps = log_ratio.exp(), self.algo.clip_eps
-            clipped = ((ratio - 1).abs() > eps).float()  # outside the trust region
-            # the clip binds (the token gets no gradient): the ratio left it in the advantage's direction
-            bound = (((ratio > 1 + eps) & (adv > 0)) | ((ratio < 1 - eps) & (adv < 0))).float()
-            part = {"loss": float(loss) * total, "weight": float(weight.sum()),
-                    "clip_frac": float((clipped * mask).sum()), "clip_bound": float((bound * mask).sum()),
-                    "approx_kl": float((-log_ratio * mask).sum()), "tokens": float(mask.sum())}
-        return loss, part
+            return logps.sum() * 0.0, dict.fromkeys(algo.LOSS_STATS, 0.0)
+        return algo.micro_loss(logps, micro, self.algo, total)
 
     # ---- forward passes --------------------------------------------------------------------------
 
@@ -476,7 +437,3 @@ def _chunks(items: list, n: int) -> list[list]:
     bounds = [i * size + min(i, extra) for i in range(n + 1)]
     return [items[a:b] for a, b in zip(bounds, bounds[1:])]
 
-
-def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
-    """Right-pad 1-D tensors with zeros into [R, longest]."""
-    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)

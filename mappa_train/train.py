@@ -39,7 +39,7 @@ from mappa_train.factories import (
     resolve_model,
 )
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
-from mappa_train.learner import Learner, Sample, lr_at
+from mappa_train.learner import Learner, lr_at
 from mappa_train.metrics import (
     METRICS_FILE,
     MetricsLogger,
@@ -77,71 +77,40 @@ def tasks_for_step(task_ids: Sequence[str], step: int, cfg: TrainConfig) -> list
 
 def update(cfg: TrainConfig, learners: Mapping[str, Learner], policy_of: Mapping[str, str], transitions: Sequence,
            lr: float) -> dict[str, float]:
-    """One REINFORCE++ update from a step's transitions (see mappa_train.algo); returns metrics."""
-    kept = [t for t in transitions if t.coach_ok]  # a failed coach call has no reward to learn from
-    env_cut = sum(t.judged_tokens is not None for t in kept)
-    kept = [t for t in kept if t.judged_tokens != 0]  # the env kept none of its text
-    # an action cut at max_new_tokens has no natural end, so its coach score says little about its
-    # tokens: it stays out of the loss, but its rewards still reach earlier actions' returns
-    # an action whose inputs an upstream role broke could not succeed: its low score is not its own
-    # to learn from (with scope "episode" it still reaches the upstream actions' returns)
-    trained = [not (cfg.algo.mask_length_cut and t.finish_reason == "length")
-               and not (cfg.algo.mask_excused and t.excused) for t in kept]
-    metrics: dict[str, float] = {"actions": float(sum(trained)), "env_cut": float(env_cut),
-                                 "length_cut": float(sum(t.finish_reason == "length" for t in kept)),
-                                 "excused": float(sum(t.excused for t in kept))}
-    if not any(trained):
+    """One REINFORCE++ update from a step's transitions (the RL math: mappa_train.algo); returns metrics."""
+    batch = algo.Batch.of(transitions, cfg.algo)
+    metrics = dict(batch.counts)
+    if not any(batch.trained):
         return metrics
-    # an action the env cut is trained on the ids the sandbox and the coach saw, no more
-    judged = [len(t.action_ids) if t.judged_tokens is None else t.judged_tokens for t in kept]
-    samples = [Sample(list(t.prompt_ids), list(t.action_ids[:n])) for t, n in zip(kept, judged)]
-    gen_lp = [torch.tensor(t.logprobs[:n], dtype=torch.float32) for t, n in zip(kept, judged)]
-    ref, learner_lp = [None] * len(kept), [None] * len(kept)
-    for name, learner in learners.items():
-        idx = [i for i, t in enumerate(kept) if policy_of[t.role] == name]
-        if not idx:
-            continue
-        mine = [samples[i] for i in idx]
-        for i, lp in zip(idx, learner.logprobs(mine, reference=True)):
-            ref[i] = lp
-        for i, lp in zip(idx, learner.logprobs(mine)):  # π_θ_old as the learner sees it
-            learner_lp[i] = lp
-    old = gen_lp if cfg.algo.old_logprobs == "generator" else learner_lp
-    metrics.update(logprob_gap(gen_lp, learner_lp, cfg.algo.logprob_gap_warn))
-    # [N, A] tensors over action tokens only: the advantage math never looks at prompts
-    mask = torch.nn.utils.rnn.pad_sequence([torch.ones(len(s.action_ids)) for s in samples], batch_first=True)
-    old_t = torch.nn.utils.rnn.pad_sequence(old, batch_first=True)
-    ref_t = torch.nn.utils.rnn.pad_sequence(ref, batch_first=True)
-    reward = torch.tensor([cfg.algo.reward_scale * (t.coach_reward + t.end_reward) for t in kept])
-    roles = sorted({t.role for t in kept})
-    episodes = {e: i for i, e in enumerate(sorted({str(t.episode_id) for t in kept}))}
-    role_id = torch.tensor([roles.index(t.role) for t in kept])
-    metrics["no_spread_roles"] = no_spread_roles(reward, role_id, cfg.algo.std_floor)
-    task_index = {task: i for i, task in enumerate(sorted({t.task_id for t in kept}))}
-    advantages = algo.advantages(
-        old_t, ref_t, mask, reward, beta=cfg.algo.beta, kl_in_loss=cfg.algo.kl_in_loss, scope=cfg.algo.scope,
-        episode=torch.tensor([episodes[str(t.episode_id)] for t in kept]), agent=role_id,
-        order=torch.tensor([t.action_index for t in kept]), normalization=cfg.algo.whiten,
-        turn=torch.tensor([t.turn_index for t in kept]), task=torch.tensor([task_index[t.task_id] for t in kept]),
-        std_floor=cfg.algo.std_floor)
-    for i, s in enumerate(samples):
-        n = len(s.action_ids)
-        s.old_logp, s.ref_logp, s.advantages = old_t[i, :n], ref_t[i, :n], advantages[i, :n]
+    ref = _logprobs(learners, policy_of, batch, reference=True)
+    learner_logp = _logprobs(learners, policy_of, batch)  # π_θ_old as the learner sees it
+    metrics.update(logprob_gap(batch.generator_logp, learner_logp, cfg.algo.logprob_gap_warn))
+    metrics["no_spread_roles"] = no_spread_roles(batch.reward, batch.role, cfg.algo.std_floor)
+    scored = batch.score(learner_logp, ref, cfg.algo)
     tokens = 0.0
     for name, learner in learners.items():
-        mine = [s for s, t, train in zip(samples, kept, trained) if train and policy_of[t.role] == name]
+        mine = [batch.samples[i] for i in batch.rows(policy_of, name, trained_only=True)]
         if mine:
             m = learner.train(mine, lr)
             tokens += m["tokens"]
-            for k, v in m.items():
-                metrics[k if len(learners) == 1 else f"{k}/{name}"] = v
-    kl = algo.kl_k1(old_t, ref_t)
-    metrics.update(kl=float((kl * mask).sum() / mask.sum()), reward=float(reward.mean()),
-                   action_tokens=float(mask.sum()), lr=lr)
+            metrics.update({k if len(learners) == 1 else f"{k}/{name}": v for k, v in m.items()})
+    metrics.update(scored, lr=lr)
     if len(learners) > 1:  # a token-weighted loss over policies, for the plot
         weighted = (metrics[f"loss/{n}"] * metrics[f"tokens/{n}"] for n in learners if f"loss/{n}" in metrics)
         metrics["loss"] = sum(weighted) / tokens
     return metrics
+
+
+def _logprobs(learners: Mapping[str, Learner], policy_of: Mapping[str, str], batch: algo.Batch,
+              reference: bool = False) -> list:
+    """Each row's action log-probs under its policy's learner (or that learner's reference)."""
+    out: list = [None] * len(batch.samples)
+    for name, learner in learners.items():
+        rows = batch.rows(policy_of, name)
+        if rows:
+            for i, lp in zip(rows, learner.logprobs([batch.samples[i] for i in rows], reference=reference)):
+                out[i] = lp
+    return out
 
 
 # ---- checkpoints ---------------------------------------------------------------------------------
