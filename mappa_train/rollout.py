@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mappa_envs.coach.types import excused
+from mappa_envs.core.records import Outcome
 from mappa_envs.driver import Driver, EpisodeResult, Request, Turn
 from mappa_train.chat_tokens import ChatFormat, env_cut_chars, judged_prefix
 from mappa_train.generation import Generation, Generator, SamplingParams
@@ -58,7 +59,7 @@ class Transition:
 class EpisodeStats:
     episode_id: int
     task_id: str
-    score: float | None  # infos[agent]["outcome"]["score"]
+    score: float | None  # the env's `Outcome.score` (None: the episode has none)
     correct: bool | None
     actions: int
     dropped: int  # actions whose coach verdict was ok=False
@@ -249,7 +250,7 @@ def collect(
 def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out: Rollout,
           tokenizers: Mapping[str, Any]) -> EpisodeStats:
     """Turn a finished episode's turns into transitions (none for a failed one); return its stats."""
-    outcome = result.outcome or {}
+    outcome = result.outcome
     dropped = 0
     transitions = []
     for turn in result.turns:
@@ -265,14 +266,13 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
         transitions.append(Transition(
             role=turn.role, policy=route[turn.role], prompt_ids=action.prompt_ids,
             action_ids=list(action.generation.token_ids), logprobs=list(action.generation.logprobs),
-            coach_reward=float(record.reward if getattr(record, "share", None) is None  # backprop: its share
-                               else record.share),
+            coach_reward=float(record.reward if record.share is None else record.share),  # backprop: its share
             coach_ok=ok, end_reward=0.0,
-            outcome_reward=float(outcome.get("score") or 0.0), episode_id=episode_id,
+            outcome_reward=0.0 if outcome is None else float(outcome.score), episode_id=episode_id,
             action_index=turn.action_index, turn_index=action.turn_index, task_id=str(result.task_id or ""),
             finish_reason=action.generation.finish_reason, judged_tokens=judged,
             excused=excused(record.checks)))
-    shared = any(getattr(t.record, "share", None) is not None for t in result.turns)  # backprop: on each action
+    shared = any(t.record.share is not None for t in result.turns)  # backprop: on each action
     for role, bonus in result.end_rewards.items():  # AEC pays it at the end: credit the role's last action
         mine = [t for t in transitions if t.role == role]
         if mine and not shared:
@@ -280,12 +280,12 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
     if result.error is None:
         out.transitions += transitions
         out.dropped += dropped
-    return EpisodeStats(episode_id, str(result.task_id or ""), outcome.get("score"), outcome.get("correct"),
-                        len(result.turns), dropped, result.truncated, result.error, result.stopped,
-                        _answer(outcome))
+    return EpisodeStats(episode_id, str(result.task_id or ""), None if outcome is None else outcome.score,
+                        None if outcome is None else outcome.correct, len(result.turns), dropped, result.truncated,
+                        result.error, result.stopped, _answer(outcome))
 
 
-def _answer(outcome: dict) -> str | None:
+def _answer(outcome: Outcome | None) -> str | None:
     """The extracted answer the outcome was judged on, so a log shows what was counted."""
-    predicted = outcome.get("predicted")
+    predicted = None if outcome is None else outcome.details.get("predicted")
     return None if predicted is None else str(predicted)
