@@ -107,6 +107,25 @@ class Rollout:
     def timing(self) -> dict[str, float]:
         return {"generate_s": self.generate_s, "env_busy_s": self.env_busy_s, "wall_s": self.wall_s}
 
+    def episode_metrics(self) -> dict[str, float]:
+        """Accuracy (episodes judged correct), mean outcome score and each role's mean coach score."""
+        episodes = self.episodes
+        if not episodes:
+            return {}
+        out = {"accuracy": sum(bool(e.correct) for e in episodes) / len(episodes),
+               "score": sum(e.score or 0.0 for e in episodes) / len(episodes), "episodes": float(len(episodes))}
+        for role in sorted({t.role for t in self.transitions}):
+            mine = [t.coach_reward for t in self.transitions if t.role == role]
+            out[f"coach/{role}"] = sum(mine) / len(mine)
+        return out
+
+    def counts(self) -> dict[str, float]:
+        """What went wrong or short: coach failures, prompt overflows, failed and stopped episodes, and the
+        actions the envs took."""
+        return {"coach_failures": float(self.dropped), "prompt_overflows": float(self.overflow),
+                "episode_failures": float(self.failed), "env_actions": float(sum(e.actions for e in self.episodes)),
+                "stopped_episodes": float(sum(e.stopped is not None for e in self.episodes))}
+
 
 @dataclass
 class TokenAction:

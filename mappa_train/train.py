@@ -52,7 +52,6 @@ from mappa_train.metrics import (
 if TYPE_CHECKING:
     from mappa_train.rollout import Rollout
 
-# ---- set-up ----------------------------------------------------------------------------------------
 
 def dry_run(cfg: TrainConfig) -> int:
     """`mappa train --dry-run`: resolve the model, check its template, print the placement plan (plan.py)."""
@@ -198,12 +197,8 @@ def train_step(cfg: TrainConfig, experience: ExperienceSource, learners: Mapping
     t3, c3 = time.perf_counter(), cpu_seconds()
     if all(isinstance(w, Mapping) for w in weights.values()):  # Ray passes object refs: not sized here
         metrics["sync_bytes"] = float(sum(t.nbytes for w in weights.values() for t in w.values()))
-    metrics.update(_episode_metrics(result), coach_failures=float(result.dropped),
-                   prompt_overflows=float(result.overflow), episode_failures=float(result.failed),
-                   env_actions=float(sum(e.actions for e in result.episodes)),
-                   stopped_episodes=float(sum(e.stopped is not None for e in result.episodes)),
-                   time_rollout_s=t1 - t0, time_update_s=t2 - t1, time_sync_s=t3 - t2,
-                   cpu_rollout_s=c1 - c0, cpu_update_s=c2 - c1, cpu_sync_s=c3 - c2)
+    metrics.update(result.episode_metrics(), **result.counts(), time_rollout_s=t1 - t0, time_update_s=t2 - t1,
+                   time_sync_s=t3 - t2, cpu_rollout_s=c1 - c0, cpu_update_s=c2 - c1, cpu_sync_s=c3 - c2)
     metrics.update({f"time_{k}": v for k, v in result.timing().items()}, **coach_metrics(experience.coach))
     return result, metrics
 
@@ -236,24 +231,10 @@ def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int,
     for name, tasks in experience.eval_tasks.items():
         chosen = [t for t in tasks[:cfg.eval_episodes] for _ in range(cfg.eval_samples)]
         result = experience.collect(chosen, eval_seed(cfg), name)
-        for k, v in _episode_metrics(result).items():
-            out[f"{name}/{k}"] = v
+        out.update({f"{name}/{k}": v for k, v in result.episode_metrics().items()})
         if out_dir is not None:
             append_eval_episodes(out_dir, step, name, result.episodes, cfg.eval_samples)
     out.update(time_eval_s=time.perf_counter() - t0, cpu_eval_s=cpu_seconds() - c0)
-    return out
-
-
-def _episode_metrics(result) -> dict[str, float]:
-    """Accuracy (episodes judged correct) and mean outcome score over a rollout's episodes."""
-    episodes = result.episodes
-    if not episodes:
-        return {}
-    out = {"accuracy": sum(bool(e.correct) for e in episodes) / len(episodes),
-           "score": sum(e.score or 0.0 for e in episodes) / len(episodes), "episodes": float(len(episodes))}
-    for role in sorted({t.role for t in result.transitions}):
-        mine = [t.coach_reward for t in result.transitions if t.role == role]
-        out[f"coach/{role}"] = sum(mine) / len(mine)
     return out
 
 
