@@ -47,6 +47,21 @@ def test_tasks_for_step_covers_each_task_once_per_pass():
     assert tasks_for_step(ids, 2, cfg) == tasks_for_step(ids, 2, cfg)
 
 
+def test_local_experience_is_an_experience_source(tmp_path):
+    """The loop sees experience through the `ExperienceSource` Protocol only."""
+    from mappa_train.experience import ExperienceSource
+    from mappa_train.factories import local_experience, resolve_model
+
+    cfg = load_config(None, TINY + [f"out_dir={tmp_path}"])
+    experience = local_experience(cfg, resolve_model(cfg))
+    try:
+        assert isinstance(experience, ExperienceSource)
+        assert experience.eval_tasks.keys() == {"heldout"}
+        assert len(experience.train_tasks) == 16
+    finally:
+        experience.close()
+
+
 @pytest.mark.slow
 def test_tiny_end_to_end(tmp_path):
     from mappa_train.factories import local_experience, resolve_model
