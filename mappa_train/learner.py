@@ -13,11 +13,12 @@ last hidden states are taken at the positions that score action tokens only, and
 log-softmax run over those in chunks of `logprob_chunk_tokens`, recomputed in backward instead of
 kept (`benchmarks/bench_logprobs.py` measures peak memory and time against the full-logits way).
 
-The loss is a token mean over the mini-batch (every action token weighs the same, the paper) or a
-sequence mean (`algo.loss_mean=sequence`: every action weighs the same, its tokens share 1/len).
-ceil(actions / train_batch_size) mini-batches × `algo.epochs` optimizer steps; with one (the presets,
-docs/training.md) π/π_old = 1 and the clip never binds: plain REINFORCE. Logged: `optimizer_steps`,
-`clip_frac` (tokens outside 1 ± ε), `clip_bound` (tokens the clip gave no gradient).
+The loss of each micro-batch is `algo.micro_loss`: a token mean over the mini-batch (every action
+token weighs the same, the paper) or a sequence mean (`algo.loss_mean=sequence`: every action weighs
+the same, its tokens share 1/len). ceil(actions / train_batch_size) mini-batches × `algo.epochs`
+optimizer steps; with one (the presets, docs/training.md) π/π_old = 1 and the clip never binds: plain
+REINFORCE. Logged: `optimizer_steps`, `clip_frac` (tokens outside 1 ± ε), `clip_bound` (tokens the
+clip gave no gradient).
 
 Distributed (torchrun or Ray, `deepspeed.init_distributed`): each rank is given its share of the
 samples. Ranks agree on the number of mini-batches and micro-batches (ZeRO-3 gathers parameters
