@@ -4,7 +4,7 @@
                                         [--threads 1] [--json figures.json]
 
 Chain-v0 at depth 16 (16 roles) on the local sandbox with the rule coach; one frozen base (the tiny
-offline Qwen2, or `--model PATH`) carries the adapters in one engine (`adapters.lora_generators`, the
+offline Qwen2, or `--model PATH`) carries the adapters in one engine (`lora.lora_generators`, the
 trainer's own: HF switches adapters per batch, vLLM tags each request with its adapter). Two variants
 play the same episodes with the same seeds:
 - 16 adapters: one per role (`model.policies=lora`, the default map);
@@ -72,7 +72,7 @@ class ToolUse:
 
 def engine(adapters: int, model_dir: str, rank: int, backend: str):
     """({policy: generator}, role -> policy) for a variant."""
-    from mappa_train.adapters import adapter_map, lora_generators
+    from mappa_train.lora import adapter_map, lora_generators
 
     cfg = variant_config(adapters, rank, backend)
     roles = [f"step_{k}" for k in range(1, DEPTH + 1)]

@@ -28,13 +28,8 @@ def measure(variant: str, model: str, steps: int, n_samples: int, rank: int, out
     import torch
 
     from mappa_train.config import load_config
+    from mappa_train.factories import make_generators, make_learners, policy_map, resolve_model
     from mappa_train.learner import Sample
-    from mappa_train.train import (
-        make_generators,
-        make_learners,
-        policy_map,
-        resolve_model,
-    )
 
     cfg = load_config(None, [f"model.path={model}", f"model.policies={variant}", f"out_dir={out_dir}",
                              "learner.lr=1e-4", f"lora.rank={rank}", "generation.max_prompt_tokens=1024",

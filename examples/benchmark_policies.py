@@ -50,7 +50,7 @@ def bench(env_id: str, args) -> list[dict]:
             roles = envs[0].possible_agents
             rows.append({
                 "env": env_id, "policy": name, "episodes": len(results),
-                "outcome": sum((r.outcome or {}).get("score", 0.0) for r in results) / len(results),
+                "outcome": sum(r.outcome.score if r.outcome else 0.0 for r in results) / len(results),
                 "returns": {a: round(sum(r.returns[a] for r in results) / len(results), 2) for a in roles},
                 "actions": actions, "actions_per_s": round(actions / wall, 2), "wall_s": round(wall, 2),
             })

@@ -37,6 +37,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from mappa_envs.core.records import ActionRecord, Outcome
 from mappa_envs.policy import Team, TextPolicy, route_roles
 
 log = logging.getLogger(__name__)
@@ -72,12 +73,12 @@ class Turn:
     role: str
     messages: list[dict]
     action: str
-    reward: float
-    info: dict  # the env's record of the action: tool results, checks, coach verdict
+    reward: float  # what the env paid the role on this step (an end-of-episode payment included)
+    info: dict  # infos[role]["action"]: `record` as a plain dict
+    record: ActionRecord  # the env's typed record of the action (`env.unwrapped.last_action`)
     usage: dict | None = None  # the policy's token counts for this action, when it reports them
     output: Any = None  # what the policy returned for this request (the text, or a richer object)
     action_index: int = 0
-    record: Any = None  # the env's typed record of the action (`env.unwrapped.last_action`), where it has one
 
 
 @dataclass
@@ -88,7 +89,7 @@ class EpisodeResult:
     task_id: str | None
     turns: list[Turn] = field(default_factory=list)
     returns: dict[str, float] = field(default_factory=dict)  # role -> sum of its rewards (outcome bonus included)
-    outcome: dict | None = None
+    outcome: Outcome | None = None  # the env's verdict (`env.unwrapped.outcome`); None for a failed episode
     truncated: bool = False
     end_rewards: dict[str, float] = field(default_factory=dict)  # role -> what the env paid it when the
     # episode ended, beyond its last action's own reward (e.g. reward_mode="outcome"'s 10 x score)
@@ -191,7 +192,8 @@ class Driver:
     """Plays jobs over `envs` (see the module docstring).
 
     Args:
-        envs: PettingZoo AEC envs; they are reset here and left open.
+        envs: mappa_envs AEC envs (`PipelineEnv`s, wrapped or not: the driver reads their typed
+            `last_action` and `outcome`); they are reset here and left open.
         policies: an Actor or TextPolicy for every role, a `Team`, or {policy name: Actor | TextPolicy}.
         role_policy: role -> policy name (default: the policy named like the role, or the only one).
         workers: threads stepping envs (default: one per env).
@@ -398,8 +400,8 @@ class Driver:
         text = output if isinstance(output, str) else getattr(output, "text", output)
         env.step(text)
         return Turn(request.role, request.messages, text if isinstance(text, str) else "", 0.0,
-                    env.infos[request.role].get("action") or {}, usage, output, request.action_index,
-                    getattr(env.unwrapped, "last_action", None))
+                    env.infos[request.role].get("action") or {}, env.unwrapped.last_action, usage, output,
+                    request.action_index)
 
     # ---- bookkeeping (main thread) ------------------------------------------------------------
 
@@ -411,8 +413,8 @@ class Driver:
             result.task_id = env.infos[turn.role].get("task_id")
         for role, reward in env.rewards.items():
             result.returns[role] = result.returns.get(role, 0.0) + float(reward)
-        if episode_over(env) and "reward" in turn.info:  # the end-of-episode payment, apart from the action's own
-            own = float(turn.info["reward"])
+        if episode_over(env):  # the end-of-episode payment, apart from the action's own
+            own = turn.record.reward
             result.end_rewards = {r: float(v) - (own if r == turn.role else 0.0) for r, v in env.rewards.items()}
 
     def _finish(self, i: int, episode: _Live) -> None:
@@ -421,7 +423,7 @@ class Driver:
             result.returns = {role: 0.0 for role in env.possible_agents}
         first = env.agents[0] if env.agents else None
         if first is not None:
-            result.outcome = env.infos[first].get("outcome")
+            result.outcome = env.unwrapped.outcome
             result.truncated = any(env.truncations[a] for a in env.agents)
             result.task_id = result.task_id or env.infos[first].get("task_id")
         if result.stopped is None:

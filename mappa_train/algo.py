@@ -13,6 +13,10 @@ What is implemented (the paper, arXiv 2601.23228):
    whose rewards are all equal is not whitened: below);
 5. the PPO clipped surrogate, ε = 0.2, averaged over all action tokens of the batch.
 
+At the end, the same steps over a training step's actions: `Batch` decides which actions enter the
+loss and numbers their roles, episodes and tasks for steps 1–4 (`Batch.score`); `micro_loss` is
+step 5 on one micro-batch of the learner, with its loss weights and clip statistics.
+
 Options a researcher will want (defaults are the paper's):
 - `scope` of the return: "action" sums within one action (the paper's reference code); "agent" also
   adds the rewards of the same agent's later actions in the episode; "episode" adds every later
@@ -39,9 +43,15 @@ first update step equals πθ — the paper does not say which it uses.
 """
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from mappa_train.config import AlgoConfig
+    from mappa_train.rollout import Transition
 
 Scope = Literal["action", "agent", "episode"]
 SCOPES = ("action", "agent", "episode")
@@ -220,3 +230,136 @@ def advantages(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tenso
     signal = returns_to_go(token_rewards(reward, kl, mask, beta=0.0), mask, group, order)
     return normalize(returns_to_go(rewards, mask, group, order), mask, normalization, role=agent, turn=turn,
                      task=task, std_floor=std_floor, signal=signal)
+
+
+# ---- the batch: which of a step's actions enter the loss, and their rows ----------------------------
+
+@dataclass
+class Sample:
+    """One action to train on: its prompt and action ids; the tensors are per action token."""
+
+    prompt_ids: list[int]
+    action_ids: list[int]
+    old_logp: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None  # needed only with kl_in_loss
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.action_ids)
+
+
+@dataclass
+class Batch:
+    """A step's actions that have a reward to learn from, one row each ([B] per row unless noted).
+
+    A failed coach call has no reward, and an action the env kept none of has nothing judged: both
+    are left out. Of the rest, an action cut at max_new_tokens has no natural end, so its coach score
+    says little about its tokens, and an action whose inputs an upstream role broke could not
+    succeed: with `mask_length_cut` / `mask_excused` they stay out of the loss (`trained` False) but
+    their rewards still reach the earlier actions' returns. An action the env cut is trained on the
+    ids the sandbox and the coach saw, no more.
+    """
+
+    samples: list[Sample]  # prompt + judged action ids; `score` sets their old/ref log-probs and advantages
+    roles: list[str]
+    trained: list[bool]  # enters the loss
+    generator_logp: list[torch.Tensor]  # [n_action] each: the sampling policy's log-probs
+    reward: torch.Tensor  # reward_scale × (coach score + what the env paid at the end)
+    role: torch.Tensor  # integer ids: role, episode, position in the episode and in the role's turn, task
+    episode: torch.Tensor
+    order: torch.Tensor
+    turn: torch.Tensor
+    task: torch.Tensor
+    counts: dict[str, float]  # actions trained on, env-cut, length-cut and excused actions
+
+    @classmethod
+    def of(cls, transitions: Sequence[Transition], cfg: AlgoConfig) -> Batch:
+        kept = [t for t in transitions if t.coach_ok]
+        env_cut = sum(t.judged_tokens is not None for t in kept)
+        kept = [t for t in kept if t.judged_tokens != 0]
+        trained = [not (cfg.mask_length_cut and t.finish_reason == "length") and not (cfg.mask_excused and t.excused)
+                   for t in kept]
+        judged = [len(t.action_ids) if t.judged_tokens is None else t.judged_tokens for t in kept]
+        roles, episodes = sorted({t.role for t in kept}), sorted({str(t.episode_id) for t in kept})
+        tasks = sorted({t.task_id for t in kept})
+        return cls(
+            samples=[Sample(list(t.prompt_ids), list(t.action_ids[:n])) for t, n in zip(kept, judged)],
+            roles=[t.role for t in kept], trained=trained,
+            generator_logp=[torch.tensor(t.logprobs[:n], dtype=torch.float32) for t, n in zip(kept, judged)],
+            reward=torch.tensor([cfg.reward_scale * (t.coach_reward + t.end_reward) for t in kept]),
+            role=torch.tensor([roles.index(t.role) for t in kept]),
+            episode=torch.tensor([episodes.index(str(t.episode_id)) for t in kept]),
+            order=torch.tensor([t.action_index for t in kept]), turn=torch.tensor([t.turn_index for t in kept]),
+            task=torch.tensor([tasks.index(t.task_id) for t in kept]),
+            counts={"actions": float(sum(trained)), "env_cut": float(env_cut),
+                    "length_cut": float(sum(t.finish_reason == "length" for t in kept)),
+                    "excused": float(sum(t.excused for t in kept))})
+
+    def rows(self, policy_of: Mapping[str, str], policy: str, trained_only: bool = False) -> list[int]:
+        """The rows whose role `policy` plays (those that enter the loss only, with `trained_only`)."""
+        return [i for i, (role, train) in enumerate(zip(self.roles, self.trained))
+                if policy_of[role] == policy and (train or not trained_only)]
+
+    def score(self, learner_logp: list[torch.Tensor], ref_logp: list[torch.Tensor],
+              cfg: AlgoConfig) -> dict[str, float]:
+        """Steps 1–4 over the batch: sets each sample's old/ref log-probs and advantages; returns the
+        mean KL, reward and the action-token count. π_θ_old is the generator's log-probs or the
+        learner's (`old_logprobs`)."""
+        old = self.generator_logp if cfg.old_logprobs == "generator" else learner_logp
+        # [B, T] tensors over action tokens only: the advantage math never looks at prompts
+        mask = _pad([torch.ones(len(s.action_ids)) for s in self.samples])
+        old_t, ref_t = _pad(old), _pad(ref_logp)
+        adv = advantages(old_t, ref_t, mask, self.reward, beta=cfg.beta, kl_in_loss=cfg.kl_in_loss, scope=cfg.scope,
+                         episode=self.episode, agent=self.role, order=self.order, normalization=cfg.whiten,
+                         turn=self.turn, task=self.task, std_floor=cfg.std_floor)
+        for i, s in enumerate(self.samples):
+            n = len(s.action_ids)
+            s.old_logp, s.ref_logp, s.advantages = old_t[i, :n], ref_t[i, :n], adv[i, :n]
+        kl = kl_k1(old_t, ref_t)
+        return {"kl": float((kl * mask).sum() / mask.sum()), "reward": float(self.reward.mean()),
+                "action_tokens": float(mask.sum())}
+
+
+# ---- step 5 on one micro-batch: the loss the learner backpropagates, and what the clip did ----------
+
+LOSS_STATS = ("loss", "weight", "clip_frac", "clip_bound", "approx_kl", "tokens")  # summed over micro-batches
+
+
+def loss_count(samples: Sequence[Sample], cfg: AlgoConfig) -> float:
+    """What the loss is a mean over: action tokens (`loss_mean` "token": every token weighs the same,
+    the paper) or actions ("sequence": every action weighs the same, its tokens share 1/len)."""
+    return float(len(samples) if cfg.loss_mean == "sequence" else sum(len(s.action_ids) for s in samples))
+
+
+def micro_loss(logps: list[torch.Tensor], micro: Sequence[Sample], cfg: AlgoConfig,
+               total: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """A micro-batch's share of the mini-batch loss — its sum divided by `total`, the mini-batch's
+    `loss_count` over every rank — from the policy's log-probs [n_action] of each sample; and the
+    micro-batch's `LOSS_STATS`: `clip_frac` counts tokens outside 1 ± ε, `clip_bound` those the clip
+    gave no gradient."""
+    logp = _pad(logps).float()  # [R, A]: action tokens only
+    device = logp.device
+    mask = _pad([torch.ones(len(s.action_ids)) for s in micro]).to(device)
+    # per-token weights: 1 (token mean) or 1/len (sequence mean); the divisor `total` matches
+    weight = mask if cfg.loss_mean == "token" else mask / mask.sum(1, keepdim=True)
+    old = _pad([s.old_logp for s in micro]).to(device)
+    adv = _pad([s.advantages for s in micro]).to(device)
+    loss = ppo_clip_loss(logp, old, adv, weight, eps=cfg.clip_eps, n_tokens=total)
+    if cfg.kl_in_loss:
+        ref = _pad([s.ref_logp for s in micro]).to(device)
+        loss = loss + kl_loss(logp, ref, weight, beta=cfg.beta, n_tokens=total)
+    with torch.no_grad():
+        log_ratio = (logp - old).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+        ratio, eps = log_ratio.exp(), cfg.clip_eps
+        clipped = ((ratio - 1).abs() > eps).float()  # outside the trust region
+        # the clip binds (the token gets no gradient): the ratio left it in the advantage's direction
+        bound = (((ratio > 1 + eps) & (adv > 0)) | ((ratio < 1 - eps) & (adv < 0))).float()
+        part = {"loss": float(loss) * total, "weight": float(weight.sum()),
+                "clip_frac": float((clipped * mask).sum()), "clip_bound": float((bound * mask).sum()),
+                "approx_kl": float((-log_ratio * mask).sum()), "tokens": float(mask.sum())}
+    return loss, part
+
+
+def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Right-pad 1-D tensors with zeros into [R, longest]."""
+    return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)

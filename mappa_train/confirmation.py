@@ -55,8 +55,9 @@ def confirmation_tasks(cfg, dev_kwargs: dict, n: int = DEFAULT_PROBLEMS) -> tupl
 def evaluate(cfg, records: list[dict], model_path: Path, out: Path, step: int) -> None:
     """Play the confirmation set with the policy at `model_path` (k = eval_samples, eval temperature,
     `eval_seed`), appending its episodes to out/eval_episodes.jsonl under set "confirmation", `step`."""
+    from mappa_train.factories import local_experience
     from mappa_train.metrics import append_eval_episodes
-    from mappa_train.train import eval_seed, local_experience
+    from mappa_train.train import eval_seed
 
     env = dataclasses.replace(cfg.env, eval_sets={CONFIRM: {"split": "eval", "task_source": records}})
     run_cfg = dataclasses.replace(cfg, env=env, model=dataclasses.replace(cfg.model, path=str(model_path)))

@@ -70,7 +70,7 @@ def export_checkpoint(run_dir: str | Path, step: int | None, out: str | Path) ->
 
 def _starting_models(cfg, policies: list[str]) -> dict[str, Path]:
     """policy -> the folder its run started from (config and tokenizer), as training resolved it."""
-    from mappa_train.train import policy_paths, resolve_model
+    from mappa_train.factories import policy_paths, resolve_model
 
     return policy_paths(cfg, policies, resolve_model(cfg))
 

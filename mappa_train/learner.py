@@ -13,11 +13,12 @@ last hidden states are taken at the positions that score action tokens only, and
 log-softmax run over those in chunks of `logprob_chunk_tokens`, recomputed in backward instead of
 kept (`benchmarks/bench_logprobs.py` measures peak memory and time against the full-logits way).
 
-The loss is a token mean over the mini-batch (every action token weighs the same, the paper) or a
-sequence mean (`algo.loss_mean=sequence`: every action weighs the same, its tokens share 1/len).
-ceil(actions / train_batch_size) mini-batches × `algo.epochs` optimizer steps; with one (the presets,
-docs/training.md) π/π_old = 1 and the clip never binds: plain REINFORCE. Logged: `optimizer_steps`,
-`clip_frac` (tokens outside 1 ± ε), `clip_bound` (tokens the clip gave no gradient).
+The loss of each micro-batch is `algo.micro_loss`: a token mean over the mini-batch (every action
+token weighs the same, the paper) or a sequence mean (`algo.loss_mean=sequence`: every action weighs
+the same, its tokens share 1/len). ceil(actions / train_batch_size) mini-batches × `algo.epochs`
+optimizer steps; with one (the presets, docs/training.md) π/π_old = 1 and the clip never binds: plain
+REINFORCE. Logged: `optimizer_steps`, `clip_frac` (tokens outside 1 ± ε), `clip_bound` (tokens the
+clip gave no gradient).
 
 Distributed (torchrun or Ray, `deepspeed.init_distributed`): each rank is given its share of the
 samples. Ranks agree on the number of mini-batches and micro-batches (ZeRO-3 gathers parameters
@@ -28,38 +29,21 @@ On CPU: `DS_ACCELERATOR=cpu`, gloo, and torch's AdamW (no JIT-built fused kernel
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import socket
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from mappa_train import algo
+from mappa_train.algo import Sample
 
 if TYPE_CHECKING:  # at run time the learner needs torch only (benchmarks/gpu_check.py imports it bare)
-    from mappa_train.config import AlgoConfig, LearnerConfig, LoraConfig
-
-
-STATS = ("loss", "weight", "clip_frac", "clip_bound", "approx_kl", "tokens")  # summed over micro-batches
-
-
-@dataclass
-class Sample:
-    """One action to train on. Tensors are per action token (len(action_ids))."""
-
-    prompt_ids: list[int]
-    action_ids: list[int]
-    old_logp: torch.Tensor | None = None
-    advantages: torch.Tensor | None = None
-    ref_logp: torch.Tensor | None = None  # needed only with algo.kl_in_loss
-
-    def __len__(self) -> int:
-        return len(self.prompt_ids) + len(self.action_ids)
+    from mappa_train.config import AlgoConfig, LearnerConfig, TrainConfig
 
 
 def init_distributed() -> tuple[int, int]:
@@ -130,45 +114,77 @@ def lr_at(step: int, cfg: LearnerConfig, total_steps: int) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+@runtime_checkable
+class Learner(Protocol):
+    """One policy's learner as the training loop uses it: `PolicyLearner`, one LoRA adapter of one
+    (`lora.AdapterLearner`) and a Ray rank group (`ray_mode.LearnerGroup`) all are one."""
+
+    rank: int  # this process's rank in the learner's world: rank 0 writes files
+    frozen: bool  # sampled with but never trained (its weights are not synced)
+
+    def logprobs(self, samples: list[Sample], reference: bool = False) -> list[torch.Tensor]: ...
+    def train(self, samples: list[Sample], lr: float) -> dict[str, float]: ...
+    def state_dict(self) -> Any: ...  # the weights the generator loads (Ray: a reference to them)
+    def save_pretrained(self, out_dir: str | Path) -> None: ...
+    def save_checkpoint(self, ckpt_dir: str | Path) -> None: ...
+    def load_checkpoint(self, ckpt_dir: str | Path) -> None: ...
+
+
+class Adapters(Protocol):
+    """Trainable adapters over a frozen base model (LoRA: `mappa_train.lora.LoraAdapters`). The learner
+    then trains the adapters' parameters only, in fp32, and scores the reference as the bare base."""
+
+    def attach(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The base wrapped with its adapters; the parameters to train require grad, no other does."""
+
+    def base_only(self, model: torch.nn.Module) -> AbstractContextManager:
+        """Inside this context the wrapped model computes as the bare base."""
+
+
+def build_learner(cfg: TrainConfig, model_path: str | Path, pad_id: int,
+                  adapters: Adapters | None = None) -> PolicyLearner:
+    """A policy's learner as the run's config says: locally, per LoRA base, and on each Ray rank."""
+    return PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
+                         attn_implementation=cfg.model.attn_implementation, temperature=cfg.generation.temperature,
+                         pad_id=pad_id, adapters=adapters)
+
+
 class PolicyLearner:
     """A policy's DeepSpeed engine and frozen reference model.
 
-    With `lora` the model is a frozen base carrying one peft adapter per name in `adapters` (the active
-    one is used and trained: `mappa_train.adapters.AdapterLearner`); DeepSpeed holds the adapters'
+    With `adapters` the model is a frozen base carrying trainable adapters (`Adapters`; the active one
+    is used and trained: `mappa_train.lora.AdapterLearner`); DeepSpeed holds the adapters'
     parameters only, and the reference is the base with the adapters off, not a second copy.
     """
 
+    frozen = False
+
     def __init__(self, model_path: str | Path, cfg: LearnerConfig, algo_cfg: AlgoConfig, *, dtype: str = "float32",
                  attn_implementation: str = "sdpa", temperature: float = 1.0, pad_id: int = 0, seed: int = 0,
-                 lora: LoraConfig | None = None, adapters: tuple[str, ...] | list[str] = ()):
+                 adapters: Adapters | None = None):
         import deepspeed
         from transformers import AutoModelForCausalLM
 
         self.cfg, self.algo, self.temperature, self.pad_id = cfg, algo_cfg, temperature, pad_id
-        self.attn = attn_implementation
+        self.attn, self.adapters = attn_implementation, adapters
         self.rank, self.world = init_distributed()
         torch.manual_seed(seed)
         torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
         load = dict(dtype=torch_dtype, attn_implementation=attn_implementation)
         model = AutoModelForCausalLM.from_pretrained(model_path, **load)
         model.config.use_cache = False
-        if lora is not None:
-            from mappa_train.adapters import adapter_parameters, add_adapters
-
-            model = add_adapters(model, lora, adapters)
-            for name in adapters:  # the optimizer holds every trained adapter; `AdapterLearner` picks one per update
-                for p in adapter_parameters(model, name):
-                    p.requires_grad_(name not in lora.frozen)
+        if adapters is not None:
+            model = adapters.attach(model)
         if cfg.grad_checkpointing:
             model.gradient_checkpointing_enable()
-            if lora is not None:  # the frozen embeddings' output must carry grad into checkpointed layers
+            if adapters is not None:  # the frozen embeddings' output must carry grad into checkpointed layers
                 model.enable_input_require_grads()
-        # peft keeps adapters in fp32 over a bf16 base: they need no bf16 master copies
-        config = ds_config(cfg, dtype if lora is None else "float32")
+        # adapters are kept in fp32 over a bf16 base: they need no bf16 master copies
+        config = ds_config(cfg, dtype if adapters is None else "float32")
         params = [p for p in model.parameters() if p.requires_grad]
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
         self.ref = None
-        if lora is None:
+        if adapters is None:
             self.ref = self._reference(model_path, load, config)
 
     def _reference(self, model_path: str | Path, load: dict, config: dict):
@@ -191,9 +207,9 @@ class PolicyLearner:
         """Log-probs of each sample's action tokens under the actor (or the reference). [n_action] each."""
         model = self.ref if reference and self.ref is not None else self.engine
         model.eval()
-        base_only = self.engine.module.disable_adapter() if reference and self.ref is None else contextlib.nullcontext()
+        base_only = self.adapters.base_only(self.engine.module) if reference and self.ref is None else nullcontext()
         out: list[torch.Tensor] = []
-        with base_only:  # LoRA: the reference is the base with the adapters off
+        with base_only:  # adapters: the reference is the base with the adapters off
             for micro in self._micro_batches(samples, self._global_max(len(self._split(samples)))):
                 out += [lp.float().cpu() for lp in self._forward(model, micro)]  # an empty micro keeps step (ZeRO-3)
         return out
@@ -207,13 +223,11 @@ class PolicyLearner:
         self.engine.train()
         total = self._global_sum(len(samples))
         n_minibatches = max(1, math.ceil(total / self.cfg.train_batch_size))
-        stats = dict.fromkeys(STATS, 0.0)
+        stats = dict.fromkeys(algo.LOSS_STATS, 0.0)
         grad_norms = []
         for _ in range(self.algo.epochs):
             for mb in _chunks(samples, n_minibatches):
-                # the loss's divisor over all ranks: action tokens (token mean) or actions (sequence mean)
-                per_sequence = self.algo.loss_mean == "sequence"
-                total = self._global_sum(len(mb) if per_sequence else sum(len(s.action_ids) for s in mb))
+                total = self._global_sum(algo.loss_count(mb, self.algo))  # the loss's divisor over all ranks
                 micros = self._micro_batches(mb, self._global_max(len(self._split(mb))))
                 for i, micro in enumerate(micros):
                     self.engine.set_gradient_accumulation_boundary(i == len(micros) - 1)
@@ -235,31 +249,11 @@ class PolicyLearner:
         return result
 
     def _loss(self, micro: list[Sample], total: float) -> tuple[torch.Tensor, dict[str, float]]:
-        """This micro-batch's share of the mini-batch loss (its sum divided by the global `total`)."""
+        """This micro-batch's share of the mini-batch loss (`algo.micro_loss`)."""
         logps = self._forward(self.engine, micro)
         if not micro:  # this rank has no data for the micro-step the others run: a zero-loss pass
-            return logps.sum() * 0.0, dict.fromkeys(STATS, 0.0)
-        logp = _pad(logps).float()  # [R, A]: action tokens only
-        device = logp.device
-        mask = _pad([torch.ones(len(s.action_ids)) for s in micro]).to(device)
-        # per-token weights: 1 (token mean) or 1/len (sequence mean); the divisor `total` matches
-        weight = mask if self.algo.loss_mean == "token" else mask / mask.sum(1, keepdim=True)
-        old = _pad([s.old_logp for s in micro]).to(device)
-        adv = _pad([s.advantages for s in micro]).to(device)
-        loss = algo.ppo_clip_loss(logp, old, adv, weight, eps=self.algo.clip_eps, n_tokens=total)
-        if self.algo.kl_in_loss:
-            ref = _pad([s.ref_logp for s in micro]).to(device)
-            loss = loss + algo.kl_loss(logp, ref, weight, beta=self.algo.beta, n_tokens=total)
-        with torch.no_grad():
-            log_ratio = (logp - old).clamp(-algo.MAX_LOG_RATIO, algo.MAX_LOG_RATIO)
-            ratio, eps = log_ratio.exp(), self.algo.clip_eps
-            clipped = ((ratio - 1).abs() > eps).float()  # outside the trust region
-            # the clip binds (the token gets no gradient): the ratio left it in the advantage's direction
-            bound = (((ratio > 1 + eps) & (adv > 0)) | ((ratio < 1 - eps) & (adv < 0))).float()
-            part = {"loss": float(loss) * total, "weight": float(weight.sum()),
-                    "clip_frac": float((clipped * mask).sum()), "clip_bound": float((bound * mask).sum()),
-                    "approx_kl": float((-log_ratio * mask).sum()), "tokens": float(mask.sum())}
-        return loss, part
+            return logps.sum() * 0.0, dict.fromkeys(algo.LOSS_STATS, 0.0)
+        return algo.micro_loss(logps, micro, self.algo, total)
 
     # ---- forward passes --------------------------------------------------------------------------
 
@@ -444,7 +438,3 @@ def _chunks(items: list, n: int) -> list[list]:
     bounds = [i * size + min(i, extra) for i in range(n + 1)]
     return [items[a:b] for a, b in zip(bounds, bounds[1:])]
 
-
-def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
-    """Right-pad 1-D tensors with zeros into [R, longest]."""
-    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)

@@ -318,7 +318,7 @@ def _policies(cfg: TrainConfig, problems: list[str]) -> list[str]:
         return []
     try:
         if cfg.model.policies == "lora":  # one adapter per role or group
-            from mappa_train.adapters import adapter_map
+            from mappa_train.lora import adapter_map
 
             return sorted(set(adapter_map(cfg, env.possible_agents).values()))
         return list(env.possible_agents)

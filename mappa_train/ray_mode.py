@@ -9,7 +9,7 @@ run. `ray.address=""` starts Ray on this machine; on a cluster run `ray start --
   not depend on the number of workers (up to the sampling seed of each generate call).
 - Each policy gets `ray.learner_ranks` `LearnerRank` actors forming one DeepSpeed world; its
   rendezvous is rank 0's node IP (as Ray sees it) and a port free on that node, so the ranks may sit
-  on different machines. `LearnerGroup` shards samples over them and looks like one `PolicyLearner`.
+  on different machines. `LearnerGroup` shards samples over them and is one `learner.Learner`.
 - After each update every rank takes part in gathering the weights (collective under ZeRO-3), but
   only rank 0 puts them in the object store, once; the driver passes the reference on and each
   rollout worker reads the one copy (the driver never holds the weights).
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mappa_train.config import TrainConfig
-from mappa_train.learner import Sample
+from mappa_train.learner import PolicyLearner, Sample
+from mappa_train.rollout import Rollout
 
 
 def _ray():
@@ -46,14 +47,14 @@ class RolloutWorkerImpl:
     """Envs and generators in a Ray actor; `collect` runs a slice of a step's episodes."""
 
     def __init__(self, cfg: TrainConfig, model_path: str):
-        from mappa_train.train import local_experience
+        from mappa_train.factories import local_experience
 
         self.local = local_experience(cfg, model_path)
 
     def info(self) -> tuple[list[str], dict[str, list[str]], dict[str, str]]:
         return self.local.train_tasks, self.local.eval_tasks, self.local.policy_of
 
-    def collect(self, task_ids: list[str], seed: int, eval_set: str | None, offset: int):
+    def collect(self, task_ids: list[str], seed: int, eval_set: str | None, offset: int) -> Rollout:
         return self.local.collect(task_ids, seed, eval_set, offset)
 
     def load_weights(self, weights: dict[str, object]) -> None:
@@ -68,7 +69,7 @@ class LearnerRankImpl:
 
     def __init__(self, rank: int, world: int, model_path: str, cfg: TrainConfig, pad_id: int):
         self.rank, self.world, self.model_path, self.cfg, self.pad_id = rank, world, model_path, cfg, pad_id
-        self.learner = None
+        self.learner: PolicyLearner | None = None
 
     def rendezvous(self) -> tuple[str, int]:
         """This actor's node IP and a port free on it: where the other ranks find rank 0."""
@@ -77,60 +78,67 @@ class LearnerRankImpl:
     def start(self, master_addr: str, master_port: int) -> None:
         os.environ.update(RANK=str(self.rank), LOCAL_RANK="0", WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE="1",
                           MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
-        from mappa_train.learner import PolicyLearner
+        from mappa_train.learner import build_learner
 
-        cfg = self.cfg
-        self.learner = PolicyLearner(self.model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
-                                     attn_implementation=cfg.model.attn_implementation,
-                                     temperature=cfg.generation.temperature, pad_id=self.pad_id)
+        self.learner = build_learner(self.cfg, self.model_path, self.pad_id)
 
-    def call(self, method: str, *args):
-        return getattr(self.learner, method)(*args)
+    def logprobs(self, samples: list[Sample], reference: bool) -> list:
+        return self.learner.logprobs(samples, reference)
+
+    def train(self, samples: list[Sample], lr: float) -> dict[str, float]:
+        return self.learner.train(samples, lr)
 
     def weights_ref(self):
         """Gather the weights (every rank: collective); rank 0 puts them in the object store, once."""
         state = self.learner.state_dict()
         return _ray().put(state) if self.rank == 0 else None
 
+    def save_checkpoint(self, ckpt_dir: str) -> None:
+        self.learner.save_checkpoint(ckpt_dir)
+
+    def load_checkpoint(self, ckpt_dir: str) -> None:
+        self.learner.load_checkpoint(ckpt_dir)
+
+    def save_pretrained(self, out_dir: str) -> None:
+        self.learner.save_pretrained(out_dir)
+
 
 class LearnerGroup:
-    """A policy's learner ranks behind the `PolicyLearner` interface the driver uses."""
+    """A policy's learner ranks, one `learner.Learner` to the driver: samples are sharded over the ranks."""
 
     rank = 0
+    frozen = False
 
     def __init__(self, ranks: list):
         self.ranks = ranks
         self.master: tuple[str, int] | None = None  # rank 0's (node IP, port), set by start_learners
 
-    def _all(self, method: str, *args) -> list:
-        return _ray().get([r.call.remote(method, *args) for r in self.ranks])
-
-    def _sharded(self, method: str, samples: list[Sample], *args) -> list:
-        n = len(self.ranks)
-        return _ray().get([r.call.remote(method, samples[i::n], *args) for i, r in enumerate(self.ranks)])
+    def _shards(self, samples: list[Sample]) -> list[list[Sample]]:
+        return [samples[i::len(self.ranks)] for i in range(len(self.ranks))]
 
     def logprobs(self, samples: list[Sample], reference: bool = False) -> list:
-        parts = self._sharded("logprobs", samples, reference)
+        parts = _ray().get([r.logprobs.remote(s, reference) for r, s in zip(self.ranks, self._shards(samples))])
         out = [None] * len(samples)
         for i, part in enumerate(parts):
             out[i::len(self.ranks)] = part
         return out
 
     def train(self, samples: list[Sample], lr: float) -> dict[str, float]:
-        return self._sharded("train", samples, lr)[0]  # metrics are already reduced over ranks
+        parts = _ray().get([r.train.remote(s, lr) for r, s in zip(self.ranks, self._shards(samples))])
+        return parts[0]  # metrics are already reduced over ranks
 
     def state_dict(self):
-        """An ObjectRef to the full weights (one copy in the object store), for `Rollouts.sync`."""
+        """An ObjectRef to the full weights (one copy in the object store), for `RayExperience.sync`."""
         return _ray().get([r.weights_ref.remote() for r in self.ranks])[0]
 
     def save_checkpoint(self, ckpt_dir) -> None:
-        self._all("save_checkpoint", str(ckpt_dir))
+        _ray().get([r.save_checkpoint.remote(str(ckpt_dir)) for r in self.ranks])
 
     def load_checkpoint(self, ckpt_dir) -> None:
-        self._all("load_checkpoint", str(ckpt_dir))
+        _ray().get([r.load_checkpoint.remote(str(ckpt_dir)) for r in self.ranks])
 
     def save_pretrained(self, out_dir) -> None:
-        self._all("save_pretrained", str(out_dir))
+        _ray().get([r.save_pretrained.remote(str(out_dir)) for r in self.ranks])
 
 
 def start_learners(groups: Mapping[str, LearnerGroup]) -> None:
@@ -142,49 +150,38 @@ def start_learners(groups: Mapping[str, LearnerGroup]) -> None:
     ray.get([r.start.remote(*g.master) for g in groups.values() for r in g.ranks])
 
 
-def ray_experience(workers: list):
-    """`train.ExperienceSource` over Ray workers: each gets a contiguous slice of the episodes."""
-    ray = _ray()
-    from mappa_train.rollout import Rollout
-    from mappa_train.train import ExperienceSource
+class RayExperience:
+    """`experience.ExperienceSource` over Ray rollout workers: each gets a contiguous slice of the episodes."""
 
-    train_tasks, eval_tasks, policy_of = ray.get(workers[0].info.remote())
+    coach = None  # each worker's envs have their own coach: none is checkpointed
 
-    def run(task_ids: list[str], seed: int, eval_set: str | None) -> Rollout:
-        n = len(workers)
+    def __init__(self, workers: list):
+        self.workers = workers
+        self.train_tasks, self.eval_tasks, self.policy_of = _ray().get(workers[0].info.remote())
+
+    def collect(self, task_ids: Sequence[str], seed: int, eval_set: str | None, offset: int = 0) -> Rollout:
+        n = len(self.workers)
         bounds = [len(task_ids) * i // n for i in range(n + 1)]
-        parts = ray.get([w.collect.remote(task_ids[bounds[i]:bounds[i + 1]], seed, eval_set, bounds[i])
-                         for i, w in enumerate(workers) if bounds[i + 1] > bounds[i]])
-        merged = Rollout([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0)
-        for p in parts:
-            merged.transitions += p.transitions
-            merged.episodes += p.episodes
-            merged.dropped += p.dropped
-            merged.overflow += p.overflow
-            merged.failed += p.failed
-            merged.rounds = max(merged.rounds, p.rounds)
-            for k, v in p.generate_calls.items():
-                merged.generate_calls[k] = merged.generate_calls.get(k, 0) + v
-            for k in ("generate_s", "env_busy_s", "wall_s"):  # workers run in parallel: the slowest counts
-                setattr(merged, k, max(getattr(merged, k), getattr(p, k)))
-        return merged
+        return Rollout.merge(_ray().get([
+            w.collect.remote(list(task_ids[bounds[i]:bounds[i + 1]]), seed, eval_set, offset + bounds[i])
+            for i, w in enumerate(self.workers) if bounds[i + 1] > bounds[i]]))
 
-    def sync(weights: Mapping[str, object]) -> None:
+    def sync(self, weights: Mapping[str, object]) -> None:
         """Weights as ObjectRefs (LearnerGroup.state_dict) or dicts (put once here); every worker reads the copy."""
+        ray = _ray()
         refs = {k: v if isinstance(v, ray.ObjectRef) else ray.put(v) for k, v in weights.items()}
-        ray.get([w.load_weights.remote(refs) for w in workers])
+        ray.get([w.load_weights.remote(refs) for w in self.workers])
 
-    def close() -> None:
-        ray.get([w.close.remote() for w in workers])
-
-    return ExperienceSource(run, sync, train_tasks, eval_tasks, policy_of, close)
+    def close(self) -> None:
+        _ray().get([w.close.remote() for w in self.workers])
 
 
 def train_with_ray(cfg: TrainConfig) -> Path:
     """`train.train` with rollout workers and learner ranks as Ray actors."""
     ray = _ray()
 
-    from mappa_train.train import check_template, pad_id, policy_paths, resolve_model, train
+    from mappa_train.factories import check_template, pad_id, policy_paths, resolve_model
+    from mappa_train.train import train
 
     model_path = str(resolve_model(cfg))
     for path in {model_path, *map(str, policy_paths(cfg, cfg.model.role_paths, model_path).values())}:
@@ -197,7 +194,7 @@ def train_with_ray(cfg: TrainConfig) -> Path:
     Worker = ray.remote(RolloutWorkerImpl).options(**options)
     Rank = ray.remote(LearnerRankImpl).options(**options)
     workers = [Worker.remote(cfg, model_path) for _ in range(cfg.ray.rollout_workers)]
-    experience = ray_experience(workers)
+    experience = RayExperience(workers)
     names = sorted(set(experience.policy_of.values()))
     paths = {name: str(path) for name, path in policy_paths(cfg, names, model_path).items()}
     learners = {name: LearnerGroup([Rank.remote(r, cfg.ray.learner_ranks, paths[name], cfg, pad_id(paths[name]))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mappa_envs.coach.types import excused
+from mappa_envs.core.records import Outcome
 from mappa_envs.driver import Driver, EpisodeResult, Request, Turn
 from mappa_train.chat_tokens import ChatFormat, env_cut_chars, judged_prefix
 from mappa_train.generation import Generation, Generator, SamplingParams
@@ -58,7 +59,7 @@ class Transition:
 class EpisodeStats:
     episode_id: int
     task_id: str
-    score: float | None  # infos[agent]["outcome"]["score"]
+    score: float | None  # the env's `Outcome.score` (None: the episode has none)
     correct: bool | None
     actions: int
     dropped: int  # actions whose coach verdict was ok=False
@@ -81,8 +82,49 @@ class Rollout:
     wall_s: float
     failed: int = 0  # episodes that raised: counted, logged, skipped
 
+    @classmethod
+    def empty(cls) -> Rollout:
+        return cls([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0)
+
+    @classmethod
+    def merge(cls, parts: Sequence[Rollout]) -> Rollout:
+        """The rollouts of workers that ran side by side, as one: counts add up, the slowest worker's times."""
+        merged = cls.empty()
+        for p in parts:
+            merged.transitions += p.transitions
+            merged.episodes += p.episodes
+            merged.dropped += p.dropped
+            merged.overflow += p.overflow
+            merged.failed += p.failed
+            merged.rounds = max(merged.rounds, p.rounds)
+            for k, v in p.generate_calls.items():
+                merged.generate_calls[k] = merged.generate_calls.get(k, 0) + v
+            merged.generate_s = max(merged.generate_s, p.generate_s)
+            merged.env_busy_s = max(merged.env_busy_s, p.env_busy_s)
+            merged.wall_s = max(merged.wall_s, p.wall_s)
+        return merged
+
     def timing(self) -> dict[str, float]:
         return {"generate_s": self.generate_s, "env_busy_s": self.env_busy_s, "wall_s": self.wall_s}
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Accuracy (episodes judged correct), mean outcome score and each role's mean coach score."""
+        episodes = self.episodes
+        if not episodes:
+            return {}
+        out = {"accuracy": sum(bool(e.correct) for e in episodes) / len(episodes),
+               "score": sum(e.score or 0.0 for e in episodes) / len(episodes), "episodes": float(len(episodes))}
+        for role in sorted({t.role for t in self.transitions}):
+            mine = [t.coach_reward for t in self.transitions if t.role == role]
+            out[f"coach/{role}"] = sum(mine) / len(mine)
+        return out
+
+    def counts(self) -> dict[str, float]:
+        """What went wrong or short: coach failures, prompt overflows, failed and stopped episodes, and the
+        actions the envs took."""
+        return {"coach_failures": float(self.dropped), "prompt_overflows": float(self.overflow),
+                "episode_failures": float(self.failed), "env_actions": float(sum(e.actions for e in self.episodes)),
+                "stopped_episodes": float(sum(e.stopped is not None for e in self.episodes))}
 
 
 @dataclass
@@ -206,7 +248,7 @@ def collect(
     actors = {name: TokenActor(gen, params, max_prompt_tokens, continuation) for name, gen in policies.items()}
     jobs = [(spec.get("seed", seed + k), spec.get("options")) for k, spec in enumerate(episodes)]
     driver = Driver(envs, actors, role_policy=role_policy, workers=workers, stop=stop)
-    out = Rollout([], [], 0, 0, {}, 0, 0.0, 0.0, 0.0)
+    out = Rollout.empty()
     for result in driver.play(jobs):
         for actor in actors.values():
             actor.forget(result.episode)
@@ -227,7 +269,7 @@ def collect(
 def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out: Rollout,
           tokenizers: Mapping[str, Any]) -> EpisodeStats:
     """Turn a finished episode's turns into transitions (none for a failed one); return its stats."""
-    outcome = result.outcome or {}
+    outcome = result.outcome
     dropped = 0
     transitions = []
     for turn in result.turns:
@@ -243,14 +285,13 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
         transitions.append(Transition(
             role=turn.role, policy=route[turn.role], prompt_ids=action.prompt_ids,
             action_ids=list(action.generation.token_ids), logprobs=list(action.generation.logprobs),
-            coach_reward=float(record.reward if getattr(record, "share", None) is None  # backprop: its share
-                               else record.share),
+            coach_reward=float(record.reward if record.share is None else record.share),  # backprop: its share
             coach_ok=ok, end_reward=0.0,
-            outcome_reward=float(outcome.get("score") or 0.0), episode_id=episode_id,
+            outcome_reward=0.0 if outcome is None else float(outcome.score), episode_id=episode_id,
             action_index=turn.action_index, turn_index=action.turn_index, task_id=str(result.task_id or ""),
             finish_reason=action.generation.finish_reason, judged_tokens=judged,
             excused=excused(record.checks)))
-    shared = any(getattr(t.record, "share", None) is not None for t in result.turns)  # backprop: on each action
+    shared = any(t.record.share is not None for t in result.turns)  # backprop: on each action
     for role, bonus in result.end_rewards.items():  # AEC pays it at the end: credit the role's last action
         mine = [t for t in transitions if t.role == role]
         if mine and not shared:
@@ -258,12 +299,12 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
     if result.error is None:
         out.transitions += transitions
         out.dropped += dropped
-    return EpisodeStats(episode_id, str(result.task_id or ""), outcome.get("score"), outcome.get("correct"),
-                        len(result.turns), dropped, result.truncated, result.error, result.stopped,
-                        _answer(outcome))
+    return EpisodeStats(episode_id, str(result.task_id or ""), None if outcome is None else outcome.score,
+                        None if outcome is None else outcome.correct, len(result.turns), dropped, result.truncated,
+                        result.error, result.stopped, _answer(outcome))
 
 
-def _answer(outcome: dict) -> str | None:
+def _answer(outcome: Outcome | None) -> str | None:
     """The extracted answer the outcome was judged on, so a log shows what was counted."""
-    predicted = outcome.get("predicted")
+    predicted = None if outcome is None else outcome.details.get("predicted")
     return None if predicted is None else str(predicted)

@@ -127,10 +127,10 @@ def test_curriculum_filtering_stops_doomed_episodes_before_more_generation(tmp_p
 
     import mappa_envs
     from mappa_envs.sandbox import make_sandbox
+    from mappa_train.factories import stop_rule
     from mappa_train.generation import Generation, SamplingParams
     from mappa_train.rollout import collect
     from mappa_train.tiny_model import build_tiny_model
-    from mappa_train.train import stop_rule
 
     tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tiny"))
     texts = {"Problem Solver": "\\boxed{1}", "Code Executor": "```python\nprint(answer)\n```", "Verifier": "\\boxed{1}"}

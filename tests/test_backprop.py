@@ -116,9 +116,9 @@ def _play(fault: str, coach=None, **kw):
 def test_rule_backprop_episode_pays_ten_times_the_outcome(fault):
     result, actions = _play(fault)
     assert result.error is None
-    assert sum(result.returns.values()) == pytest.approx(10 * result.outcome["score"])
-    assert sum(a.share for a in actions) == pytest.approx(10 * result.outcome["score"])
-    assert result.outcome["backprop"]["ok"] is True
+    assert sum(result.returns.values()) == pytest.approx(10 * result.outcome.score)
+    assert sum(a.share for a in actions) == pytest.approx(10 * result.outcome.score)
+    assert result.outcome.details["backprop"]["ok"] is True
     assert all(a.reward == 0.0 for a in actions)  # nothing is paid per step: the shares come at the end
 
 
@@ -143,7 +143,7 @@ def test_llm_backprop_is_one_structured_call_per_episode():
         result, actions = _play("verifier_overrules", coach=coach)
         assert stub.calls == 1
         assert stub.requests[0]["response_format"]["json_schema"]["name"] == "episode_credit"
-    assert sum(a.share for a in actions) == pytest.approx(10 * result.outcome["score"])
+    assert sum(a.share for a in actions) == pytest.approx(10 * result.outcome.score)
     assert [a.coach.score for a in actions] == [10.0, 10.0, 10.0, 0.0]
     # the outcome failed (s = 0); the lone wrong action takes the whole shortfall against par 10/4
     assert [a.share for a in actions] == pytest.approx([2.5, 2.5, 2.5, -7.5])
@@ -154,7 +154,7 @@ def test_a_failed_llm_judgement_is_recorded_and_pays_nothing():
         coach = LLMCoach(LLMCoachConfig(model="m", base_url=stub.url, api_key_env=None, max_retries=0))
         result, actions = _play("none", coach=coach)
         assert stub.calls == 2  # the call and its one format retry
-    info = result.outcome["backprop"]
+    info = result.outcome.details["backprop"]
     assert info["ok"] is False
     assert "no usable credit" in info["error"]
     assert "\n" not in info["error"]
@@ -168,8 +168,8 @@ def test_an_unreachable_judge_is_a_recorded_failure_not_a_crash():
         coach = LLMCoach(LLMCoachConfig(model="m", base_url=stub.url, api_key_env=None, max_retries=1, backoff_s=0))
         result, actions = _play("none", coach=coach)
     assert result.error is None
-    assert result.outcome["backprop"]["ok"] is False
-    assert "gave up" in result.outcome["backprop"]["error"]
+    assert result.outcome.details["backprop"]["ok"] is False
+    assert "gave up" in result.outcome.details["backprop"]["error"]
 
 
 class _Raising:

@@ -167,7 +167,7 @@ def test_eval_split_is_disjoint_from_train():
 
 def test_training_config_takes_chain_with_a_noisy_coach():
     from mappa_train.config import load_config
-    from mappa_train.train import make_coach as trainer_coach
+    from mappa_train.factories import make_coach as trainer_coach
 
     cfg = load_config(None, ["env.id=Chain-v0", "env.coach=rule:noise=0.2,mode=random", "env.kwargs={depth: 8}"])
     coach = trainer_coach(cfg)

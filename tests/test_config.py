@@ -127,7 +127,7 @@ def test_role_paths_need_per_role_and_known_roles():
     with pytest.raises(ConfigError, match="model.role_paths gives roles their own models, which needs "
                                           "model.policies=per_role"):
         load_config(None, ["model.role_paths={verifier: tiny}"])
-    from mappa_train.train import policy_map
+    from mappa_train.factories import policy_map
 
     cfg = load_config(None, ["model.policies=per_role", "model.role_paths={checker: tiny}"])
     with pytest.raises(ConfigError, match=r"model.role_paths names roles \['checker'\] that MathChat-v0 does not"):

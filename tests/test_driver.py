@@ -91,7 +91,7 @@ def test_results_do_not_depend_on_the_schedule_or_the_number_of_envs(sandbox):
     free, _ = play(make_envs(sandbox, 3), SeededTeam(), jobs, schedule="async")
     alone, _ = play(make_envs(sandbox, 1), SeededTeam(), jobs)
     assert summary(rounds) == summary(free) == summary(alone)
-    outcomes = [r.outcome["correct"] for r in free]
+    outcomes = [r.outcome.correct for r in free]
     assert True in outcomes
     assert False in outcomes  # the seeds did make a difference between episodes
 

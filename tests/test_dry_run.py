@@ -142,13 +142,13 @@ def test_offline_hub_id_is_one_line_saying_what_to_do(tmp_path):
 
 
 def test_engines_of_one_process_share_the_memory_fraction(monkeypatch, tiny_model_dir):
-    from mappa_train import generation, train
+    from mappa_train import factories, generation
 
     asked = []
     monkeypatch.setattr(generation, "make_generator", lambda backend, path, **kw: asked.append(kw) or object())
     cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["generation.backend=vllm",
                                                              "generation.vllm_gpu_memory_utilization=0.9"])
-    train.make_generators(cfg, tiny_model_dir, ["a", "b", "c"])
+    factories.make_generators(cfg, tiny_model_dir, ["a", "b", "c"])
     assert [kw["gpu_memory_utilization"] for kw in asked] == [pytest.approx(0.3)] * 3  # 3 engines, 0.9 in all
 
 

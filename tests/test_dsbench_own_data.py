@@ -62,8 +62,8 @@ def test_make_with_your_own_task_list_and_descriptions(data, tmp_path):
         team = mappa_envs.spec("DSBench-v0").scripted_policy
         policy = mappa_envs.registration.load_callable(team)(env)
         (result,) = VectorRunner([env], policy).run(1, seed=0)
-        assert result.outcome["submission_valid"] is True
-        assert result.outcome["metric"] == "accuracy"
+        assert result.outcome.details["submission_valid"] is True
+        assert result.outcome.details["metric"] == "accuracy"
     finally:
         env.close()
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from mappa_train.config import AlgoConfig, LearnerConfig
-from mappa_train.learner import PolicyLearner, Sample, _chunks, lr_at
+from mappa_train.learner import Learner, PolicyLearner, Sample, _chunks, lr_at
 from mappa_train.tiny_model import build_tiny_model
 
 LR = 1e-3
@@ -49,6 +49,16 @@ def model_dir(tmp_path_factory):
 def learner(model_dir):
     return PolicyLearner(model_dir, LearnerConfig(lr=LR, packed=True, micro_batch_tokens=24, train_batch_size=64),
                          AlgoConfig())
+
+
+def test_every_learner_the_loop_drives_is_a_learner(learner):
+    """PolicyLearner, one LoRA adapter of one, and a Ray rank group all conform to `Learner`."""
+    from mappa_train.lora import AdapterLearner
+    from mappa_train.ray_mode import LearnerGroup
+
+    for each in (learner, AdapterLearner(learner, "solver"), LearnerGroup([])):
+        assert isinstance(each, Learner), type(each).__name__
+    assert not isinstance(object(), Learner)
 
 
 def test_logprobs_packed_padded_and_plain_forward_agree(learner, model_dir):

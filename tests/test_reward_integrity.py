@@ -179,7 +179,7 @@ STALL = textwrap.dedent("""
     results = list(Driver(envs, Team(tasks)).play([(0, {"task_index": i}) for i in range(6)]))
     for env in envs:
         env.close()
-    print(sorted((r.task_id, bool(r.outcome and r.outcome["correct"]), r.error) for r in results))
+    print(sorted((r.task_id, bool(r.outcome and r.outcome.correct), r.error) for r in results))
 """)
 
 

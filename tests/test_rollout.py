@@ -288,3 +288,23 @@ def test_a_template_that_drops_history_is_refused(model_dir):
                          "{% if add_generation_prompt %}assistant: {% endif %}")
     with pytest.raises(TemplateError, match="continuation=render"):
         ChatFormat.of(tok)
+
+
+def test_merged_worker_rollouts_add_counts_and_keep_the_slowest_workers_times():
+    """Ray mode's workers run side by side: their rollouts merge into one, in worker order."""
+    from mappa_train.rollout import EpisodeStats, Rollout
+
+    def part(k: int, seconds: float) -> Rollout:
+        r = Rollout.empty()
+        r.episodes = [EpisodeStats(k, f"t{k}", 1.0, True, 3, 0, False)]
+        r.dropped, r.overflow, r.failed, r.rounds = k, 2 * k, 1, 3 + k
+        r.generate_calls = {"shared": 2, f"p{k}": 1}
+        r.generate_s, r.env_busy_s, r.wall_s = seconds, 2 * seconds, 3 * seconds
+        return r
+
+    merged = Rollout.merge([part(1, 5.0), part(2, 4.0)])
+    assert [e.episode_id for e in merged.episodes] == [1, 2]
+    assert (merged.dropped, merged.overflow, merged.failed, merged.rounds) == (3, 6, 2, 5)
+    assert merged.generate_calls == {"shared": 4, "p1": 1, "p2": 1}
+    assert merged.timing() == {"generate_s": 5.0, "env_busy_s": 10.0, "wall_s": 15.0}
+    assert Rollout.merge([]) == Rollout.empty()

@@ -47,9 +47,25 @@ def test_tasks_for_step_covers_each_task_once_per_pass():
     assert tasks_for_step(ids, 2, cfg) == tasks_for_step(ids, 2, cfg)
 
 
+def test_local_experience_is_an_experience_source(tmp_path):
+    """The loop sees experience through the `ExperienceSource` Protocol only."""
+    from mappa_train.experience import ExperienceSource
+    from mappa_train.factories import local_experience, resolve_model
+
+    cfg = load_config(None, TINY + [f"out_dir={tmp_path}"])
+    experience = local_experience(cfg, resolve_model(cfg))
+    try:
+        assert isinstance(experience, ExperienceSource)
+        assert experience.eval_tasks.keys() == {"heldout"}
+        assert len(experience.train_tasks) == 16
+    finally:
+        experience.close()
+
+
 @pytest.mark.slow
 def test_tiny_end_to_end(tmp_path):
-    from mappa_train.train import local_experience, resolve_model, train
+    from mappa_train.factories import local_experience, resolve_model
+    from mappa_train.train import train
 
     cfg = load_config(None, TINY + [f"out_dir={tmp_path}", "steps=2", "eval_every=1", "checkpoint_every=1"])
     out = train(cfg)
@@ -154,7 +170,8 @@ def test_every_evaluation_plays_the_same_dice(tmp_path):
     """Held-out episodes get the same env and sampling seeds at every evaluation: the same weights
     evaluated at step 0 and at step 8 sample the very same tokens, so a change between two
     evaluations of a run is the policy's, not the dice's."""
-    from mappa_train.train import eval_seed, heldout_metrics, local_experience, resolve_model
+    from mappa_train.factories import local_experience, resolve_model
+    from mappa_train.train import eval_seed, heldout_metrics
 
     cfg = load_config(None, TINY + [f"out_dir={tmp_path}", "generation.eval_temperature=1.0"])
     experience = local_experience(cfg, resolve_model(cfg))

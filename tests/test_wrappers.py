@@ -190,7 +190,7 @@ def test_vector_runner_batches_every_waiting_env_and_is_schedule_independent():
             assert [(t.role, t.action, t.reward) for t in a.turns] == [(t.role, t.action, t.reward) for t in b.turns]
         r = many[0]
         assert [t.role for t in r.turns] == SCRIPTED_ROLES
-        assert r.outcome["correct"] is True
+        assert r.outcome.correct is True
         assert r.returns == {a: sum(t.reward for t in r.turns if t.role == a) for a in ROLES}
         assert r.turns[1].info["tool_results"][0]["ok"]  # the executor's code ran in the sandbox
     finally:
@@ -235,7 +235,7 @@ def test_vector_runner_routes_roles_through_a_team_and_checks_the_policy():
         results = VectorRunner(envs, Team(members)).run(episodes=2, seed=0)
         assert all(set(call) == {role} for role, p in members.items() for call in p.calls)
         assert members["problem_solver"].calls == [["problem_solver", "problem_solver"]]
-        assert all(r.outcome["correct"] for r in results)
+        assert all(r.outcome.correct for r in results)
 
         class Short:
             def respond(self, conversations, roles):

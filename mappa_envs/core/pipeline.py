@@ -413,10 +413,10 @@ class PipelineEnv(AECEnv):
     def _finish(self, truncated: bool) -> None:
         outcome = self.episode.outcome
         bonus = 10.0 * outcome.score if self.reward_mode in ("outcome", "process+outcome") else 0.0
-        info = outcome.to_info()
         paid: dict[str, float] = {}
         if self.reward_mode == "backprop":  # each role is paid the sum of its actions' shares
-            paid, info["backprop"] = settle(self.coach, self.episode)
+            paid, outcome.details["backprop"] = settle(self.coach, self.episode)
+        info = outcome.to_info()
         for a in self.agents:
             self.rewards[a] += bonus + paid.get(a, 0.0)
             self.infos[a] = {**self.infos[a], "outcome": info}

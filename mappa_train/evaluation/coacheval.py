@@ -95,7 +95,7 @@ def play(env_id: str, kwargs: dict, fault: str, batch: int = 4, sandbox: Any = N
     wrap = None if probe is None else \
         (lambda team, tasks: _ProbeTeam(team, probe[1], PROBES[probe[0]], [t.prompt for t in tasks]))
     results, tasks = play_team(env_id, fault, kwargs, recorder, batch, sandbox, wrap)
-    outcomes = {r.task_id: r.outcome or {} for r in results}
+    outcomes = {r.task_id: r.outcome.to_info() if r.outcome else {} for r in results}
     name = fault if probe is None else f"probe:{probe[0]}:{probe[1]}"
     out = []
     for task in tasks:

@@ -71,8 +71,8 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
 
 
 def _lora_team(final: Path, backend: str, seed: int, sampling: SamplingParams) -> Team:
-    """A LoRA run's team: its base with each role's trained adapter (mappa_train.adapters)."""
-    from mappa_train.adapters import load_run_generators
+    """A LoRA run's team: its base with each role's trained adapter (mappa_train.lora)."""
+    from mappa_train.lora import load_run_generators
     from mappa_train.text_policies import GeneratorPolicy
 
     if backend not in ("hf", "vllm"):

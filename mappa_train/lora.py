@@ -1,8 +1,8 @@
 """LoRA policies (`model.policies=lora`): one frozen base model, one peft adapter per role or group.
 
     role -> adapter:   adapter_map(cfg, roles)                 # groups share one; ConfigError on unknown names
-    learner:           one PolicyLearner(lora=...) holds the base and every adapter; `AdapterLearner`
-                       is one adapter's view of it, with the interface the driver uses per policy
+    learner:           one PolicyLearner(adapters=LoraAdapters(...)) holds the base and every adapter;
+                       `AdapterLearner` is one adapter's view of it, a `learner.Learner` like any policy's
     generator:         one HFGenerator (or one vLLM engine, `vllm_engine.LoraVLLMGenerator`) holds the base
                        and every adapter; `AdapterGenerator` is one adapter's view, switched per batch
     sync:              `AdapterLearner.state_dict()` is the adapter's tensors only (KB-MB, not the model)
@@ -117,8 +117,26 @@ def read_adapter(folder: str | Path) -> dict:
     return load_file(str(Path(folder) / ADAPTER_FILE))
 
 
+class LoraAdapters:
+    """`learner.Adapters` for LoRA: one peft adapter per name over the base; those in `lora.frozen`
+    never require grad, so the optimizer holds every trained adapter and `AdapterLearner` picks one."""
+
+    def __init__(self, lora: LoraConfig, names: Sequence[str]):
+        self.lora, self.names = lora, list(names)
+
+    def attach(self, model):
+        model = add_adapters(model, self.lora, self.names)
+        for name in self.names:
+            for p in adapter_parameters(model, name):
+                p.requires_grad_(name not in self.lora.frozen)
+        return model
+
+    def base_only(self, model):
+        return model.disable_adapter()  # peft: the base with every adapter off
+
+
 class AdapterLearner:
-    """One adapter of a LoRA `PolicyLearner`, behind the per-policy interface the driver uses.
+    """One adapter of a LoRA `PolicyLearner`, a `learner.Learner` like any policy's.
 
     Each update draws its dropout masks from its own seed (seed, adapter, update count; the count is
     checkpointed), so a resumed run repeats them exactly, with `lora.dropout` > 0 too."""
@@ -185,13 +203,12 @@ class AdapterLearner:
                 optimizer.state[p] = state
 
 
-def lora_learners(cfg: TrainConfig, model_path: str | Path, names: Sequence[str], pad_id: int) -> dict[str, Any]:
+def lora_learners(cfg: TrainConfig, model_path: str | Path, names: Sequence[str],
+                  pad_id: int) -> dict[str, AdapterLearner]:
     """One PolicyLearner over the frozen base with every adapter, and one AdapterLearner per adapter."""
-    from mappa_train.learner import PolicyLearner
+    from mappa_train.learner import build_learner
 
-    learner = PolicyLearner(model_path, cfg.learner, cfg.algo, dtype=cfg.model.dtype, seed=cfg.seed,
-                            attn_implementation=cfg.model.attn_implementation, temperature=cfg.generation.temperature,
-                            pad_id=pad_id, lora=cfg.lora, adapters=names)
+    learner = build_learner(cfg, model_path, pad_id, LoraAdapters(cfg.lora, names))
     lrs = {n: float(lr) for n, lr in cfg.lora.lr.items()}  # YAML may hand 1e-4 over as a string (validated)
     return {n: AdapterLearner(learner, n, lrs.get(n), n in cfg.lora.frozen, cfg.seed) for n in names}
 

@@ -1,0 +1,146 @@
+"""The trainer's blocks, built from its config: the model, envs, coach, generators, learners, experience.
+
+    model_path = resolve_model(cfg)                            # a local checkpoint ('tiny' is built)
+    experience = local_experience(cfg, model_path)             # envs + generators: an ExperienceSource
+    learners = make_learners(cfg, model_path, policy names)    # policy -> Learner
+
+`mappa_train.train` runs the loop over them; `mappa_train.ray_mode` builds the same blocks as Ray actors.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer
+
+from mappa_train.config import ConfigError, TrainConfig
+from mappa_train.experience import LocalExperience
+from mappa_train.learner import Learner, build_learner
+
+SHARED = "shared"
+
+
+def resolve_model(cfg: TrainConfig) -> Path:
+    """The starting checkpoint as a local directory (mappa_train.models); 'tiny' is built under out_dir."""
+    from mappa_train.models import resolve_model as resolve
+
+    return resolve(cfg.model.path, tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed)
+
+
+def policy_paths(cfg: TrainConfig, names: Iterable[str], default: Path | str) -> dict[str, Path]:
+    """policy -> its starting checkpoint: `model.role_paths` for the roles it names (per_role: a policy is
+    a role), the resolved `model.path` (`default`) for the rest."""
+    from mappa_train.models import resolve_model as resolve
+
+    paths = cfg.model.role_paths
+    return {n: resolve(paths[n], tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed) if n in paths
+            else Path(default) for n in names}
+
+
+def check_template(cfg: TrainConfig, model_path: Path | str):
+    """Refuse, before anything starts, a chat template the rollout cannot prompt token-exactly."""
+    from mappa_train.chat_tokens import ChatFormat
+
+    return ChatFormat.of(AutoTokenizer.from_pretrained(model_path), cfg.generation.continuation)
+
+
+def pad_id(model_path: Path | str) -> int:
+    return AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
+
+
+def make_coach(cfg: TrainConfig):
+    """The configured coach, through the one factory training and `mappa eval` share."""
+    from mappa_envs.coach import make_coach as build
+
+    return build(cfg.env.coach, cfg.env.coach_kwargs, cfg.env.coach_cache)
+
+
+def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = None, sandbox: Any = None) -> list:
+    """`n` envs as configured; they share one coach and (when given) one sandbox."""
+    import mappa_envs
+
+    coach = make_coach(cfg)
+    kwargs = {**cfg.env.kwargs, **(overrides or {})}
+    return [mappa_envs.make(cfg.env.id, coach=coach, sandbox=sandbox or cfg.env.sandbox, **kwargs) for _ in range(n)]
+
+
+def policy_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
+    """role -> policy name: one shared policy, one per role (the paper), or one LoRA adapter per role or group."""
+    if cfg.model.policies == "lora":
+        from mappa_train.lora import adapter_map
+
+        return adapter_map(cfg, roles)
+    unknown = sorted(set(cfg.model.role_paths) - set(roles))
+    if unknown:
+        raise ConfigError(f"model.role_paths names roles {unknown} that {cfg.env.id} does not have; "
+                          f"its roles: {list(roles)}")
+    return {r: (SHARED if cfg.model.policies == "shared" else r) for r in roles}
+
+
+def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Any]:
+    from transformers import AutoConfig
+
+    from mappa_train.generation import make_generator
+
+    g = cfg.generation
+    paths = policy_paths(cfg, names, model_path)
+    for path in sorted(set(paths.values())):
+        limit = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
+        if limit and g.max_prompt_tokens + g.max_new_tokens > limit:
+            raise ValueError(f"generation.max_prompt_tokens + max_new_tokens = {g.max_prompt_tokens + g.max_new_tokens}"
+                             f" exceeds the context of {path} ({limit}); lower generation.max_prompt_tokens")
+    if g.backend == "hf":
+        kwargs: dict = {"dtype": torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32}
+    else:  # one GPU holds this process's engines: they share vllm_gpu_memory_utilization (vLLM checks the sum)
+        kwargs = {"dtype": cfg.model.dtype, "max_model_len": g.max_prompt_tokens + g.max_new_tokens,
+                  "gpu_memory_utilization": g.vllm_gpu_memory_utilization / len(names), "seed": cfg.seed}
+    if cfg.model.policies == "lora":  # one engine, every adapter: the memory of one policy, not len(names)
+        from mappa_train.lora import lora_generators
+
+        if g.backend == "vllm":
+            kwargs["gpu_memory_utilization"] = g.vllm_gpu_memory_utilization
+        return lora_generators(cfg, model_path, names, **kwargs)
+    return {name: make_generator(g.backend, str(paths[name]), **kwargs) for name in names}
+
+
+def make_learners(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Learner]:
+    """policy name -> its learner; in LoRA mode one base model's adapters, each behind the same interface."""
+    if cfg.model.policies == "lora":
+        from mappa_train.lora import lora_learners
+
+        return lora_learners(cfg, model_path, names, pad_id(model_path))
+    paths = policy_paths(cfg, names, model_path)
+    return {name: build_learner(cfg, paths[name], pad_id(paths[name])) for name in names}
+
+
+def stop_rule(stop_below: Mapping[str, float], roles: Sequence[str]) -> Callable | None:
+    """`rollout.stop_below` as the driver's stop rule: an action of a listed role scored below its threshold."""
+    if not stop_below:
+        return None
+    unknown = sorted(set(stop_below) - set(roles))
+    if unknown:
+        raise ConfigError(f"rollout.stop_below names roles {unknown} that the env does not have; "
+                          f"its roles: {list(roles)}")
+
+    def doomed(result, turn) -> str | None:
+        limit = stop_below.get(turn.role)
+        score = turn.record.reward
+        return f"{turn.role} scored {score:g} < {limit:g}" if limit is not None and score < limit else None
+
+    return doomed
+
+
+def local_experience(cfg: TrainConfig, model_path: Path | str) -> LocalExperience:
+    """Envs and generators in this process; its `collect` drives B = rollout.num_envs envs at once."""
+    from mappa_envs.sandbox import make_sandbox
+
+    sandbox = make_sandbox(cfg.env.sandbox, **cfg.env.sandbox_kwargs)
+    envs = {None: make_envs(cfg, cfg.rollout.num_envs, sandbox=sandbox)}
+    for name, overrides in cfg.env.eval_sets.items():
+        envs[name] = make_envs(cfg, cfg.rollout.num_envs, overrides, sandbox=sandbox)
+    roles = envs[None][0].possible_agents
+    policy_of = policy_map(cfg, roles)
+    generators = make_generators(cfg, model_path, sorted(set(policy_of.values())))
+    return LocalExperience(cfg, envs, generators, policy_of, sandbox, stop_rule(cfg.rollout.stop_below, roles))
