@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from mappa_train.config import ConfigError, load_config
-    from mappa_train.models import resolve_model
+    from mappa_train.model_source import resolve_model
     from mappa_train.train import train
 
     preset = ROOT / "configs" / "quickstart.yaml"

@@ -47,8 +47,8 @@ SHARED = "shared"
 # ---- set-up ----------------------------------------------------------------------------------------
 
 def resolve_model(cfg: TrainConfig) -> Path:
-    """The starting checkpoint as a local directory (mappa_train.models); 'tiny' is built under out_dir."""
-    from mappa_train.models import resolve_model as resolve
+    """The starting checkpoint as a local directory (mappa_train.model_source); 'tiny' is built under out_dir."""
+    from mappa_train.model_source import resolve_model as resolve
 
     return resolve(cfg.model.path, tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed)
 
@@ -56,7 +56,7 @@ def resolve_model(cfg: TrainConfig) -> Path:
 def policy_paths(cfg: TrainConfig, names: Iterable[str], default: Path | str) -> dict[str, Path]:
     """policy -> its starting checkpoint: `model.role_paths` for the roles it names (per_role: a policy is
     a role), the resolved `model.path` (`default`) for the rest."""
-    from mappa_train.models import resolve_model as resolve
+    from mappa_train.model_source import resolve_model as resolve
 
     paths = cfg.model.role_paths
     return {n: resolve(paths[n], tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed) if n in paths
@@ -71,8 +71,8 @@ def check_template(cfg: TrainConfig, model_path: Path | str):
 
 
 def dry_run(cfg: TrainConfig) -> int:
-    """`mappa train --dry-run`: resolve the model, check its template, print the placement plan (plan.py)."""
-    from mappa_train.plan import dry_run as check
+    """`mappa train --dry-run`: resolve the model, check its template, print the placement plan (placement.py)."""
+    from mappa_train.placement import dry_run as check
 
     return check(cfg)
 

@@ -32,7 +32,7 @@ from mappa_envs.core.pipeline import Task
 from mappa_train.config import AlgoConfig, LearnerConfig, load_config
 from mappa_train.generation import SamplingParams, chat_prompt_ids
 from mappa_train.learner import PolicyLearner, Sample
-from mappa_train.models import builtin_gguf, resolve_model
+from mappa_train.model_source import builtin_gguf, resolve_model
 from tests.chat_fixtures import TEMPLATES
 
 has_vllm = importlib.util.find_spec("vllm") is not None

@@ -24,7 +24,7 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
     """A TextPolicy, or a builder of one from an env, for `spec` (see `TEAM_HELP` in mappa_cli/eval.py).
 
     Model specs: `hf:MODEL` (transformers), `vllm:MODEL` (an in-process vLLM engine), MODEL being
-    anything `model.path` takes (mappa_train.models.resolve_model: a folder, a hub id, a .gguf file,
+    anything `model.path` takes (mappa_train.model_source.resolve_model: a folder, a hub id, a .gguf file,
     `smollm2-135m`, `tiny`),
     `openai:MODEL@BASE_URL` (any OpenAI-compatible endpoint), sampled with `sampling`.
     """
@@ -117,7 +117,7 @@ def _model_policy(kind: str, target: str, sampling: SamplingParams) -> TextPolic
             raise EvalSpecError(f"team spec openai:{target}: expected openai:MODEL@BASE_URL, e.g. openai:qwen@http://127.0.0.1:8000/v1")
         return EndpointPolicy(OpenAIChat(model, base_url=url), sampling)
     from mappa_train.generation import make_generator
-    from mappa_train.models import resolve_model
+    from mappa_train.model_source import resolve_model
 
     # the resolver `mappa train model.path=...` uses: hub ids, folders, .gguf files, smollm2-135m, tiny
     path = resolve_model(target, label=f"team spec {kind}:{target}")

@@ -247,7 +247,7 @@ def dry_run(cfg: TrainConfig, echo=print) -> int:
     from transformers import AutoTokenizer
 
     from mappa_train.chat_tokens import ChatFormat, TemplateError
-    from mappa_train.models import ModelSourceError, describe_model
+    from mappa_train.model_source import ModelSourceError, describe_model
 
     problems: list[str] = []
     try:
