@@ -32,7 +32,7 @@ from mappa_train import algo
 from mappa_train.config import ConfigError, TrainConfig, to_dict
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
 from mappa_train.learner import PolicyLearner, Sample, lr_at
-from mappa_train.metrics import (
+from mappa_train.runlog import (
     METRICS_FILE,
     MetricsLogger,
     append_eval_episodes,
@@ -452,7 +452,7 @@ def eval_seed(cfg: TrainConfig) -> int:
 
 
 def _has_eval(out: Path, step: int) -> bool:
-    from mappa_train.metrics import read_metrics
+    from mappa_train.runlog import read_metrics
 
     return any(r["kind"] == "eval" and r["step"] == step for r in read_metrics(out / METRICS_FILE))
 

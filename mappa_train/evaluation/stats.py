@@ -2,6 +2,7 @@
 
 The unit of every standard error and bootstrap is the *problem*: each problem contributes one
 per-problem figure (its avg@k, pass@k or maj@k), and the spread is taken across problems.
+`accuracy_change` compares two evaluations of one training run problem by problem.
 
 - avg@k: the mean correctness of a problem's k samples (rule-checked, never the coach's opinion).
 - pass@k: the unbiased estimator of "at least one of k samples is right" from n >= k samples with
@@ -16,8 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+from mappa_train.runlog import eval_outcomes
 
 
 @dataclass(frozen=True)
@@ -168,3 +172,23 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_00
     tail = (1 - level) / 2
     low, high = np.quantile(means, [tail, 1 - tail])
     return PairedCI(float(d.mean()), float(low), float(high), int(d.size), level)
+
+
+def problem_means(outcomes: dict[str, list[float]], tasks: list[str]) -> list[float]:
+    """Each problem's mean correctness over its samples, in `tasks` order (the unit a paired bootstrap resamples)."""
+    return [sum(outcomes[t]) / len(outcomes[t]) for t in tasks]
+
+
+def accuracy_change(out_dir: str | Path, eval_set: str, first: int, last: int, n_boot: int = 10_000,
+                    seed: int = 0) -> tuple[list[str], list[float], list[float], PairedCI]:
+    """Held-out accuracy at the evaluations of steps `first` and `last` of one run: the problems, each
+    one's accuracy before and after, and the paired bootstrap of the change, read from the run's log
+    (mappa_train.runlog). Both evaluations must have played the same problems and samples, else the
+    comparison would not be paired."""
+    before, after = eval_outcomes(out_dir, first, eval_set), eval_outcomes(out_dir, last, eval_set)
+    tasks = sorted(before)
+    if sorted(after) != tasks or any(len(before[t]) != len(after[t]) for t in tasks):
+        raise RuntimeError(f"the evaluations at steps {first} and {last} of {out_dir} did not play the same "
+                           f"problems and samples; re-run in a fresh output directory")
+    b, a = problem_means(before, tasks), problem_means(after, tasks)
+    return tasks, b, a, paired_bootstrap(b, a, n_boot=n_boot, seed=seed)
