@@ -37,6 +37,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from mappa_envs.errors import InputError
 from mappa_envs.policy import Team, TextPolicy, route_roles
 
 log = logging.getLogger(__name__)
@@ -213,11 +214,11 @@ class Driver:
                  straggle: float = 0.5, max_gather_s: float = 0.25, max_failures: int = 3,
                  step_deadline_s: float | None = STEP_DEADLINE_S):
         if not envs:
-            raise ValueError("the driver needs at least one env")
+            raise InputError("the driver needs at least one env")
         if step_deadline_s is not None and (isinstance(step_deadline_s, bool) or not step_deadline_s > 0):
-            raise ValueError(f"step_deadline_s must be a number > 0 or None, got {step_deadline_s!r}")
+            raise InputError(f"step_deadline_s must be a number > 0 or None, got {step_deadline_s!r}")
         if schedule not in ("async", "rounds"):
-            raise ValueError(f"schedule must be 'async' or 'rounds', got {schedule!r}")
+            raise InputError(f"schedule must be 'async' or 'rounds', got {schedule!r}")
         self.envs, self.actors = list(envs), as_actors(policies)
         self.route = route_roles(self.actors, envs[0].possible_agents, role_policy)
         self.workers, self.schedule, self.stop = workers or len(envs), schedule, stop

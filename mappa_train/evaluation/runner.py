@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from mappa_envs.errors import MappaError
+from mappa_envs.errors import InputError, MappaError
 from mappa_envs.policy import Team, TextPolicy
 from mappa_envs.wrappers import EpisodeResult, Turn, VectorRunner
 from mappa_train.evaluation.hygiene import find_overlap
@@ -107,7 +107,7 @@ def play_jobs(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], ba
               on_episode: Callable[[dict], None] | None = None) -> list[dict]:
     """Play `jobs` with up to `batch_size` envs at once; returns the episode records in finish order."""
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if not jobs:
         return []
     records: list[dict] = []
@@ -184,7 +184,7 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
     train/eval overlap of the sets that name a training source.
     """
     if k < 1:
-        raise ValueError(f"k (samples per problem) must be >= 1, got {k}")
+        raise InputError(f"k (samples per problem) must be >= 1, got {k}")
     kwargs = dict(env_kwargs or {})
     if isinstance(kwargs.get("sandbox"), (str, type(None))):
         # One sandbox for every env, with a session warming for each batch slot; otherwise each env

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mappa_envs.errors import InputError
 from mappa_train.runlog import eval_outcomes
 
 
@@ -59,9 +60,9 @@ def mean_se(values: Sequence[float]) -> MeanSE:
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k for one problem with n samples, c of them correct."""
     if not 0 <= c <= n:
-        raise ValueError(f"pass_at_k: need 0 <= c <= n, got n={n}, c={c}")
+        raise InputError(f"pass_at_k: need 0 <= c <= n, got n={n}, c={c}")
     if not 1 <= k <= n:
-        raise ValueError(f"pass_at_k: need 1 <= k <= n, got k={k} with n={n} samples; sample more or lower k")
+        raise InputError(f"pass_at_k: need 1 <= k <= n, got k={k} with n={n} samples; sample more or lower k")
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
@@ -165,7 +166,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_00
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"paired_bootstrap: need two equal-length 1-D sequences, got {x.shape} and {y.shape}")
     if x.size == 0:
-        raise ValueError("paired_bootstrap: no paired problems (do the runs share an eval set?)")
+        raise InputError("paired_bootstrap: no paired problems (do the runs share an eval set?)")
     d = y - x
     rng = np.random.default_rng(seed)
     means = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
