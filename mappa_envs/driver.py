@@ -31,7 +31,6 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from mappa_envs.errors import InputError
 from mappa_envs.policy import Team, TextPolicy, route_roles
+from mappa_envs.seeding import derive_seed
 
 log = logging.getLogger(__name__)
 Schedule = Literal["async", "rounds"]
@@ -117,7 +117,7 @@ def action_seed(episode_seed: int | None, action_index: int) -> int | None:
     """The sampling seed of an episode's `action_index`-th action: fixed by the episode's seed alone."""
     if episode_seed is None:
         return None
-    return zlib.crc32(f"{episode_seed}/{action_index}".encode()) & 0x7FFFFFFF
+    return derive_seed(episode_seed, action_index)
 
 
 def episode_over(env) -> bool:

@@ -11,16 +11,14 @@ then the envs step (tool calls, coach) in a thread pool.
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
 from mappa_envs.errors import InputError, MappaError
 from mappa_envs.policy import Team, TextPolicy
+from mappa_envs.seeding import sequence_seed
 from mappa_envs.wrappers import EpisodeResult, Turn, VectorRunner
 from mappa_train.evaluation.hygiene import find_overlap
 
@@ -71,8 +69,7 @@ class Job:
 
 def episode_seed(base_seed: int, set_name: str, task_id: str, sample: int) -> int:
     """A seed that depends on the problem and sample, not on the order episodes run in."""
-    ss = np.random.SeedSequence([base_seed, zlib.crc32(f"{set_name}/{task_id}".encode()), sample])
-    return int(ss.generate_state(1)[0])
+    return sequence_seed(base_seed, f"{set_name}/{task_id}", sample)
 
 
 def load_transcripts(path: Path) -> list[dict]:
