@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from mappa_envs.errors import InputError
 from mappa_envs.policy import Team, TextPolicy, route_roles
@@ -217,7 +217,7 @@ class Driver:
             raise InputError("the driver needs at least one env")
         if step_deadline_s is not None and (isinstance(step_deadline_s, bool) or not step_deadline_s > 0):
             raise InputError(f"step_deadline_s must be a number > 0 or None, got {step_deadline_s!r}")
-        if schedule not in ("async", "rounds"):
+        if schedule not in get_args(Schedule):
             raise InputError(f"schedule must be 'async' or 'rounds', got {schedule!r}")
         self.envs, self.actors = list(envs), as_actors(policies)
         self.route = route_roles(self.actors, envs[0].possible_agents, role_policy)

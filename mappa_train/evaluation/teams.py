@@ -9,9 +9,9 @@ from pathlib import Path
 
 from mappa_envs.policy import Team, TextPolicy
 from mappa_train.evaluation.runner import EvalSpecError, TeamSource
-from mappa_train.generation import SamplingParams
+from mappa_train.generation import BACKENDS, SamplingParams
 
-MODEL_KINDS = ("hf", "vllm", "openai")
+MODEL_KINDS = (*BACKENDS, "openai")
 
 
 def team_name(spec: str) -> str:
@@ -75,7 +75,7 @@ def _lora_team(final: Path, backend: str, seed: int, sampling: SamplingParams) -
     from mappa_train.adapters import load_run_generators
     from mappa_train.text_policies import GeneratorPolicy
 
-    if backend not in ("hf", "vllm"):
+    if backend not in BACKENDS:
         raise EvalSpecError(f"team spec run:{final.parent}@{backend}: a LoRA run is served by hf or vllm")
     generators = load_run_generators(final, backend)
     seeded = replace(sampling, seed=seed)  # as for model specs: each action adds its driver seed
@@ -136,12 +136,6 @@ def _scripted(env, options: dict) -> TextPolicy:
 
 def _import(target: str):
     """The object "package.module:name" names, or an EvalSpecError saying why it cannot be imported."""
-    import importlib
+    from mappa_envs.registration import resolve
 
-    module, _, name = target.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as e:
-        raise EvalSpecError(f"team spec {target!r}: cannot import {module} ({e})") from None
-    except AttributeError:
-        raise EvalSpecError(f"team spec {target!r}: {module} has no {name!r}") from None
+    return resolve(target, "team spec", EvalSpecError)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from mappa_envs.errors import InputError
 
 FinishReason = Literal["stop", "length"]
-BACKENDS = ("hf", "vllm")
+Backend = Literal["hf", "vllm"]
+BACKENDS: tuple[str, ...] = get_args(Backend)
 
 
 @dataclass(frozen=True)
