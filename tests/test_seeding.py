@@ -8,6 +8,8 @@ from mappa_envs.dsbench.builtin import _task_rng
 from mappa_envs.seeding import derive_seed, name_key, sequence_seed, stride_seed
 from mappa_train.evaluation.runner import episode_seed
 
+pytestmark = pytest.mark.unit
+
 
 def test_action_seeds_are_derive_seed_with_their_old_values():
     assert [action_seed(5, i) for i in range(3)] == [1764030120, 505660990, 120231812]
