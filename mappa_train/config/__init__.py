@@ -24,9 +24,11 @@ from mappa_train.config.schema import (
     LogConfig,
     LoraConfig,
     ModelConfig,
+    Normalization,
     RayConfig,
     RolloutConfig,
     Rule,
+    Scope,
     TrainConfig,
     doc,
     non_negative,
@@ -38,7 +40,7 @@ from mappa_train.config.validation import validate
 
 __all__ = [
     "AlgoConfig", "ConfigError", "EnvConfig", "GenerationConfig", "HardwareConfig", "LearnerConfig", "LogConfig",
-    "LoraConfig", "ModelConfig", "RayConfig", "RolloutConfig", "Rule", "TrainConfig", "doc", "from_dict",
-    "help_lines", "load_config", "load_section", "non_negative", "one_of", "positive", "to_dict", "validate",
-    "within",
+    "LoraConfig", "ModelConfig", "Normalization", "RayConfig", "RolloutConfig", "Rule", "Scope", "TrainConfig",
+    "doc", "from_dict", "help_lines", "load_config", "load_section", "non_negative", "one_of", "positive", "to_dict",
+    "validate", "within",
 ]

@@ -10,12 +10,17 @@ from typing import Any, Literal
 
 from mappa_envs.errors import MappaError
 from mappa_envs.sandbox.types import SandboxBackend
+from mappa_train.chat_tokens import Continuation
 from mappa_train.generation import Backend as GenerationBackend
 
 
 class ConfigError(MappaError, ValueError):
     """A bad config file, key or value; the message says which and how to fix it."""
 
+
+# the RL choices, named once; mappa_train.algo implements them
+Scope = Literal["action", "agent", "episode"]
+Normalization = Literal["global", "per_role", "per_role_turn", "per_agent"]
 
 Rule = Callable[[Any], "str | None"]  # value -> what is wrong with it ("must be > 0"), or None
 
@@ -94,7 +99,7 @@ class GenerationConfig:
     eval_temperature: float = doc(0.6, "sampling temperature for evaluation", non_negative)
     vllm_gpu_memory_utilization: float = doc(0.6, "vLLM: fraction of a GPU's memory for all the engines it holds, "
                                                    "split evenly between them (weights + KV cache)", within(0, 1))
-    continuation: Literal["append", "render"] = doc(
+    continuation: Continuation = doc(
         "append", "a later action of a turn is prompted with the previous prompt + sampled ids + the new messages' "
                   "tokens (append), or the whole chat rendered again (render); see mappa_train/chat_tokens.py")
 
@@ -115,13 +120,13 @@ class RolloutConfig:
 class AlgoConfig:
     beta: float = doc(0.01, "KL coefficient β", non_negative)
     clip_eps: float = doc(0.2, "PPO clip ε", within(0, 1, hi_open=True))
-    scope: Literal["action", "agent", "episode"] = doc("action", "return-to-go over the action, the agent's later "
+    scope: Scope = doc("action", "return-to-go over the action, the agent's later "
                                                                  "actions, or the rest of the episode")
     kl_in_loss: bool = doc(False, "put β·k3 KL in the loss instead of −β·k1 in the reward")
     reward_scale: float = doc(1.0, "multiplies the env's rewards (the coach's 0–10 score; the outcome bonus of "
                                    "env.kwargs.reward_mode outcome / process+outcome) before they enter the RL reward",
                               positive)
-    whiten: Literal["global", "per_role", "per_role_turn", "per_agent"] = doc(
+    whiten: Normalization = doc(
         "global", "advantage normalisation: over the whole batch (paper), per role (reference code), per (task, role, "
                   "turn) group (AT-GRPO-style) or per agent over its actions (Dr.MAS-style); see mappa_train.algo")
     old_logprobs: Literal["learner", "generator"] = doc(
