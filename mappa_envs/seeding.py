@@ -16,9 +16,13 @@ stay, each written once here as a compat form and named by what uses it; new cod
   task data, LoRA dropout seeds).
 - `sequence_seed(*parts)`: numpy's SeedSequence over the parts, strings as `name_key` (the seed of
   each evaluation episode).
+- `digest_seed(*parts)`: 64 bits of SHA-256 over the parts as JSON, for parts that are whole texts
+  (the noisy coach's draw for each request).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import zlib
 
 STRIDE = 1_000_003  # a prime larger than any index a run uses
@@ -47,3 +51,8 @@ def sequence_seed(*parts: int | str) -> int:
 
     entropy = [name_key(p) if isinstance(p, str) else p for p in parts]
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def digest_seed(*parts) -> int:
+    """Compat form: the first 8 bytes of SHA-256 of json.dumps(list(parts), ensure_ascii=False), big-endian."""
+    return int.from_bytes(hashlib.sha256(json.dumps(list(parts), ensure_ascii=False).encode()).digest()[:8], "big")

@@ -31,3 +31,12 @@ def test_compat_forms_keep_their_values():
     assert _task_rng(3, "housing").integers(0, 2**31, 3).tolist() == [1283212205, 1122412782, 1325410865]
     assert name_key("verifier") == 4220602952
     assert stride_seed(2, 5) == 2_000_011
+
+
+def test_the_noisy_coach_draws_keep_their_keys():
+    from mappa_envs.coach.noisy import NoisyCoach
+    from mappa_envs.coach.rule import RuleCoach
+    from mappa_envs.coach.types import CoachRequest
+
+    r = CoachRequest("MathChat-v0", "verifier", "d", "What is 2+2?", "The answer is 4 é", context="ctx", action_index=2)
+    assert NoisyCoach(RuleCoach(), 0.5, seed=3)._key(r) == 7254170708034766448
