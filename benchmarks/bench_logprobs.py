@@ -72,7 +72,7 @@ def child(args) -> None:
     from transformers import AutoModelForCausalLM
 
     from mappa_train.learner import final_hidden, output_head
-    from mappa_train.models import resolve_model
+    from mappa_train.model_source import resolve_model
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(resolve_model(args.model), dtype=torch.float32)

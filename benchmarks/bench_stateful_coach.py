@@ -76,16 +76,7 @@ def main() -> None:
     unbiased, biased = RuleCoach(), BiasedRule(args.bias)
     stateful = StatefulCoach(BiasedRule(args.bias), BalanceConfig())
     truth = {a: unbiased.score(episodes[a[0]].requests[a[1]]).score for a in actions}
-    rng = random.Random(args.seed)
-    per_epoch, last = [], {}
-    for _ in range(args.epochs):
-        order = actions[:]
-        rng.shuffle(order)
-        served = {a: stateful.score(episodes[a[0]].requests[a[1]]) for a in order}
-        keys = list(served)
-        per_epoch.append(residual([served[a].score for a in keys], [truth[a] for a in keys],
-                                  [episodes[a[0]].task_type for a in keys]))
-        last = served
+    per_epoch, last = _epochs(stateful, episodes, actions, truth, args.epochs, args.seed)
     raw_first = residual([biased.score(episodes[e].requests[k]).score for e, k in actions],
                          [truth[a] for a in actions], [episodes[e].task_type for e, _ in actions])
 
@@ -109,17 +100,39 @@ def main() -> None:
     (args.out / "results.json").write_text(json.dumps(result, indent=2))
     plot_corrections(stateful, args.out / "corrections.png", f"stateful coach, +{args.bias:g} on regression")
     _plot_bias(per_epoch, raw_first, args.out / "bias.png")
-    lines = ["| coach | residual regression bias | step blame | agent blame |", "|---|---|---|---|"]
-    lines.append(f"| unbiased rule | 0.00 | {_pct(result['blame']['unbiased']['step'])} "
-                 f"| {_pct(result['blame']['unbiased']['agent'])} |")
-    lines.append(f"| biased (+{args.bias:g}) | {raw_first:+.2f} | {_pct(result['blame']['biased']['step'])} "
-                 f"| {_pct(result['blame']['biased']['agent'])} |")
-    lines.append(f"| stateful(biased), epoch {args.epochs} | {per_epoch[-1]:+.2f} "
-                 f"| {_pct(result['blame']['stateful']['step'])} | {_pct(result['blame']['stateful']['agent'])} |")
+    lines = _table(result)
     (args.out / "stateful.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"corrections: {len(stateful.corrections)}, first at score {stateful.corrections[0]['at']}"
           if stateful.corrections else "no corrections")
+
+
+def _epochs(stateful: StatefulCoach, episodes: list, actions: list[tuple[int, int]], truth: dict, epochs: int,
+            seed: int) -> tuple[list, dict]:
+    """Serve every action once per epoch in a fresh random order: the residual bias after each epoch,
+    and the last epoch's served scores."""
+    rng = random.Random(seed)
+    per_epoch, last = [], {}
+    for _ in range(epochs):
+        order = actions[:]
+        rng.shuffle(order)
+        served = {a: stateful.score(episodes[a[0]].requests[a[1]]) for a in order}
+        keys = list(served)
+        per_epoch.append(residual([served[a].score for a in keys], [truth[a] for a in keys],
+                                  [episodes[a[0]].task_type for a in keys]))
+        last = served
+    return per_epoch, last
+
+
+def _table(result: dict) -> list[str]:
+    blame = result["blame"]
+    lines = ["| coach | residual regression bias | step blame | agent blame |", "|---|---|---|---|"]
+    lines.append(f"| unbiased rule | 0.00 | {_pct(blame['unbiased']['step'])} | {_pct(blame['unbiased']['agent'])} |")
+    lines.append(f"| biased (+{result['bias']:g}) | {result['injected_bias_before']:+.2f} "
+                 f"| {_pct(blame['biased']['step'])} | {_pct(blame['biased']['agent'])} |")
+    lines.append(f"| stateful(biased), epoch {result['epochs']} | {result['residual_last_epoch']:+.2f} "
+                 f"| {_pct(blame['stateful']['step'])} | {_pct(blame['stateful']['agent'])} |")
+    return lines
 
 
 def _pct(x) -> str:

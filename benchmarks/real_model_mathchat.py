@@ -63,8 +63,8 @@ def start_spec(args: argparse.Namespace):
 
 
 def report(out: Path, args: argparse.Namespace, wall_s: float, cpu_s: float, start: dict | None = None) -> dict:
-    from mappa_train.evaluation.stats import paired_bootstrap
-    from mappa_train.metrics import METRICS_FILE, accuracy_change, per_problem, read_metrics
+    from mappa_train.evaluation.stats import accuracy_change, paired_bootstrap, problem_means
+    from mappa_train.runlog import METRICS_FILE, read_metrics
 
     rows = read_metrics(out / METRICS_FILE)
     steps = sorted({r["step"] for r in rows if r["kind"] == "eval"})
@@ -76,7 +76,7 @@ def report(out: Path, args: argparse.Namespace, wall_s: float, cpu_s: float, sta
             k.split("/")[-1]: v for k, v in row.items() if k.startswith("heldout/coach/")}
     teacher = {}
     if start is not None:
-        taught = per_problem(start["teacher"], tasks)
+        taught = problem_means(start["teacher"], tasks)
         vs = paired_bootstrap(taught, after, seed=args.seed)
         teacher = {"warm_start": start["summary"], "teacher_accuracy": sum(taught) / len(tasks),
                    "after_minus_teacher": vs.delta, "after_minus_teacher_ci95": [vs.low, vs.high]}
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from mappa_train.config import ConfigError, load_config
-    from mappa_train.models import resolve_model
+    from mappa_train.model_source import resolve_model
     from mappa_train.train import train
 
     preset = ROOT / "configs" / "quickstart.yaml"

@@ -19,6 +19,7 @@ import mappa_envs
 from mappa_envs.random_policy import RandomPolicy  # well-formed random actions from the env's vocabulary
 from mappa_envs.registration import load_callable
 from mappa_envs.sandbox import make_sandbox
+from mappa_envs.sandbox.types import SANDBOX_BACKENDS
 from mappa_envs.wrappers import TranscriptRecorder, VectorRunner
 
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--episodes", type=int, default=8, help="episodes per (env, policy)")
     p.add_argument("--envs", type=int, default=4, help="env instances run side by side")
     p.add_argument("--only", nargs="*", help="env ids to run (default: every registered env)")
-    p.add_argument("--sandbox", default="local", choices=["auto", "docker", "local"])
+    p.add_argument("--sandbox", default="local", choices=SANDBOX_BACKENDS)
     p.add_argument("--env-kwargs", default="{}", help='JSON kwargs for every env, e.g. \'{"num_tasks": 16}\'')
     p.add_argument("--transcripts", type=Path, help="append one JSON line per episode here")
     p.add_argument("--seed", type=int, default=0)

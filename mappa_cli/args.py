@@ -48,17 +48,9 @@ def key_values(pairs: list[str], flag: str, example: str) -> dict[str, str]:
 
 def load_factory(target: str, what: str, expected: str = "expected 'package.module:factory'"):
     """The object `target` ("package.module:name") names, or a one-line error saying why it cannot be had."""
-    import importlib
+    from mappa_envs.registration import resolve
 
-    module, sep, name = target.partition(":")
-    if not sep or not module or not name:
-        raise UsageError(f"{what} {target!r}: {expected}")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as e:
-        raise UsageError(f"{what} {target!r}: cannot import {module} ({e})") from None
-    except AttributeError:
-        raise UsageError(f"{what} {target!r}: {module} has no {name!r}") from None
+    return resolve(target, what, UsageError, expected)
 
 
 def _number(text: str, kind: type):

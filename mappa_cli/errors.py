@@ -1,8 +1,10 @@
 """Turn the errors a user can fix into one line and an exit status, in one place.
 
 Exit status 2: the input was wrong (arguments, config, spec, data files); 1: something failed while
-running (an endpoint unreachable, the sandbox, a missing package); 130: interrupted. Anything else is
-a bug, and `main` lets its traceback through.
+running (an endpoint unreachable, the sandbox, a missing package); 130: interrupted. Only the
+project's own errors (`MappaError` and its subclasses, raised on purpose for bad input) and the
+third-party errors listed below count; anything else, a bare ValueError or KeyError included, is a
+bug, and `main` lets its traceback through.
 """
 from __future__ import annotations
 
@@ -50,8 +52,6 @@ def explain(exc: BaseException) -> tuple[str, int] | None:
         top = exc.name.split(".")[0]
         fix = f"pip install 'mappa[{EXTRAS[top]}]'" if top in EXTRAS else f"pip install {top}"
         return f"this needs the Python package {top!r}, which is not installed: {fix}", FAILED
-    if isinstance(exc, (ValueError, KeyError)):  # raised on purpose with a message for the user
-        return _text(exc), BAD_INPUT
     cause = explain(exc.__cause__) if exc.__cause__ is not None else None
     if cause is not None:  # a wrapper that says where it happened ("chat completion failed at URL: ...")
         hint = "; is the server running, and is the URL right?" if _unreachable(exc.__cause__) else ""

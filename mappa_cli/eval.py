@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mappa_cli.args import key_values, non_negative_float, positive_int
 from mappa_cli.errors import UsageError
+from mappa_envs.sandbox.types import SANDBOX_BACKENDS
 
 TEAM_HELP = (
     "the team to evaluate (repeat for several): a model for every role ('hf:MODEL', 'vllm:MODEL', MODEL being what "
@@ -58,7 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="model teams: sampling temperature (0 = greedy)")
     parser.add_argument("--top-p", type=float, default=1.0, help="model teams: nucleus sampling, in (0, 1]")
     parser.add_argument("--max-new-tokens", type=positive_int, default=1024, help="model teams: most tokens per action")
-    parser.add_argument("--sandbox", default="local", choices=["auto", "docker", "local"])
+    parser.add_argument("--sandbox", default="local", choices=SANDBOX_BACKENDS)
     parser.add_argument("--preimport", help="comma-separated modules each sandbox interpreter imports before the "
                         "first cell ('' for none; default: the sandbox's data-science stack)")
     parser.add_argument("--coach", default="rule", help=COACH_HELP)

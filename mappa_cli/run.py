@@ -13,6 +13,8 @@ from pathlib import Path
 
 from mappa_cli.args import key_values, load_factory, positive_int, unit_float
 from mappa_cli.errors import UsageError
+from mappa_envs.core.pipeline import REWARD_MODES
+from mappa_envs.sandbox.types import SANDBOX_BACKENDS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -26,9 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="scripted team: rate of correct first answers, in [0, 1]")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 each)")
     parser.add_argument("--batch-size", type=positive_int, default=4, help="episodes played at once")
-    parser.add_argument("--sandbox", default="local", choices=["auto", "docker", "local"])
+    parser.add_argument("--sandbox", default="local", choices=SANDBOX_BACKENDS)
     parser.add_argument("--reward-mode", default="process",
-                        choices=["process", "outcome", "process+outcome", "backprop"])
+                        choices=REWARD_MODES)
     parser.add_argument("--out", type=Path, default=Path("runs/transcripts.jsonl"), help="JSON-lines output")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     parser.add_argument("--render", action="store_true", help="print each transcript")

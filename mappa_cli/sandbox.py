@@ -8,6 +8,7 @@ import time
 
 from mappa_cli.args import positive_int
 from mappa_envs.sandbox.docker import DEFAULT_IMAGE
+from mappa_envs.sandbox.types import SANDBOX_BACKENDS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--mirror", help="Debian mirror URL (default: the one apt uses)")
     b.add_argument("--suite", help="Debian suite, e.g. bookworm (default: the one apt uses)")
     c = sub.add_parser("check", help="report engine, image, limits and a round-trip latency")
-    c.add_argument("--backend", default="auto", choices=("auto", "docker", "local"))
+    c.add_argument("--backend", default="auto", choices=SANDBOX_BACKENDS)
     c.add_argument("--image", default=DEFAULT_IMAGE)
     c.add_argument("--cells", type=positive_int, default=50, help="trivial cells to time")
 

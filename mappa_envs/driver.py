@@ -31,14 +31,15 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from mappa_envs.core.records import ActionRecord, Outcome
+from mappa_envs.errors import InputError
 from mappa_envs.policy import Team, TextPolicy, route_roles
+from mappa_envs.seeding import derive_seed
 
 log = logging.getLogger(__name__)
 Schedule = Literal["async", "rounds"]
@@ -117,7 +118,7 @@ def action_seed(episode_seed: int | None, action_index: int) -> int | None:
     """The sampling seed of an episode's `action_index`-th action: fixed by the episode's seed alone."""
     if episode_seed is None:
         return None
-    return zlib.crc32(f"{episode_seed}/{action_index}".encode()) & 0x7FFFFFFF
+    return derive_seed(episode_seed, action_index)
 
 
 def episode_over(env) -> bool:
@@ -215,11 +216,11 @@ class Driver:
                  straggle: float = 0.5, max_gather_s: float = 0.25, max_failures: int = 3,
                  step_deadline_s: float | None = STEP_DEADLINE_S):
         if not envs:
-            raise ValueError("the driver needs at least one env")
+            raise InputError("the driver needs at least one env")
         if step_deadline_s is not None and (isinstance(step_deadline_s, bool) or not step_deadline_s > 0):
-            raise ValueError(f"step_deadline_s must be a number > 0 or None, got {step_deadline_s!r}")
-        if schedule not in ("async", "rounds"):
-            raise ValueError(f"schedule must be 'async' or 'rounds', got {schedule!r}")
+            raise InputError(f"step_deadline_s must be a number > 0 or None, got {step_deadline_s!r}")
+        if schedule not in get_args(Schedule):
+            raise InputError(f"schedule must be 'async' or 'rounds', got {schedule!r}")
         self.envs, self.actors = list(envs), as_actors(policies)
         self.route = route_roles(self.actors, envs[0].possible_agents, role_policy)
         self.workers, self.schedule, self.stop = workers or len(envs), schedule, stop

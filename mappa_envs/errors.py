@@ -10,7 +10,10 @@ A command line catches `MappaError` and prints `str(e)` (no traceback). Subclass
     │   └── UnknownTaskError  a task id the env does not have (also KeyError)
     ├── TaskDataError      a malformed or empty task file/folder (also ValueError)
     │   └── TaskDataNotFoundError  a task file/folder that does not exist (also FileNotFoundError)
+    ├── InputError         any other argument, option or file the caller can fix (also ValueError)
     └── ResetNeededError   an env used before reset() (also RuntimeError)
+
+A bare ValueError or KeyError is a bug: the command line shows its traceback.
 """
 from __future__ import annotations
 
@@ -46,9 +49,14 @@ class TaskDataNotFoundError(TaskDataError, FileNotFoundError):
     """A task file or data folder that was named does not exist."""
 
 
+class InputError(MappaError, ValueError):
+    """An argument, option or file that cannot be used as given and that no narrower type covers
+    (a sandbox limit, a sampling parameter, a policy's roles, a prompt file, ...)."""
+
+
 class ResetNeededError(MappaError, RuntimeError):
     """An env was stepped, observed or rendered before `reset()`."""
 
 
-__all__ = ["EnvArgumentError", "MappaError", "ResetNeededError", "SpecError", "TaskDataError", "TaskDataNotFoundError",
-           "UnknownEnvError", "UnknownTaskError"]
+__all__ = ["EnvArgumentError", "InputError", "MappaError", "ResetNeededError", "SpecError", "TaskDataError",
+           "TaskDataNotFoundError", "UnknownEnvError", "UnknownTaskError"]

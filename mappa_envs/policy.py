@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from mappa_envs.errors import InputError
+
 
 @runtime_checkable
 class TextPolicy(Protocol):
@@ -25,11 +27,11 @@ def route_roles(policies: Mapping[str, object], roles: Sequence[str],
         elif len(policies) == 1:
             role_policy = {r: next(iter(policies)) for r in roles}
         else:
-            raise ValueError(f"give role_policy: the roles {list(roles)} are not all policy names {sorted(policies)}")
+            raise InputError(f"give role_policy: the roles {list(roles)} are not all policy names {sorted(policies)}")
     missing = [r for r in roles if r not in role_policy]
     unknown = sorted({p for p in role_policy.values() if p not in policies})
     if missing or unknown:
-        raise ValueError(f"role_policy must map every role {list(roles)} to one of the policies {sorted(policies)}; "
+        raise InputError(f"role_policy must map every role {list(roles)} to one of the policies {sorted(policies)}; "
                          f"roles without a policy: {missing}, unknown policies: {unknown}")
     return dict(role_policy)
 

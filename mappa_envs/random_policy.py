@@ -17,6 +17,8 @@ import random
 import re
 from collections.abc import Sequence
 
+from mappa_envs.seeding import stride_seed
+
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 _FILE = re.compile(r"\b[\w-]+\.(?:csv|pkl|json|txt)\b")
 _NAME = re.compile(r"`([A-Za-z_][\w]*)`")  # identifiers the prompt quotes: columns, variables
@@ -35,7 +37,7 @@ class RandomPolicy:
         out = []
         for i, conversation in enumerate(conversations):
             seed = None if seeds is None else seeds[i]
-            rng = self._rng if seed is None else random.Random(self.seed * 1_000_003 + seed)
+            rng = self._rng if seed is None else random.Random(stride_seed(self.seed, seed))
             out.append(random_action(" ".join(str(m.get("content", "")) for m in conversation), rng))
         return out
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mappa_envs.errors import EnvArgumentError, UnknownEnvError
+from mappa_envs.errors import EnvArgumentError, MappaError, UnknownEnvError
 
 _ID = re.compile(r"^(?:[\w.-]+/)?[A-Za-z][\w.]*-v\d+$")
 
@@ -57,14 +57,31 @@ def accepted_kwargs(entry: Callable[..., Any]) -> set[str] | None:
     return None
 
 
+def resolve(target: str, what: str = "", error: type[MappaError] = EnvArgumentError,
+            expected: str = "expected 'package.module:attr'") -> Any:
+    """The object a "package.module:attr" string names: the one resolver of such strings (entry points,
+    scripted policies, scenarios, prompts, team and policy factories). A malformed string, a module
+    that does not exist or a missing attribute raise `error` with one line ("WHAT 'TARGET': why"); a
+    missing dependency of the module keeps its ModuleNotFoundError, which names the package to install."""
+    where = f"{what} {target!r}" if what else repr(target)
+    module, sep, attr = target.partition(":") if isinstance(target, str) else ("", "", "")
+    if not sep or not module or not attr:
+        raise error(f"{where}: {expected}")
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (module == e.name or module.startswith(e.name + ".")):
+            raise
+        raise error(f"{where}: cannot import {module} ({e})") from None
+    try:
+        return getattr(loaded, attr)
+    except AttributeError:
+        raise error(f"{where}: {module} has no {attr!r}") from None
+
+
 def load_callable(target: str | Callable[..., Any]) -> Callable[..., Any]:
-    """Resolve "package.module:attr" to the object (callables pass through)."""
-    if callable(target):
-        return target
-    module, sep, attr = target.partition(":")
-    if not sep:
-        raise EnvArgumentError(f"{target!r} is not of the form 'package.module:attr'")
-    return getattr(importlib.import_module(module), attr)
+    """Resolve "package.module:attr" to the object (callables pass through); see `resolve`."""
+    return target if callable(target) else resolve(target)
 
 
 registry: dict[str, EnvSpec] = {}

@@ -175,7 +175,7 @@ def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, 
 
 def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool) -> dict:
     """One run's held-out accuracy per rollouts, and the cost of its first reaching `target`."""
-    from mappa_train.metrics import METRICS_FILE, read_metrics
+    from mappa_train.runlog import METRICS_FILE, read_metrics
 
     rows = read_metrics(run_dir / METRICS_FILE)
     config = json.loads((run_dir / "config.json").read_text())

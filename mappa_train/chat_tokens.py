@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from mappa_envs.errors import MappaError
 
@@ -53,7 +53,7 @@ class ChatFormat:
     @classmethod
     def of(cls, tokenizer, continuation: Continuation = "append") -> ChatFormat:
         """Check the template on stand-in chats shaped like the envs' and return the format; TemplateError if not."""
-        if continuation not in ("append", "render"):
+        if continuation not in get_args(Continuation):
             raise TemplateError(f"generation.continuation must be 'append' or 'render', got {continuation!r}")
         if not getattr(tokenizer, "chat_template", None):
             raise TemplateError("the tokenizer has no chat_template; give the model directory one "

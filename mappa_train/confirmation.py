@@ -56,7 +56,7 @@ def evaluate(cfg, records: list[dict], model_path: Path, out: Path, step: int) -
     """Play the confirmation set with the policy at `model_path` (k = eval_samples, eval temperature,
     `eval_seed`), appending its episodes to out/eval_episodes.jsonl under set "confirmation", `step`."""
     from mappa_train.factories import local_experience
-    from mappa_train.metrics import append_eval_episodes
+    from mappa_train.runlog import append_eval_episodes
     from mappa_train.train import eval_seed
 
     env = dataclasses.replace(cfg.env, eval_sets={CONFIRM: {"split": "eval", "task_source": records}})
@@ -72,7 +72,7 @@ def evaluate(cfg, records: list[dict], model_path: Path, out: Path, step: int) -
 
 def summary(out: Path, first: int, last: int, overlap: dict, n_boot: int, seed: int) -> dict:
     """report.json's `confirmation`: problems, accuracy before and after, the paired bootstrap of the change."""
-    from mappa_train.metrics import accuracy_change
+    from mappa_train.evaluation.stats import accuracy_change
 
     tasks, before, after, ci = accuracy_change(out, CONFIRM, first, last, n_boot, seed)
     return {"problems": len(tasks), "accuracy_before": sum(before) / len(before),

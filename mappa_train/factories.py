@@ -23,8 +23,8 @@ SHARED = "shared"
 
 
 def resolve_model(cfg: TrainConfig) -> Path:
-    """The starting checkpoint as a local directory (mappa_train.models); 'tiny' is built under out_dir."""
-    from mappa_train.models import resolve_model as resolve
+    """The starting checkpoint as a local directory (mappa_train.model_source); 'tiny' is built under out_dir."""
+    from mappa_train.model_source import resolve_model as resolve
 
     return resolve(cfg.model.path, tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed)
 
@@ -32,7 +32,7 @@ def resolve_model(cfg: TrainConfig) -> Path:
 def policy_paths(cfg: TrainConfig, names: Iterable[str], default: Path | str) -> dict[str, Path]:
     """policy -> its starting checkpoint: `model.role_paths` for the roles it names (per_role: a policy is
     a role), the resolved `model.path` (`default`) for the rest."""
-    from mappa_train.models import resolve_model as resolve
+    from mappa_train.model_source import resolve_model as resolve
 
     paths = cfg.model.role_paths
     return {n: resolve(paths[n], tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed) if n in paths
@@ -89,8 +89,9 @@ def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[st
     for path in sorted(set(paths.values())):
         limit = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
         if limit and g.max_prompt_tokens + g.max_new_tokens > limit:
-            raise ValueError(f"generation.max_prompt_tokens + max_new_tokens = {g.max_prompt_tokens + g.max_new_tokens}"
-                             f" exceeds the context of {path} ({limit}); lower generation.max_prompt_tokens")
+            total = g.max_prompt_tokens + g.max_new_tokens
+            raise ConfigError(f"generation.max_prompt_tokens + max_new_tokens = {total} exceeds the context of "
+                              f"{path} ({limit}); lower generation.max_prompt_tokens")
     if g.backend == "hf":
         kwargs: dict = {"dtype": torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32}
     else:  # one GPU holds this process's engines: they share vllm_gpu_memory_utilization (vLLM checks the sum)

@@ -279,7 +279,7 @@ def load_run_generators(final_dir: str | Path, backend: str = "hf", **kwargs) ->
         engine = LoraVLLMGenerator.from_folders(manifest["base"], {a: final / a for a in adapters}, **kwargs)
         return {role: engine.view(a) for role, a in manifest["roles"].items()}
     if backend != "hf":
-        raise ValueError(f"a LoRA run is served by the hf or vllm backend, not {backend!r}")
+        raise ConfigError(f"a LoRA run is served by the hf or vllm backend, not {backend!r}")
     import torch
 
     from mappa_train.generation.hf import HFGenerator

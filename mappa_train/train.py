@@ -40,7 +40,7 @@ from mappa_train.factories import (
 )
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
 from mappa_train.learner import Learner, lr_at
-from mappa_train.metrics import (
+from mappa_train.runlog import (
     METRICS_FILE,
     MetricsLogger,
     append_eval_episodes,
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
 
 
 def dry_run(cfg: TrainConfig) -> int:
-    """`mappa train --dry-run`: resolve the model, check its template, print the placement plan (plan.py)."""
-    from mappa_train.plan import dry_run as check
+    """`mappa train --dry-run`: resolve the model, check its template, print the placement plan (placement.py)."""
+    from mappa_train.placement import dry_run as check
 
     return check(cfg)
 
@@ -253,7 +253,7 @@ def eval_seed(cfg: TrainConfig) -> int:
 
 
 def _has_eval(out: Path, step: int) -> bool:
-    from mappa_train.metrics import read_metrics
+    from mappa_train.runlog import read_metrics
 
     return any(r["kind"] == "eval" and r["step"] == step for r in read_metrics(out / METRICS_FILE))
 

@@ -13,7 +13,7 @@ set -euo pipefail
 PORT="${1:-8123}"
 shift || true
 PYTHON="${PYTHON:-python}"
-MODEL="$("$PYTHON" -c "from mappa_train.models import resolve_model; print(resolve_model('smollm2-135m'))")"
+MODEL="$("$PYTHON" -c "from mappa_train.model_source import resolve_model; print(resolve_model('smollm2-135m'))")"
 export VLLM_TARGET_DEVICE=cpu
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"
 exec "$PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL" --served-model-name smollm2 \

@@ -221,7 +221,7 @@ def test_backprop_is_a_reward_mode_and_bad_modes_stay_one_line():
 @pytest.mark.slow
 def test_a_training_step_learns_from_backprop_shares(tmp_path):
     from mappa_train.config import load_config
-    from mappa_train.metrics import read_metrics
+    from mappa_train.runlog import read_metrics
     from mappa_train.train import train
     from tests.test_train import TINY
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mappa_cli.main import main
+from mappa_envs.errors import InputError, UnknownEnvError
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--no-plots", "--preimport", "", "--no-progress"]
@@ -257,9 +258,9 @@ def _raised(exc: BaseException, cause: BaseException) -> BaseException:
     (FileNotFoundError(2, "No such file or directory", "cfg.yaml"), ("cfg.yaml: no such file or directory", 2)),
     (ModuleNotFoundError("No module named 'torch'", name="torch"),
      ("this needs the Python package 'torch', which is not installed: pip install 'mappa[train]'", 1)),
-    (KeyError("unknown env id 'X-v0'"), ("unknown env id 'X-v0'", 2)),  # no KeyError quotes
+    (UnknownEnvError("unknown env id 'X-v0'"), ("unknown env id 'X-v0'", 2)),  # no KeyError quotes
     (ConnectionRefusedError(111, "Connection refused"), ("connection failed: [Errno 111] Connection refused", 1)),
-    (_raised(RuntimeError("3 episodes in a row failed; the last: boom"), ValueError("boom")),
+    (_raised(RuntimeError("3 episodes in a row failed; the last: boom"), InputError("boom")),
      ("3 episodes in a row failed; the last: boom", 2)),
 ])
 def test_explain(exc, expected):
@@ -273,6 +274,25 @@ def test_bugs_keep_their_traceback(exc):
     from mappa_cli.errors import explain
 
     assert explain(exc) is None
+
+
+@pytest.mark.parametrize("exc", [KeyError("role"), ValueError("bug"), _raised(RuntimeError("wrap"), KeyError("x"))])
+def test_a_bare_key_or_value_error_is_a_bug(exc):
+    """Only the project's error types are bad input; a KeyError or ValueError from code is a bug."""
+    from mappa_cli.errors import explain
+
+    assert explain(exc) is None
+
+
+def test_a_key_error_from_code_reaches_the_user_with_its_traceback(monkeypatch):
+    import mappa_cli.run
+
+    def broken(args):
+        return {}["missing"]
+
+    monkeypatch.setattr(mappa_cli.run, "run", broken)
+    with pytest.raises(KeyError, match="missing"):
+        main(["run", "MathChat-v0"])
 
 
 def test_http_errors_of_an_endpoint():

@@ -10,6 +10,8 @@ from mappa_cli.main import main
 from mappa_envs.coach import CachedCoach, CoachConfigError, CoachRequest, LLMCoach, RuleCoach, make_coach
 from tests.openai_stub import StubServer
 
+pytestmark = pytest.mark.unit
+
 FAST = ["--sets", "synthetic:1", "--no-plots", "--preimport", "", "--no-progress"]
 
 

@@ -4,6 +4,8 @@ import pytest
 from mappa_envs.coach import parse_score
 from mappa_envs.coach.parse import parse_reply
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("text, expected", [
     ("SCORE: 7", 7.0),

@@ -4,6 +4,8 @@ import pytest
 from mappa_envs.coach import CoachRequest, RuleCoach
 from mappa_envs.coach.rule import CHECK_WEIGHTS
 
+pytestmark = pytest.mark.unit
+
 OK = {"stdout": "42\n", "stderr": "", "ok": True, "timed_out": False, "error": None}
 
 

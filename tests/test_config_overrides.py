@@ -12,6 +12,8 @@ import yaml
 
 from mappa_train.config import ConfigError, load_config
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from mappa_train.config import load_config
-from mappa_train.plan import Shape, activation_bytes, dry_run
+from mappa_train.placement import Shape, activation_bytes, dry_run
 from tests.chat_fixtures import TEMPLATES, family_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

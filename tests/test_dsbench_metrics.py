@@ -8,6 +8,8 @@ from sklearn import metrics as skm
 
 from mappa_envs.dsbench.metrics import METRICS, better, compute_metric, get_metric
 
+pytestmark = pytest.mark.unit
+
 RNG = np.random.default_rng(0)
 Y = RNG.normal(10, 3, 50).clip(0.1)
 P = (Y + RNG.normal(0, 1, 50)).clip(0.1)

@@ -5,6 +5,8 @@ import pytest
 from mappa_envs.dsbench.scoring import relative_quality, score_submission
 from mappa_envs.dsbench.tasks import task_from_folder
 
+pytestmark = pytest.mark.unit
+
 
 def make_task(tmp_path, metric, answers: pd.DataFrame, id_column="id", train: pd.DataFrame | None = None, **kw):
     folder, ans = tmp_path / "data_resplit" / "t", tmp_path / "answers" / "t"

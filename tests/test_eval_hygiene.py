@@ -7,6 +7,8 @@ import pytest
 from mappa_train.evaluation.hygiene import OverlapWarning, find_overlap, normalize_text
 from tests.bench_data import BENCH as DATA
 
+pytestmark = pytest.mark.unit
+
 
 def test_normalize_text_ignores_case_spacing_and_punctuation():
     assert normalize_text("Find  the SUM,\nof $x^2$!") == normalize_text("find the sum of x2")

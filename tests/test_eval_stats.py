@@ -15,6 +15,8 @@ from mappa_train.evaluation.stats import (
     per_problem,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
     """The fraction of all k-subsets of n samples (c correct) holding at least one correct one."""

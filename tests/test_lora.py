@@ -16,8 +16,8 @@ import torch
 from mappa_train.config import ConfigError, load_config
 from mappa_train.generation import SamplingParams
 from mappa_train.learner import Sample
-from mappa_train.metrics import read_metrics
 from mappa_train.rollout import Transition
+from mappa_train.runlog import read_metrics
 from tests.test_resume import same_metrics
 from tests.test_train import TINY
 

@@ -8,6 +8,8 @@ from mappa_envs.mathchat import answers_match, extract_answer
 from mappa_envs.mathchat.answers import normalize_answer
 from tests.bench_data import BENCH
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("text, expected", [
     ("so the answer is \\boxed{033}", "033"),

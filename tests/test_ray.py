@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from mappa_train.config import load_config
-from mappa_train.metrics import read_metrics
+from mappa_train.runlog import read_metrics
 from tests.test_train import TINY
 
 pytestmark = pytest.mark.slow

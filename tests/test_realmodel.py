@@ -32,7 +32,7 @@ from mappa_envs.core.pipeline import Task
 from mappa_train.config import AlgoConfig, LearnerConfig, load_config
 from mappa_train.generation import SamplingParams, chat_prompt_ids
 from mappa_train.learner import PolicyLearner, Sample
-from mappa_train.models import builtin_gguf, resolve_model
+from mappa_train.model_source import builtin_gguf, resolve_model
 from tests.chat_fixtures import TEMPLATES
 
 has_vllm = importlib.util.find_spec("vllm") is not None
@@ -115,7 +115,7 @@ def test_vllm_generates_under_the_template_with_the_learners_logprobs_before_and
 
 
 def test_one_mappa_training_step_on_mathchat(smollm2, tmp_path):
-    from mappa_train.metrics import read_metrics
+    from mappa_train.runlog import read_metrics
     from mappa_train.train import train
 
     cfg = load_config(None, [f"out_dir={tmp_path}", "model.path=smollm2-135m", "steps=1", "eval_every=0",

@@ -8,6 +8,8 @@ import pytest
 import mappa_envs
 from mappa_envs.core.pipeline import PipelineEnv
 
+pytestmark = pytest.mark.unit
+
 
 def test_registered_ids_and_specs():
     assert {"MathChat-v0", "DSBench-v0"} <= set(mappa_envs.registry)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mappa_train.metrics import read_metrics
+from mappa_train.runlog import read_metrics
 from tests.test_train import TINY
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from mappa_train.config import ConfigError, load_config, to_dict
-from mappa_train.metrics import read_metrics
 from mappa_train.resume import check_changes, config_changes
+from mappa_train.runlog import read_metrics
 from tests.test_train import TINY
 
 ROOT = Path(__file__).resolve().parents[1]

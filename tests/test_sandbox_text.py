@@ -5,6 +5,8 @@ import pytest
 
 from mappa_envs.sandbox import ExecResult, raw_name, safe_name, safe_text
 
+pytestmark = pytest.mark.unit
+
 HOSTILE = [
     ("ansi colour", "\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
     ("carriage return overwrite", "score: 0\rscore: 10", "score: 0\\rscore: 10"),

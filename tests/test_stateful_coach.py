@@ -199,7 +199,7 @@ def test_scores_from_many_threads_are_all_counted():
 @pytest.mark.slow
 def test_training_checkpoints_and_resumes_the_coach_state(tmp_path):
     from mappa_train.config import load_config
-    from mappa_train.metrics import read_metrics
+    from mappa_train.runlog import read_metrics
     from mappa_train.train import train
     from tests.test_train import TINY
 
@@ -236,7 +236,7 @@ def test_coach_metrics_report_the_offsets_per_group_and_the_plot_is_written(tmp_
 @pytest.mark.slow
 def test_training_logs_the_coach_offsets_each_step_and_plots_them(tmp_path):
     from mappa_train.config import load_config
-    from mappa_train.metrics import read_metrics
+    from mappa_train.runlog import read_metrics
     from mappa_train.train import train
     from tests.test_train import TINY
 

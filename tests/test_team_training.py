@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from mappa_train.metrics import read_metrics
+from mappa_train.runlog import read_metrics
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import torch
 
 from mappa_train.config import load_config
 from mappa_train.learner import Sample
-from mappa_train.metrics import read_metrics
+from mappa_train.runlog import read_metrics
 from mappa_train.train import latest_checkpoint, tasks_for_step
 
 TINY = ["model.path=tiny", "env.kwargs={task_source: synthetic, num_tasks: 16, executor_max_actions: 2}",
@@ -21,8 +21,8 @@ TINY = ["model.path=tiny", "env.kwargs={task_source: synthetic, num_tasks: 16, e
 
 def test_episode_logs_keep_the_extracted_answer(tmp_path):
     """Training and eval episode lines carry the answer the env judged (clipped when absurdly long)."""
-    from mappa_train.metrics import ANSWER_LOG_CHARS, append_eval_episodes, append_train_episodes
     from mappa_train.rollout import EpisodeStats
+    from mappa_train.runlog import ANSWER_LOG_CHARS, append_eval_episodes, append_train_episodes
 
     episodes = [EpisodeStats(0, "t0", 1.0, True, 4, 0, False, answer="31"),
                 EpisodeStats(1, "t1", 0.0, False, 4, 0, False, answer="4 \\cdot 7 + 3"),

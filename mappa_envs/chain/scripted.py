@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from mappa_envs.chain.env import OPS, apply
 from mappa_envs.core.records import Task
+from mappa_envs.errors import InputError
 from mappa_envs.mathchat.answers import extract_answer
 
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*"}
@@ -34,7 +35,7 @@ class ScriptedChainPolicy:
         self.skill, self.code_rate, self.seed, self.rng = skill, code_rate, seed, random.Random(seed)
         for p in self._all_skills() + [code_rate]:
             if not 0 <= p <= 1:
-                raise ValueError(f"ScriptedChainPolicy: skills and code_rate must be in [0, 1], got {p}")
+                raise InputError(f"ScriptedChainPolicy: skills and code_rate must be in [0, 1], got {p}")
 
     def _all_skills(self) -> list[float]:
         s = self.skill

@@ -12,13 +12,14 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from mappa_envs.coach.types import Coach, CoachRequest, CoachScore
+from mappa_envs.errors import InputError
 
 
 async def ascore_many(coach: Coach, requests: Sequence[CoachRequest], concurrency: int = 16,
                       on_score: Callable[[int, CoachScore], None] | None = None) -> list[CoachScore]:
     """`coach.ascore` every request, at most `concurrency` in flight; `on_score(i, score)` as each lands."""
     if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        raise InputError(f"concurrency must be >= 1, got {concurrency}")
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int, request: CoachRequest) -> CoachScore:

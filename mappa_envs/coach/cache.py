@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from mappa_envs.coach.types import Coach, CoachRequest, CoachScore
+from mappa_envs.errors import InputError
 
 
 class CachedCoach:
@@ -30,7 +31,7 @@ class CachedCoach:
         """namespace: the cache identity for a coach without `cache_identity(request)`; it must change
         whenever that coach's settings change, or stale verdicts are replayed."""
         if namespace is None and not hasattr(coach, "cache_identity"):
-            raise ValueError(f"CachedCoach: {type(coach).__name__} has no cache_identity(request); pass "
+            raise InputError(f"CachedCoach: {type(coach).__name__} has no cache_identity(request); pass "
                              "namespace='<name and settings of the coach>' (it is part of the cache key)")
         self.coach = coach
         self.namespace = namespace

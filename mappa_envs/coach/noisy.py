@@ -13,13 +13,12 @@ verdict the coach could not give (`ok=False`) is passed on untouched. The spec w
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 from dataclasses import replace
 
 from mappa_envs.coach.config import CoachConfigError
 from mappa_envs.coach.types import Coach, CoachRequest, CoachScore
+from mappa_envs.seeding import digest_seed
 
 MODES = ("flip", "random")
 
@@ -63,9 +62,7 @@ class NoisyCoach:
                        rationale=f"[noise: random score] {verdict.rationale}")
 
     def _key(self, r: CoachRequest) -> int:
-        content = json.dumps([self.seed, r.env_id, r.role, r.task, r.context, r.action, r.action_index],
-                             ensure_ascii=False)
-        return int.from_bytes(hashlib.sha256(content.encode()).digest()[:8], "big")
+        return digest_seed(self.seed, r.env_id, r.role, r.task, r.context, r.action, r.action_index)
 
 
 def rule_coach_from_spec(spec: str) -> Coach:

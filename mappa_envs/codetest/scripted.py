@@ -18,6 +18,7 @@ from mappa_envs.codetest.env import submitted
 from mappa_envs.codetest.mutant import broken_solution
 from mappa_envs.codetest.tasks import Problem, load_problems
 from mappa_envs.codetest.team import CODER, REVIEWER, TESTER
+from mappa_envs.errors import InputError
 
 FAULTS = {"none": None, "coder_bug": CODER, "tester_wrong_test": TESTER, "reviewer_breaks": REVIEWER}
 MAX_TESTS = 6
@@ -32,9 +33,9 @@ class ScriptedCodeTeam:
         self.skill = {role: skill if s is None else s for role, s in skills.items()}
         for role, value in [("skill", skill), *self.skill.items()]:
             if not 0 <= value <= 1:
-                raise ValueError(f"ScriptedCodeTeam: {role} skill must be in [0, 1], got {value}")
+                raise InputError(f"ScriptedCodeTeam: {role} skill must be in [0, 1], got {value}")
         if fault not in FAULTS:
-            raise ValueError(f"ScriptedCodeTeam: unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
+            raise InputError(f"ScriptedCodeTeam: unknown fault {fault!r}; faults: {', '.join(FAULTS)}")
         self.fault = FAULTS[fault]
         self.problems = sorted(problems, key=lambda p: -len(p.prompt))  # longest first: no prefix mix-ups
         self.seed, self.rng = seed, random.Random(seed)

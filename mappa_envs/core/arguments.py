@@ -5,9 +5,7 @@ from typing import Any
 
 from mappa_envs.coach.types import Coach
 from mappa_envs.errors import EnvArgumentError
-from mappa_envs.sandbox.types import Sandbox
-
-SANDBOX_BACKENDS = ("auto", "docker", "local")
+from mappa_envs.sandbox.types import SANDBOX_BACKENDS, Sandbox
 
 
 def coach_from(coach: Any) -> Coach:

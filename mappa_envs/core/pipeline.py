@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import numpy as np
 from pettingzoo import AECEnv
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RewardMode = Literal["process", "outcome", "process+outcome", "backprop"]
-REWARD_MODES = ("process", "outcome", "process+outcome", "backprop")
+REWARD_MODES: tuple[str, ...] = get_args(RewardMode)
 # Per-episode attributes: a pickled or copied env carries none of them (it is reset again where it lands).
 _EPISODE_ATTRS = ("agents", "rewards", "_cumulative_rewards", "terminations", "truncations", "infos",
                   "agent_selection", "_messages", "_turn_actions", "_started", "_transcript_chars", "_schedule")

@@ -272,15 +272,11 @@ def _parse_role(raw: Any, i: int) -> Role:
 
 
 def _prompt_from(target: Any, role: str) -> str:
-    import importlib
+    from mappa_envs.registration import resolve
 
     if not isinstance(target, str) or ":" not in target:
         raise SpecError(f"role {role!r}: prompt_from must be 'package.module:ATTR', got {target!r}")
-    module, _, attr = target.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise SpecError(f"role {role!r}: prompt_from {target!r} cannot be loaded: {e}") from None
+    return resolve(target, f"role {role!r}: prompt_from", SpecError)
 
 
 def _names(value: Any, what: str, names: list[str]) -> list[str]:

@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import uuid
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ import pandas as pd
 from mappa_envs.dsbench import generators as gen
 from mappa_envs.dsbench.tasks import DSTask, task_from_folder
 from mappa_envs.errors import EnvArgumentError
+from mappa_envs.seeding import name_key
 
 GENERATOR_VERSION = "builtin-v3"  # v3: the baseline is the best trivial submission (tasks.json keeps the scores)
 SEED_FILE = "SECRET_SEED"  # host-only, next to the answers
@@ -155,7 +155,7 @@ EVALUATION = {
 
 def _task_rng(seed: int, task_id: str) -> np.random.Generator:
     """One task's random stream: the secret seed and the task's id, so tasks differ from each other."""
-    return np.random.default_rng([seed, zlib.crc32(task_id.encode())])
+    return np.random.default_rng([seed, name_key(task_id)])
 
 
 def _description(spec: Spec, sample: pd.DataFrame) -> str:

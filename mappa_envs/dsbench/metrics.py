@@ -23,6 +23,8 @@ import numpy as np
 from scipy import stats
 from sklearn import metrics as skm
 
+from mappa_envs.errors import InputError
+
 # What a metric's predictions are; the submission validator checks them accordingly.
 LABEL, ORDINAL, PROBABILITY, NUMBER, RANKED_LABELS, TEXT = "label", "ordinal", "probability", "number", "ranked", "text"
 
@@ -229,7 +231,7 @@ def get_metric(name: str) -> Metric:
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
     key = ALIASES.get(key, key)
     if key not in METRICS:
-        raise ValueError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))} "
+        raise InputError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))} "
                          f"(aliases: {', '.join(sorted(ALIASES))})")
     return METRICS[key]
 

@@ -20,6 +20,7 @@ from threadpoolctl import threadpool_limits
 from mappa_envs.dsbench.metrics import LABEL, NUMBER, ORDINAL, PROBABILITY, RANKED_LABELS, better, get_metric
 from mappa_envs.dsbench.scoring import binary_truth, read_answers, score_submission
 from mappa_envs.dsbench.tasks import DSTask
+from mappa_envs.errors import InputError, TaskDataError
 
 
 def _features(train: pd.DataFrame, test: pd.DataFrame, task: DSTask) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +93,7 @@ def best_trivial_score(task: DSTask, train: pd.DataFrame, test: pd.DataFrame, an
         if report.valid and (best is None or better(metric.name, report.score, best)):
             best = report.score
     if best is None:
-        raise ValueError(f"task {task.id!r}: no trivial submission is valid "
+        raise TaskDataError(f"task {task.id!r}: no trivial submission is valid "
                          f"({score_submission(task, baseline_submission(task, train, test), answers).error})")
     return best
 
@@ -102,7 +103,7 @@ def reference_submission(task: DSTask, train: pd.DataFrame, test: pd.DataFrame, 
 
     metric = get_metric(task.metric)
     if metric.predicts not in (NUMBER, PROBABILITY, LABEL, ORDINAL, RANKED_LABELS):
-        raise ValueError(f"no generic reference model for {metric.name} tasks")
+        raise InputError(f"no generic reference model for {metric.name} tasks")
     X, X_test = _features(train, test, task)
     out = pd.DataFrame({task.id_column: test[task.id_column]})
     targets = list(task.target_columns)
@@ -151,7 +152,7 @@ def reference_scores(task: DSTask, max_rows: int = 50_000, seed: int = 0) -> tup
     test = pd.read_csv(task.test_csv, dtype={task.id_column: str})
     missing = [c for c in task.target_columns if c not in train.columns]
     if missing:
-        raise ValueError(f"task {task.id!r}: train.csv lacks the target column(s) {missing}")
+        raise TaskDataError(f"task {task.id!r}: train.csv lacks the target column(s) {missing}")
     answers = read_answers(task)
     base = best_trivial_score(task, train, test, answers)
     try:

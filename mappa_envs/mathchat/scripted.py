@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 
 from mappa_envs.core.pipeline import Task
+from mappa_envs.errors import InputError
 from mappa_envs.mathchat.answers import extract_answer
 
 # a cell that ran, and what it printed: the env indents printed lines by four spaces (format_tool_output)
@@ -29,7 +30,7 @@ class ScriptedMathPolicy:
     def __init__(self, tasks: Sequence[Task], skill: float = 1.0, seed: int = 0, code_skill: float = 1.0):
         for name, value in (("skill", skill), ("code_skill", code_skill)):
             if not 0 <= value <= 1:
-                raise ValueError(f"ScriptedMathPolicy: {name} must be in [0, 1], got {value}")
+                raise InputError(f"ScriptedMathPolicy: {name} must be in [0, 1], got {value}")
         self.by_prompt = {t.prompt: t for t in tasks}
         self.skill, self.code_skill = skill, code_skill
         self.seed, self.rng = seed, random.Random(seed)
@@ -117,7 +118,7 @@ class ScriptedMathTeam:
 
     def __init__(self, env, skill: float = 1.0, seed: int = 0):
         if not 0 <= skill <= 1:
-            raise ValueError(f"ScriptedMathTeam: skill must be in [0, 1], got {skill}")
+            raise InputError(f"ScriptedMathTeam: skill must be in [0, 1], got {skill}")
         self.by_prompt = {t.prompt: t for t in env.unwrapped.tasks}
         self.team, self.skill = env.unwrapped.team, skill
         self.seed, self.rng = seed, random.Random(seed)

@@ -42,6 +42,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
+from mappa_envs.errors import InputError
 from mappa_envs.sandbox.bwrap import SEND_TIMEOUT_S
 from mappa_envs.sandbox.channel import Channel, ChannelClosed
 from mappa_envs.sandbox.launch import DEFAULT_PREIMPORT, process_start, sandbox_env, supervisor_argv, supervisor_config
@@ -205,7 +206,7 @@ class DockerSandbox:
                  image: str | None = None, docker_url: str | None = None, user: str = "1000:1000") -> None:
         uid, _, gid = user.partition(":")
         if not (uid.isdigit() and gid.isdigit() and int(uid) > 0 and int(gid) > 0):
-            raise ValueError(f"user must be 'uid:gid' of kernel 0, both numbers > 0 (e.g. '1000:1000'), got {user!r}")
+            raise InputError(f"user must be 'uid:gid' of kernel 0, both numbers > 0 (e.g. '1000:1000'), got {user!r}")
         self.limits, self.preimport, self.user = limits, tuple(preimport), user
         self.kernel_uid, self.kernel_gid = int(uid), int(gid)
         self.image = image or DEFAULT_IMAGE

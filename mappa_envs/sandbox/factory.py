@@ -4,7 +4,8 @@ from __future__ import annotations
 import logging
 from dataclasses import fields
 
-from mappa_envs.sandbox.types import IsolationUnavailableError, Limits, Sandbox
+from mappa_envs.errors import InputError
+from mappa_envs.sandbox.types import SANDBOX_BACKENDS, IsolationUnavailableError, Limits, Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,8 @@ def _make(backend: str, kwargs: dict, prefer_local: bool) -> Sandbox:
     options = {k: v for k, v in kwargs.items() if k not in _LIMITS}
     if backend == "auto":
         return _auto(limits, options, prefer_local)
-    if backend not in ("local", "docker"):
-        raise ValueError(f"unknown sandbox backend {backend!r}; use 'auto', 'docker' or 'local'")
+    if backend not in SANDBOX_BACKENDS:
+        raise InputError(f"unknown sandbox backend {backend!r}; use 'auto', 'docker' or 'local'")
     allowed = _LOCAL_OPTIONS if backend == "local" else _DOCKER_OPTIONS
     if set(options) - allowed:
         raise TypeError(f"the {backend} backend does not take {sorted(set(options) - allowed)}; "

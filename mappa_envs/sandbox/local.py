@@ -47,6 +47,7 @@ import tempfile
 import warnings
 from contextlib import AbstractContextManager
 
+from mappa_envs.errors import InputError
 from mappa_envs.sandbox import cgroup
 from mappa_envs.sandbox.bwrap import KeeperTransport, bwrap_argv, bwrap_path, probe
 from mappa_envs.sandbox.channel import Channel
@@ -105,7 +106,7 @@ class LocalSandbox:
                  python: str | None = None, isolation: str = "auto", workspace_root: str | None = None,
                  hide: tuple[str, ...] | None = None) -> None:
         if isolation not in ("auto", "bwrap", "none"):
-            raise ValueError(f"isolation must be 'auto', 'bwrap' or 'none', got {isolation!r}")
+            raise InputError(f"isolation must be 'auto', 'bwrap' or 'none', got {isolation!r}")
         self.limits, self.preimport = limits, tuple(preimport)
         self.python = python or sys.executable
         self.workspace_root = workspace_root

@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from mappa_envs.errors import InputError
 from mappa_envs.sandbox.channel import READY_TIMEOUT_S, ChannelClosed
 from mappa_envs.sandbox.session import Session, Slot
 from mappa_envs.sandbox.types import Limits, SandboxError
@@ -31,7 +32,7 @@ class WarmPool:
 
     def __init__(self, make: Callable[[], Slot], size: int, limits: Limits, name: str) -> None:
         if size < 0:
-            raise ValueError(f"pool_size must be >= 0, got {size}")
+            raise InputError(f"pool_size must be >= 0, got {size}")
         self._make, self._size, self.limits = make, size, limits
         self._ready: list[Slot] = []
         self._sessions: set[Session] = set()

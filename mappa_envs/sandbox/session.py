@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from mappa_envs.errors import InputError
 from mappa_envs.sandbox.channel import Channel, ChannelClosed
 from mappa_envs.sandbox.inside.files import FileTooLargeError, NotRegularFileError, parts
 from mappa_envs.sandbox.inside.protocol import CHUNK
@@ -92,10 +93,10 @@ class Session:
 
     def _index(self, kernel: str) -> int:
         if not isinstance(kernel, str) or not kernel or len(kernel) > 200:
-            raise ValueError(f"kernel must be a non-empty name of at most 200 characters, got {repr(kernel)[:60]}")
+            raise InputError(f"kernel must be a non-empty name of at most 200 characters, got {repr(kernel)[:60]}")
         if kernel not in self._kernels:
             if len(self._kernels) >= MAX_KERNELS:
-                raise ValueError(f"a session has at most {MAX_KERNELS} kernels; reuse a kernel name")
+                raise InputError(f"a session has at most {MAX_KERNELS} kernels; reuse a kernel name")
             self._kernels[kernel] = len(self._kernels)
         return self._kernels[kernel]
 
@@ -104,10 +105,10 @@ class Session:
             raise TypeError(f"code must be a str of Python source, got {type(code).__name__}")
         source = code.encode("utf-8", "surrogatepass")  # the kernel reports a lone surrogate as a SyntaxError
         if len(source) > MAX_CODE_BYTES:
-            raise ValueError(f"a cell of {len(source)} bytes is over the sandbox's {MAX_CODE_BYTES} bytes; split it")
+            raise InputError(f"a cell of {len(source)} bytes is over the sandbox's {MAX_CODE_BYTES} bytes; split it")
         timeout = self.limits.timeout_s if timeout is None else float(timeout)
         if not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+            raise InputError(f"timeout must be > 0 seconds, got {timeout}")
         with self._lock:
             index = self._index(kernel)
             start = time.monotonic()
@@ -136,7 +137,7 @@ class Session:
         if isinstance(data, str):
             data = data.encode()
         if len(data) > self.limits.max_file_mb << 20:
-            raise ValueError(f"{len(data)} bytes is over max_file_mb={self.limits.max_file_mb}; "
+            raise InputError(f"{len(data)} bytes is over max_file_mb={self.limits.max_file_mb}; "
                              "raise the limit to write it")
         wire = _wire_path(path)
         view = memoryview(data)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from mappa_envs.errors import InputError
+
 _CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
 _UNSAFE_TEXT = re.compile(f"[{_CONTROLS}]")
 _UNSAFE_NAME = re.compile(f"[{_CONTROLS}\\\\\t\n]")
@@ -64,7 +66,7 @@ def raw_name(name: str) -> bytes:
         elif short is not None:
             out += _LONG[short]
         else:
-            raise ValueError(f"path {name!r} has a backslash that is not an escape; write a backslash in a "
+            raise InputError(f"path {name!r} has a backslash that is not an escape; write a backslash in a "
                              "name as '\\\\' (the form list_files returns)")
         pos = m.end()
     return bytes(out + name[pos:].encode("utf-8", "surrogateescape"))

@@ -4,11 +4,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
-from mappa_envs.errors import MappaError
+from mappa_envs.errors import InputError, MappaError
 from mappa_envs.sandbox.inside.files import FileTooLargeError, NotRegularFileError
 from mappa_envs.sandbox.text import safe_text
+
+SandboxBackend = Literal["auto", "docker", "local"]
+SANDBOX_BACKENDS: tuple[str, ...] = get_args(SandboxBackend)
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class Limits:
                      "workspace_mb"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"sandbox limit {name} must be a positive number, got {value!r}")
+                raise InputError(f"sandbox limit {name} must be a positive number, got {value!r}")
 
 
 @dataclass

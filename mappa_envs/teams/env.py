@@ -15,7 +15,7 @@ from mappa_envs.core.pipeline import PipelineEnv
 from mappa_envs.core.records import Scenario
 from mappa_envs.core.team import Team, load_team
 from mappa_envs.errors import SpecError
-from mappa_envs.registration import accepted_kwargs, load_callable
+from mappa_envs.registration import accepted_kwargs, load_callable, resolve
 
 
 def build_scenario(team: Team, scenario: Any = None, scenario_args: Mapping | None = None) -> Scenario:
@@ -28,10 +28,7 @@ def build_scenario(team: Team, scenario: Any = None, scenario_args: Mapping | No
     if target is None:
         raise SpecError(f"{team.name}: the spec names no scenario; add scenario: 'module:callable' to it "
                         "or pass scenario= to make()")
-    try:
-        factory = load_callable(target)
-    except (ImportError, AttributeError) as e:
-        raise SpecError(f"{team.name}: scenario {target!r} cannot be loaded: {e}") from None
+    factory = resolve(target, f"{team.name}: scenario", SpecError)
     args = {**(team.scenario_args if scenario is None else {}), **dict(scenario_args or {})}
     accepted = accepted_kwargs(factory)
     if accepted is not None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pettingzoo import AECEnv
 
 from mappa_envs.driver import Driver, EpisodeResult, Schedule, TextActor, Turn
+from mappa_envs.errors import InputError
 from mappa_envs.policy import Team, TextPolicy
 
 
@@ -36,7 +37,7 @@ class VectorRunner:
     def __init__(self, envs: Sequence[AECEnv], policy: TextPolicy, workers: int | None = None,
                  schedule: Schedule = "async"):
         if not envs:
-            raise ValueError("VectorRunner needs at least one env")
+            raise InputError("VectorRunner needs at least one env")
         if not isinstance(policy, TextPolicy):
             raise TypeError(f"policy must have respond(conversations, roles) -> list[str]; got {type(policy).__name__}")
         self.envs, self.policy = list(envs), policy
@@ -49,7 +50,7 @@ class VectorRunner:
     def run(self, episodes: int, seed: int | None = None, options: dict | None = None) -> list[EpisodeResult]:
         """Play `episodes` episodes; return them ordered by episode number."""
         if episodes < 0:
-            raise ValueError(f"episodes must be >= 0, got {episodes}")
+            raise InputError(f"episodes must be >= 0, got {episodes}")
         jobs = ((None if seed is None else seed + k, options) for k in range(episodes))
         return sorted(self.play(jobs), key=lambda r: r.episode)
 

@@ -6,6 +6,7 @@ has no rule-checked answers.
 """
 from __future__ import annotations
 
+from mappa_envs.errors import InputError
 from mappa_train.evaluation.stats import PairedCI, paired_bootstrap
 
 
@@ -13,7 +14,7 @@ def compare(a: dict, b: dict, n_boot: int = 10_000, level: float = 0.95, seed: i
     """`a`, `b`: two runs' results. Returns {set: {"metric", "ci", "deltas": {task_id: (a, b)}}}."""
     shared = [s for s in a["sets"] if s in b["sets"]]
     if not shared:
-        raise ValueError(f"runs {a['run']!r} and {b['run']!r} share no eval set "
+        raise InputError(f"runs {a['run']!r} and {b['run']!r} share no eval set "
                          f"({sorted(a['sets'])} vs {sorted(b['sets'])})")
     out = {}
     for name in shared:
@@ -21,7 +22,7 @@ def compare(a: dict, b: dict, n_boot: int = 10_000, level: float = 0.95, seed: i
         metric = "avg" if all("avg" in t for t in (*ta.values(), *tb.values())) else "score"
         ids = [t for t in ta if t in tb]
         if not ids:
-            raise ValueError(f"eval set {name!r}: the runs share no problem ids; "
+            raise InputError(f"eval set {name!r}: the runs share no problem ids; "
                              "were they run on the same task source?")
         xa, xb = [ta[t][metric] for t in ids], [tb[t][metric] for t in ids]
         out[name] = {

@@ -11,16 +11,14 @@ then the envs step (tool calls, coach) in a thread pool.
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
-from mappa_envs.errors import MappaError
+from mappa_envs.errors import InputError, MappaError
 from mappa_envs.policy import Team, TextPolicy
+from mappa_envs.seeding import sequence_seed
 from mappa_envs.wrappers import EpisodeResult, Turn, VectorRunner
 from mappa_train.evaluation.hygiene import find_overlap
 
@@ -71,8 +69,7 @@ class Job:
 
 def episode_seed(base_seed: int, set_name: str, task_id: str, sample: int) -> int:
     """A seed that depends on the problem and sample, not on the order episodes run in."""
-    ss = np.random.SeedSequence([base_seed, zlib.crc32(f"{set_name}/{task_id}".encode()), sample])
-    return int(ss.generate_state(1)[0])
+    return sequence_seed(base_seed, f"{set_name}/{task_id}", sample)
 
 
 def load_transcripts(path: Path) -> list[dict]:
@@ -107,7 +104,7 @@ def play_jobs(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], ba
               on_episode: Callable[[dict], None] | None = None) -> list[dict]:
     """Play `jobs` with up to `batch_size` envs at once; returns the episode records in finish order."""
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if not jobs:
         return []
     records: list[dict] = []
@@ -184,19 +181,26 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
     train/eval overlap of the sets that name a training source.
     """
     if k < 1:
-        raise ValueError(f"k (samples per problem) must be >= 1, got {k}")
+        raise InputError(f"k (samples per problem) must be >= 1, got {k}")
     kwargs = dict(env_kwargs or {})
+    shared = None
     if isinstance(kwargs.get("sandbox"), (str, type(None))):
         # One sandbox for every env, with a session warming for each batch slot; otherwise each env
         # starts its own and every reset waits for a cold interpreter.
         from mappa_envs.sandbox import make_sandbox
 
-        kwargs["sandbox"] = make_sandbox(kwargs.get("sandbox") or "local", pool_size=batch_size)
-        try:
-            return run_eval(team, eval_sets, out_dir, k, seed, batch_size, kwargs, reporter, identity)
-        finally:
-            kwargs["sandbox"].close()
-    out = Path(out_dir)
+        shared = kwargs["sandbox"] = make_sandbox(kwargs.get("sandbox") or "local", pool_size=batch_size)
+    try:
+        return _run_sets(team, eval_sets, Path(out_dir), k, seed, batch_size, kwargs, reporter, identity)
+    finally:
+        if shared is not None:
+            shared.close()
+
+
+def _run_sets(team: TeamSource, eval_sets: list[EvalSet], out: Path, k: int, seed: int, batch_size: int,
+              kwargs: dict, reporter: Reporter | None, identity: dict | None):
+    """`run_eval` once the envs' arguments are settled: claim `out`, then play each set, appending
+    every finished episode to the transcripts as it ends."""
     out.mkdir(parents=True, exist_ok=True)
     if identity is not None:
         claim_run(out, identity)
@@ -206,50 +210,26 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
     overlaps: dict[str, dict] = {}
     with path.open("a", encoding="utf-8") as sink:
 
-        def write(record: dict) -> None:
+        def finished(record: dict) -> None:
             sink.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
             sink.flush()
+            if reporter:
+                reporter.episode(record)
 
         for es in eval_sets:
-
             def make_env(es=es, task_kwargs=es.env_kwargs):
                 import mappa_envs
 
                 return mappa_envs.make(es.env_id, **{**task_kwargs, **kwargs})
 
-            probe = make_env()
-            try:
-                tasks = tasks_of(probe)
-                policy = team if isinstance(team, TextPolicy) else team(probe)
-                _check_roles(policy, probe)
-            finally:
-                probe.close()
+            tasks, policy = _probe(team, make_env)
             jobs = plan_jobs(es, tasks, k, seed)
             if es.train_kwargs is not None:
-                train_env = make_env(task_kwargs=es.train_kwargs)
-                try:
-                    train_texts = [t.prompt for t in tasks_of(train_env)]
-                finally:
-                    train_env.close()
-                chosen = tasks[: es.max_problems] if es.max_problems else tasks
-                overlap = find_overlap(es.name, [(t.id, t.prompt) for t in chosen], es.train_source or "?", train_texts)
-                overlaps[es.name] = overlap.to_dict()
-            for job in jobs:
-                old = done.get(job.key)
-                if old is not None and old["seed"] != job.seed:
-                    raise EvalSpecError(
-                        f"{path} was written with another seed ({old['seed']} != {job.seed} for {job.key}); "
-                        "use a new output directory or the run's original --seed"
-                    )
+                overlaps[es.name] = _train_overlap(es, tasks, make_env(task_kwargs=es.train_kwargs))
+            _check_seeds(jobs, done, path)
             todo = [j for j in jobs if j.key not in done]
             if reporter:
                 reporter.set_started(es.name, len(jobs) - len(todo), len(jobs))
-
-            def finished(record: dict) -> None:
-                write(record)
-                if reporter:
-                    reporter.episode(record)
-
             try:
                 new = play_jobs(policy, make_env, todo, batch_size, on_episode=finished) if todo else []
             finally:
@@ -258,6 +238,39 @@ def run_eval(team: TeamSource, eval_sets: list[EvalSet], out_dir: str | Path, k:
             fresh = {(r["set"], r["task_id"], r["sample"]): r for r in new}
             records[es.name] = [done.get(j.key) or fresh[j.key] for j in jobs]
     return records, overlaps
+
+
+def _probe(team: TeamSource, make_env: Callable[[], Any]) -> tuple[list, TextPolicy]:
+    """The set's tasks and the team that plays them, from one env that is closed again."""
+    probe = make_env()
+    try:
+        tasks = tasks_of(probe)
+        policy = team if isinstance(team, TextPolicy) else team(probe)
+        _check_roles(policy, probe)
+        return tasks, policy
+    finally:
+        probe.close()
+
+
+def _train_overlap(es: EvalSet, tasks: list, train_env) -> dict:
+    """How many of the set's chosen problems also occur in its training source (closes `train_env`)."""
+    try:
+        train_texts = [t.prompt for t in tasks_of(train_env)]
+    finally:
+        train_env.close()
+    chosen = tasks[: es.max_problems] if es.max_problems else tasks
+    return find_overlap(es.name, [(t.id, t.prompt) for t in chosen], es.train_source or "?", train_texts).to_dict()
+
+
+def _check_seeds(jobs: list[Job], done: dict, path: Path) -> None:
+    """Episodes already in `path` must have been played with the seeds these jobs would use."""
+    for job in jobs:
+        old = done.get(job.key)
+        if old is not None and old["seed"] != job.seed:
+            raise EvalSpecError(
+                f"{path} was written with another seed ({old['seed']} != {job.seed} for {job.key}); "
+                "use a new output directory or the run's original --seed"
+            )
 
 
 def same_answer(a: object, b: object) -> bool:

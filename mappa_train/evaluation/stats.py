@@ -2,6 +2,7 @@
 
 The unit of every standard error and bootstrap is the *problem*: each problem contributes one
 per-problem figure (its avg@k, pass@k or maj@k), and the spread is taken across problems.
+`accuracy_change` compares two evaluations of one training run problem by problem.
 
 - avg@k: the mean correctness of a problem's k samples (rule-checked, never the coach's opinion).
 - pass@k: the unbiased estimator of "at least one of k samples is right" from n >= k samples with
@@ -16,8 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+from mappa_envs.errors import InputError
+from mappa_train.runlog import eval_outcomes
 
 
 @dataclass(frozen=True)
@@ -55,9 +60,9 @@ def mean_se(values: Sequence[float]) -> MeanSE:
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k for one problem with n samples, c of them correct."""
     if not 0 <= c <= n:
-        raise ValueError(f"pass_at_k: need 0 <= c <= n, got n={n}, c={c}")
+        raise InputError(f"pass_at_k: need 0 <= c <= n, got n={n}, c={c}")
     if not 1 <= k <= n:
-        raise ValueError(f"pass_at_k: need 1 <= k <= n, got k={k} with n={n} samples; sample more or lower k")
+        raise InputError(f"pass_at_k: need 1 <= k <= n, got k={k} with n={n} samples; sample more or lower k")
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
@@ -161,10 +166,30 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_00
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"paired_bootstrap: need two equal-length 1-D sequences, got {x.shape} and {y.shape}")
     if x.size == 0:
-        raise ValueError("paired_bootstrap: no paired problems (do the runs share an eval set?)")
+        raise InputError("paired_bootstrap: no paired problems (do the runs share an eval set?)")
     d = y - x
     rng = np.random.default_rng(seed)
     means = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
     tail = (1 - level) / 2
     low, high = np.quantile(means, [tail, 1 - tail])
     return PairedCI(float(d.mean()), float(low), float(high), int(d.size), level)
+
+
+def problem_means(outcomes: dict[str, list[float]], tasks: list[str]) -> list[float]:
+    """Each problem's mean correctness over its samples, in `tasks` order (the unit a paired bootstrap resamples)."""
+    return [sum(outcomes[t]) / len(outcomes[t]) for t in tasks]
+
+
+def accuracy_change(out_dir: str | Path, eval_set: str, first: int, last: int, n_boot: int = 10_000,
+                    seed: int = 0) -> tuple[list[str], list[float], list[float], PairedCI]:
+    """Held-out accuracy at the evaluations of steps `first` and `last` of one run: the problems, each
+    one's accuracy before and after, and the paired bootstrap of the change, read from the run's log
+    (mappa_train.runlog). Both evaluations must have played the same problems and samples, else the
+    comparison would not be paired."""
+    before, after = eval_outcomes(out_dir, first, eval_set), eval_outcomes(out_dir, last, eval_set)
+    tasks = sorted(before)
+    if sorted(after) != tasks or any(len(before[t]) != len(after[t]) for t in tasks):
+        raise RuntimeError(f"the evaluations at steps {first} and {last} of {out_dir} did not play the same "
+                           f"problems and samples; re-run in a fresh output directory")
+    b, a = problem_means(before, tasks), problem_means(after, tasks)
+    return tasks, b, a, paired_bootstrap(b, a, n_boot=n_boot, seed=seed)

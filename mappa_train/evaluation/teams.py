@@ -9,9 +9,9 @@ from pathlib import Path
 
 from mappa_envs.policy import Team, TextPolicy
 from mappa_train.evaluation.runner import EvalSpecError, TeamSource
-from mappa_train.generation import SamplingParams
+from mappa_train.generation import BACKENDS, SamplingParams
 
-MODEL_KINDS = ("hf", "vllm", "openai")
+MODEL_KINDS = (*BACKENDS, "openai")
 
 
 def team_name(spec: str) -> str:
@@ -24,7 +24,7 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
     """A TextPolicy, or a builder of one from an env, for `spec` (see `TEAM_HELP` in mappa_cli/eval.py).
 
     Model specs: `hf:MODEL` (transformers), `vllm:MODEL` (an in-process vLLM engine), MODEL being
-    anything `model.path` takes (mappa_train.models.resolve_model: a folder, a hub id, a .gguf file,
+    anything `model.path` takes (mappa_train.model_source.resolve_model: a folder, a hub id, a .gguf file,
     `smollm2-135m`, `tiny`),
     `openai:MODEL@BASE_URL` (any OpenAI-compatible endpoint), sampled with `sampling`.
     """
@@ -75,7 +75,7 @@ def _lora_team(final: Path, backend: str, seed: int, sampling: SamplingParams) -
     from mappa_train.lora import load_run_generators
     from mappa_train.text_policies import GeneratorPolicy
 
-    if backend not in ("hf", "vllm"):
+    if backend not in BACKENDS:
         raise EvalSpecError(f"team spec run:{final.parent}@{backend}: a LoRA run is served by hf or vllm")
     generators = load_run_generators(final, backend)
     seeded = replace(sampling, seed=seed)  # as for model specs: each action adds its driver seed
@@ -117,7 +117,7 @@ def _model_policy(kind: str, target: str, sampling: SamplingParams) -> TextPolic
             raise EvalSpecError(f"team spec openai:{target}: expected openai:MODEL@BASE_URL, e.g. openai:qwen@http://127.0.0.1:8000/v1")
         return EndpointPolicy(OpenAIChat(model, base_url=url), sampling)
     from mappa_train.generation import make_generator
-    from mappa_train.models import resolve_model
+    from mappa_train.model_source import resolve_model
 
     # the resolver `mappa train model.path=...` uses: hub ids, folders, .gguf files, smollm2-135m, tiny
     path = resolve_model(target, label=f"team spec {kind}:{target}")
@@ -136,12 +136,6 @@ def _scripted(env, options: dict) -> TextPolicy:
 
 def _import(target: str):
     """The object "package.module:name" names, or an EvalSpecError saying why it cannot be imported."""
-    import importlib
+    from mappa_envs.registration import resolve
 
-    module, _, name = target.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as e:
-        raise EvalSpecError(f"team spec {target!r}: cannot import {module} ({e})") from None
-    except AttributeError:
-        raise EvalSpecError(f"team spec {target!r}: {module} has no {name!r}") from None
+    return resolve(target, "team spec", EvalSpecError)

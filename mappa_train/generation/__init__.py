@@ -21,10 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
+
+from mappa_envs.errors import InputError
 
 FinishReason = Literal["stop", "length"]
-BACKENDS = ("hf", "vllm")
+Backend = Literal["hf", "vllm"]
+BACKENDS: tuple[str, ...] = get_args(Backend)
 
 
 @dataclass(frozen=True)
@@ -48,13 +51,13 @@ class SamplingParams:
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise InputError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+            raise InputError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise InputError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+            raise InputError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
 
 
 @dataclass
@@ -88,7 +91,7 @@ def make_generator(backend: str, model: str, **kwargs) -> Generator:
         from mappa_train.generation.vllm_engine import VLLMGenerator
 
         return VLLMGenerator(model, **kwargs)
-    raise ValueError(f"unknown generation backend {backend!r}; choose one of {BACKENDS} "
+    raise InputError(f"unknown generation backend {backend!r}; choose one of {BACKENDS} "
                      "(an OpenAI-compatible endpoint is `mappa_train.generation.openai_chat.OpenAIChat`, eval only)")
 
 

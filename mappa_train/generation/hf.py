@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from mappa_envs.errors import InputError
 from mappa_train.generation import Generation, SamplingParams, decode, require, stop_ids
 
 torch = require("torch", "'mappa[train]'")
@@ -90,7 +91,7 @@ class HFGenerator:
         self.tokenizer = tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
-            raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
+            raise InputError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
         self.max_batch_size = max_batch_size
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:

