@@ -45,19 +45,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, get_args
 
 import torch
+
+from mappa_train.config.schema import Normalization, Scope
 
 if TYPE_CHECKING:
     from mappa_train.config import AlgoConfig
     from mappa_train.rollout import Transition
 
-Scope = Literal["action", "agent", "episode"]
-SCOPES = ("action", "agent", "episode")
+SCOPES = get_args(Scope)
 MAX_LOG_RATIO = 20.0  # |log π/π_old| beyond this is clamped: exp(20) ≈ 5e8 is finite in fp32, exp(89) is not
-Normalization = Literal["global", "per_role", "per_role_turn", "per_agent"]
-NORMALIZATIONS = ("global", "per_role", "per_role_turn", "per_agent")
+NORMALIZATIONS = get_args(Normalization)
 
 
 def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mappa_envs.seeding import name_key, stride_seed
 from mappa_train.config import ConfigError
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ class AdapterLearner:
                  seed: int = 0):
         self.learner, self.name, self.lr, self.frozen = learner, name, lr, frozen
         self.rank = learner.rank
-        self.seed, self.updates = seed * 1_000_003 + zlib.crc32(name.encode()), 0
+        self.seed, self.updates = stride_seed(seed, name_key(name)), 0
 
     @property
     def model(self):

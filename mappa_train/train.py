@@ -27,6 +27,7 @@ import torch
 from transformers import AutoTokenizer
 
 from mappa_envs.coach.stateful import coach_metrics, load_coach_state, plot_run_corrections, save_coach_state
+from mappa_envs.seeding import stride_seed
 from mappa_train import algo
 from mappa_train.config import TrainConfig, to_dict
 from mappa_train.experience import ExperienceSource
@@ -67,7 +68,7 @@ def tasks_for_step(task_ids: Sequence[str], step: int, cfg: TrainConfig) -> list
     out = []
     for i in range(step * per_step, (step + 1) * per_step):
         order = list(task_ids)
-        random.Random(cfg.seed * 1_000_003 + i // n).shuffle(order)
+        random.Random(stride_seed(cfg.seed, i // n)).shuffle(order)
         out.append(order[i % n])
     return [t for t in out for _ in range(cfg.rollout.samples_per_prompt)]
 
@@ -243,7 +244,7 @@ def _weights(learners: Mapping[str, Learner]) -> dict[str, dict]:
 
 
 def _seed(cfg: TrainConfig, step: int) -> int:
-    return (cfg.seed * 1_000_003 + step * 7919) % (2**31)
+    return stride_seed(cfg.seed, step * 7919) % 2**31
 
 
 def eval_seed(cfg: TrainConfig) -> int:
