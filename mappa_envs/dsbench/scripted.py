@@ -114,6 +114,8 @@ class ScriptedDSPolicy:
     """A `TextPolicy` for DSBench-v0's three roles: one code action, then a closing summary."""
 
     def __init__(self, tasks: Sequence[DSTask], forget: Sequence[str] = (), skill: float = 1.0, seed: int = 0):
+        if isinstance(skill, bool) or not isinstance(skill, (int, float)) or not 0 <= skill <= 1:
+            raise ValueError(f"ScriptedDSPolicy: skill must be a number in [0, 1], got {skill!r}")
         self.tasks = list(tasks)
         self.forget = tuple(forget)
         self.skill = skill
