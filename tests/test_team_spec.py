@@ -206,6 +206,23 @@ def test_docs_worked_example_is_a_valid_spec():
         env.close()
 
 
+def test_docs_user_specs_are_the_tested_ones():
+    """docs/environments.md's fan-in and loop specs are tests/user_specs.py's, which the blame, coach-eval
+    and training tests run."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from tests.user_specs import FAN_IN as FAN_IN_YAML
+    from tests.user_specs import LOOP
+
+    doc = (Path(__file__).parents[1] / "docs" / "environments.md").read_text()
+    section = doc.split("### Your own team: a fan-in spec and a loop spec", 1)[1].split("\n## ", 1)[0]
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)]
+    assert blocks == [yaml.safe_load(FAN_IN_YAML), yaml.safe_load(LOOP)]
+
+
 def test_mappa_envs_lists_spec_built_envs(capsys):
     from mappa_cli.main import main
 
