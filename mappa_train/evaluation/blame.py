@@ -7,7 +7,9 @@ others doing their job (MathChat: a wrong answer from the Problem Solver, an ans
 mis-copies from its own correct output, a Verifier that overrules a right answer; DSBench: a missing
 or inconsistent hand-off file from the Data Engineer, a Modeler that saves no model; CodeTest: a Coder's
 bug, a Test Writer's wrong test, a Reviewer that breaks working code; Chain: one agent of four that
-always slips on its step, the others doing theirs on whatever value they get). Every action's
+always slips on its step, the others doing theirs on whatever value they get; a team spec of one's
+own, `spec:PATH` (`--spec`): each role in turn always wrong, through the spec's scripted team with
+skill={role: 0.0}). Every action's
 coach request is recorded as the env builds it; the team's actions do not depend on the scores, so
 scoring them afterwards is scoring them online. Each coach under test then scores every request
 (`score_many`: concurrent `ascore` calls). Per fault, over episodes:

@@ -2,9 +2,10 @@
 
     mappa coach-eval --coach rule --coach smollm2@http://127.0.0.1:8123/v1 --out runs/coach-eval
 
-The episodes are those of `mappa blame` (scripted MathChat and DSBench teams, one known fault at a
-time, `mappa_train.evaluation.blame`), plus master-key probes: fault-free episodes in which one role
-writes an action that carries no work (`PROBES`), with the env computing its checks as for any action.
+The episodes are those of `mappa blame` (scripted teams of the shipped envs, and of any team spec
+given with `--spec`, one known fault at a time, `mappa_train.evaluation.blame`), plus master-key
+probes: fault-free episodes in which one role writes an action that carries no work (`PROBES`), with
+the env computing its checks as for any action.
 Every action's coach request is recorded once; each coach then scores all of them, and, with
 `backprop`, also judges every episode once for reward back-propagation (`mappa_envs.coach.backprop`).
 
