@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from mappa_cli.args import key_values
-from mappa_cli.blame import ENVS
+from mappa_cli.blame import ENVS, SPEC_HELP
 from mappa_cli.errors import UsageError
 
 
@@ -14,8 +14,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
     parser.add_argument("--coach-set", action="append", default=[], metavar="KEY=VALUE",
                         help="an LLMCoachConfig setting for every LLM coach (repeatable), e.g. max_tokens=256")
-    parser.add_argument("--env", action="append", choices=ENVS, help="env(s) to measure (default: all)")
-    parser.add_argument("--num-tasks", type=int, default=10, help="MathChat: synthetic eval problems per fault")
+    parser.add_argument("--env", action="append", choices=ENVS,
+                        help="env(s) to measure (default: all of them, unless --spec is given)")
+    parser.add_argument("--spec", action="append", default=[], metavar="PATH", help=SPEC_HELP)
+    parser.add_argument("--num-tasks", type=int, default=10,
+                        help="MathChat: synthetic eval problems per fault; --spec: its scenario's first N tasks")
     parser.add_argument("--dsbench-tasks", type=int, default=3, help="DSBench: the first N built-in tasks per fault")
     parser.add_argument("--probe-tasks", type=int, default=2,
                         help="tasks per master-key probe and role (5 probes x every role)")
@@ -31,6 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mappa_envs.coach import make_coach
     from mappa_envs.dsbench import builtin_tasks
+    from mappa_train.evaluation.blame import spec_targets
     from mappa_train.evaluation.coacheval import evaluate, markdown, record_all, write_plots
 
     if min(args.num_tasks, args.probe_tasks, args.batch, args.concurrency) < 1 or args.tolerance < 0:
@@ -41,9 +45,12 @@ def run(args: argparse.Namespace) -> int:
                          f"got {args.dsbench_tasks}")
     settings = key_values(args.coach_set, "--coach-set", "structured_output=true")
     coaches = {spec: make_coach(spec, None if spec == "rule" else settings) for spec in (args.coach or ["rule"])}
-    env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}, "DSBench-v0": {"tasks": tasks[:args.dsbench_tasks]}}
+    specs = spec_targets(args.spec, args.num_tasks)  # a bad spec fails here, before anything is played
+    env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}, "DSBench-v0": {"tasks": tasks[:args.dsbench_tasks]},
+                  **specs}
     say = lambda m: print(m, flush=True)  # noqa: E731
-    episodes = record_all(args.env or ENVS, env_kwargs, args.probe_tasks, args.batch, say=say)
+    targets = (args.env or ([] if specs else ENVS)) + list(specs)
+    episodes = record_all(targets, env_kwargs, args.probe_tasks, args.batch, say=say)
     rows = evaluate(episodes, coaches, not args.no_backprop, args.tolerance, args.concurrency, say=say)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"episodes": len(episodes), "rows": rows}, indent=2))

@@ -232,3 +232,19 @@ def test_a_training_step_learns_from_backprop_shares(tmp_path):
     (row,) = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
     assert row["actions"] > 0
     assert row["coach_failures"] == 0
+
+
+def test_the_episode_prompt_names_the_topology_of_a_user_spec(tmp_path):
+    """The back-propagation judge sees the fan-in and the loop it assigns credit along, as the per-action
+    coach does (`CoachRequest.team`)."""
+    from mappa_envs.coach.backprop import episode_messages
+    from mappa_train.evaluation.blame import record
+    from tests.user_specs import write_specs
+
+    fan_in, loop = write_specs(tmp_path)
+    for spec, words in ((fan_in, "judge (after coder, reasoner; sees coder, reasoner)"),
+                        (loop, "The checker may send the work back to the solver up to 2 time(s)")):
+        requests = record(f"spec:{spec}", "none", {"scenario_args": {"num_tasks": 1}})
+        prompt = episode_messages(requests, 1.0)[1]["content"]
+        assert "## The team\nAgents act in this order: " in prompt
+        assert words in prompt

@@ -145,3 +145,41 @@ def test_the_command_passes_coach_settings_to_llm_coaches_and_rejects_bad_ones(t
     assert set(seen) == {77}
     assert main(["blame", "--coach-set", "max_tokens"]) == 2
     assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_blame_on_user_written_fan_in_and_loop_specs(tmp_path, capsys):
+    """`mappa blame --spec PATH`: the spec's own scripted team with one role always wrong per fault; the
+    coach sees the topology, the loop runs, and the rule coach blames each faulty role alone."""
+    from mappa_cli.main import main
+    from tests.user_specs import write_specs
+
+    fan_in, loop = write_specs(tmp_path)
+    assert main(["blame", "--spec", fan_in, "--spec", loop, "--num-tasks", "3", "--out", str(tmp_path / "out")]) == 0
+    rows = json.loads((tmp_path / "out" / "results.json").read_text())
+    faults = {(r["env_id"], r["fault"]): r for r in rows}
+    assert set(faults) == {(f"spec:{fan_in}", f) for f in ("none", "coder_wrong", "reasoner_wrong", "judge_wrong")} \
+        | {(f"spec:{loop}", f) for f in ("none", "solver_wrong", "checker_wrong")}
+    for (_, fault), row in faults.items():
+        assert row["episodes"] == 3
+        assert row["faulty_role"] == (None if fault == "none" else fault.removesuffix("_wrong"))
+        assert row["precision"] == (None if fault == "none" else 1.0)
+
+    fan_requests = blame.record(f"spec:{fan_in}", "none", {"scenario_args": {"num_tasks": 1}})
+    assert all("judge (after coder, reasoner; sees coder, reasoner)" in r.team for r in fan_requests)
+    looped = blame.record(f"spec:{loop}", "solver_wrong", {"scenario_args": {"num_tasks": 1}})
+    assert [r.role for r in looped] == ["solver", "checker"] * 3  # sent back twice, the bound
+    assert all("The checker may send the work back to the solver up to 2 time(s)" in r.team for r in looped)
+
+
+def test_bad_specs_for_blame_are_one_line(tmp_path, capsys):
+    from mappa_cli.main import main
+
+    no_script = tmp_path / "no_script.yaml"
+    no_script.write_text("scenario: mappa_envs.mathchat.env:make_scenario\nroles: [{name: a, prompt: x}]\n")
+    for spec, message in ((str(no_script), "names no scripted team"), ("mathchat", "cannot take skill={role: rate}"),
+                          (str(tmp_path / "missing.yaml"), "neither a YAML file nor a shipped spec")):
+        assert main(["blame", "--spec", spec, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err
+        assert "\n" not in err
+    assert not (tmp_path / "out").exists()

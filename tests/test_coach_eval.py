@@ -180,3 +180,30 @@ def test_record_all_runs_every_env_with_its_own_task_kwargs(env_id):
     assert probes
     assert all(e.requests for e in eps)
     assert len({e.task_id for e in probes}) == 1  # the probe step kept to the one task
+
+
+def test_coach_eval_on_user_written_fan_in_and_loop_specs(tmp_path, capsys):
+    """`mappa coach-eval --spec PATH`: faults, probes and back-propagation on teams the user wrote; a spec
+    whose scripted team cannot take a fault is one line, before anything is played."""
+    from mappa_cli.main import main
+    from tests.user_specs import write_specs
+
+    assert main(["coach-eval", "--spec", "mathchat", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "mathchat: its scripted team mappa_envs.mathchat.scripted:for_env cannot take skill" in err
+    assert "\n" not in err
+    assert not (tmp_path / "bad").exists()
+    fan_in, loop = write_specs(tmp_path)
+    out = tmp_path / "card"
+    assert main(["coach-eval", "--spec", fan_in, "--spec", loop, "--num-tasks", "1", "--probe-tasks", "1",
+                 "--batch", "1", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    rule, back = data["rows"]
+    faults = [f"spec:{fan_in}/{r}_wrong" for r in ("coder", "reasoner", "judge")] \
+        + [f"spec:{loop}/{r}_wrong" for r in ("solver", "checker")]
+    for row in (rule, back):
+        assert sorted(k for k in row["step_blame"] if k != "overall") == sorted(faults)
+    assert all(rule["step_blame"][f]["precision"] == rule["agent_blame"][f]["precision"] == 1.0 for f in faults)
+    assert rule["master_key_rate"] == 0.0
+    assert rule["master_key_n"] == 5 * (3 + 2)  # five probes in every role of both teams, one task each
+    assert rule["unscored"] == back["unscored"] == 0

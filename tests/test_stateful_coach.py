@@ -82,7 +82,7 @@ def test_an_injected_bias_is_detected_and_recentred():
     assert coach.corrections, "no correction was made"
     first = coach.corrections[0]
     assert first["at"] <= 200  # found early
-    assert first["offsets"]["regression"] < 0 < first["offsets"]["classification"]
+    assert first["offsets"]["regression"] < 0 == first["offsets"]["classification"]  # the favoured type is lowered
     late = slice(1000, None)  # after the correction settled
     assert abs(_gap(scores[late], stream[late])) <= 0.2  # the residual bias
     assert abs(_gap([coach.inner.score(r).score for r in stream[:400]], stream[:400])) > 1.5  # raw: still biased

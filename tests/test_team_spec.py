@@ -2,7 +2,6 @@
 import copy
 
 import pytest
-from pettingzoo.test import api_test
 
 import mappa_envs
 from mappa_envs.core.team import build_team, load_team, shipped_specs
@@ -146,9 +145,17 @@ def test_scenario_refuses_team_it_cannot_judge():
         mappa_envs.make("Team-v0", spec={"roles": [role("x")], "scenario": spec.scenario})
 
 
-@pytest.mark.parametrize("spec", ["review", "mathchat", FAN_IN])
-def test_api_and_seed_test_for_specs(spec):
-    api_and_seed_test(lambda: mappa_envs.make("Team-v0", spec=spec, sandbox="local"), 30)
+@pytest.mark.parametrize("spec", shipped_specs() + [FAN_IN, "user:fan_in", "user:loop"])
+def test_api_and_seed_test_for_specs(spec, tmp_path):
+    """PettingZoo's checkers on every shipped spec (DSBench on one built-in task) and on specs users write."""
+    from mappa_envs.dsbench.builtin import builtin_tasks
+    from tests.user_specs import write_specs
+
+    if spec in ("user:fan_in", "user:loop"):
+        spec = dict(zip(("user:fan_in", "user:loop"), write_specs(tmp_path)))[spec]
+    extra = {"scenario_args": {"tasks": builtin_tasks()[:1]}} if spec == "dsbench" else {}
+    cycles = (15, 5) if spec == "dsbench" else (30, 10)  # DSBench: each random cell runs in the sandbox
+    api_and_seed_test(lambda: mappa_envs.make("Team-v0", spec=spec, sandbox="local", **extra), *cycles)
 
 
 class Recorder:
@@ -181,16 +188,6 @@ def test_coach_prompt_names_the_topology():
     assert "The review may send the work back to the a up to 2 time(s); then a, agg, review act again." in prompt
 
 
-def test_dsbench_spec_passes_api_test():
-    from mappa_envs.dsbench.builtin import builtin_tasks
-
-    env = mappa_envs.make("Team-v0", spec="dsbench", scenario_args={"tasks": builtin_tasks()[:1]}, sandbox="local")
-    try:
-        api_test(env, num_cycles=15)
-    finally:
-        env.close()
-
-
 def test_docs_worked_example_is_a_valid_spec():
     import re
     from pathlib import Path
@@ -207,6 +204,23 @@ def test_docs_worked_example_is_a_valid_spec():
         assert env.roles["aggregator"].sees == ("coder", "reasoner")
     finally:
         env.close()
+
+
+def test_docs_user_specs_are_the_tested_ones():
+    """docs/environments.md's fan-in and loop specs are tests/user_specs.py's, which the blame, coach-eval
+    and training tests run."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from tests.user_specs import FAN_IN as FAN_IN_YAML
+    from tests.user_specs import LOOP
+
+    doc = (Path(__file__).parents[1] / "docs" / "environments.md").read_text()
+    section = doc.split("### Your own team: a fan-in spec and a loop spec", 1)[1].split("\n## ", 1)[0]
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)]
+    assert blocks == [yaml.safe_load(FAN_IN_YAML), yaml.safe_load(LOOP)]
 
 
 def test_mappa_envs_lists_spec_built_envs(capsys):

@@ -147,12 +147,15 @@ SYSTEM = ("You assign credit for a team's result. Agents acted in turn on one ta
 
 
 def episode_messages(requests: Sequence[CoachRequest], outcome: float, max_chars: int = 8000) -> list[dict]:
-    """The one prompt that shows the whole episode: task, every action with its facts, the outcome."""
+    """The one prompt that shows the whole episode: task, the team's topology (who acts after whom, seeing
+    what, and its loops: so blame can follow the hand-offs), every action with its facts, the outcome."""
     per = max(200, max_chars // max(1, len(requests)))
     texts = [clip(r.action, per) for r in requests] + [clip(requests[0].task if requests else "", 2000)]
     outputs = [clip(_tool_text(r.tool_results), per // 2) for r in requests]
     mark = fence_mark(*texts, *outputs)
     parts = ["## Task", fenced(texts[-1], mark)]
+    if requests and requests[0].team:
+        parts.append(f"## The team\n{requests[0].team}")
     for i, (r, out) in enumerate(zip(requests, outputs)):
         checks = ", ".join(f"{k}={v}" for k, v in sorted(r.checks.items())) or "none"
         parts += [f"## Action A{i} by {r.role} (checks: {checks})", fenced(texts[i], mark)]

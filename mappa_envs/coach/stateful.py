@@ -8,7 +8,8 @@ gives, by role, task type and check outcome (did the env's checks say the action
 - detects imbalance: per task type, the mean gap of its scores from the mean over task types at the
   SAME check outcome (work of equal verifiable quality), pooled over outcomes by count;
 - corrects it once a gap exceeds `threshold` (with at least `min_count` scores per cell):
-  "recenter" subtracts each type's gap from its scores (clipped to 0-10), "note" adds a calibration
+  "recenter" lowers each type's scores by its gap above the least-paid type's (clipped to 0-10; the
+  least-paid type is left as it is: raising it would be lost wherever it already scores 10), "note" adds a calibration
   note to the judge's prompt ("you have scored regression tasks +1.2 above classification at equal
   quality"), "both" does both. Offsets are re-estimated every `every` scores from the raw scores
   (the inner coach's, before correction), so a correction cannot feed on itself.
@@ -184,8 +185,9 @@ class StatefulCoach:
         gaps = self.gaps()
         if not gaps or max(abs(g) for g in gaps.values()) <= self.config.threshold:
             new = {}
-        else:
-            new = {kind: round(-g, 3) for kind, g in gaps.items()}
+        else:  # down to the least-paid type: a raise would be clipped away at 10, a cut rarely reaches 0
+            low = min(gaps.values())
+            new = {kind: round(low - g, 3) for kind, g in gaps.items()}
         if set(new) == set(self.offsets) and all(abs(new[k] - v) < 0.05 for k, v in self.offsets.items()):
             return  # no change, or one below 0.05 points: noise, not a correction worth logging
         event = {"at": self.seen, "gaps": {k: round(g, 3) for k, g in gaps.items()}, "offsets": new,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from mappa_envs.dsbench.metrics import get_metric
 from mappa_envs.dsbench.prompts import ENGINEER_FILES
 from mappa_envs.dsbench.tasks import DSTask
+from mappa_envs.errors import InputError
 
 _DONE = {
     "data_engineer": "Features are ready: X_train.csv, y_train.csv and X_test.csv.",
@@ -114,6 +115,8 @@ class ScriptedDSPolicy:
     """A `TextPolicy` for DSBench-v0's three roles: one code action, then a closing summary."""
 
     def __init__(self, tasks: Sequence[DSTask], forget: Sequence[str] = (), skill: float = 1.0, seed: int = 0):
+        if isinstance(skill, bool) or not isinstance(skill, (int, float)) or not 0 <= skill <= 1:
+            raise InputError(f"ScriptedDSPolicy: skill must be a number in [0, 1], got {skill!r}")
         self.tasks = list(tasks)
         self.forget = tuple(forget)
         self.skill = skill

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from mappa_envs.core.pipeline import Task
 from mappa_envs.errors import InputError
@@ -114,13 +114,22 @@ class ScriptedMathTeam:
     code printed; every other role states the answer, wrong at rate `1 - skill`. A role that may send
     work back (a loop sender) writes its loop's signal when an answer it was shown differs from the
     truth, so the loop is exercised; the env bounds the rounds.
+
+    `skill` is one rate for every role without tools, or {role: rate} for the roles named (the others
+    are always right): a named role with tools then prints a wrong value at its rate. `mappa blame
+    --spec` injects a fault in role R as skill={R: 0.0}.
     """
 
-    def __init__(self, env, skill: float = 1.0, seed: int = 0):
-        if not 0 <= skill <= 1:
-            raise InputError(f"ScriptedMathTeam: skill must be in [0, 1], got {skill}")
+    def __init__(self, env, skill: float | Mapping[str, float] = 1.0, seed: int = 0):
+        self.team = env.unwrapped.team
+        rates = skill.values() if isinstance(skill, Mapping) else [skill]
+        if not all(isinstance(p, (int, float)) and 0 <= p <= 1 for p in rates):
+            raise InputError(f"ScriptedMathTeam: skill must be in [0, 1] (or a {{role: rate}} mapping), got {skill}")
+        unknown = sorted(set(skill) - set(self.team.names)) if isinstance(skill, Mapping) else []
+        if unknown:
+            raise InputError(f"ScriptedMathTeam: no role(s) {unknown} on this team; its roles are {self.team.names}")
         self.by_prompt = {t.prompt: t for t in env.unwrapped.tasks}
-        self.team, self.skill = env.unwrapped.team, skill
+        self.skill = skill
         self.seed, self.rng = seed, random.Random(seed)
 
     def respond(self, conversations: list[list[dict]], roles: list[str],
@@ -139,10 +148,13 @@ class ScriptedMathTeam:
                 printed = _OUTPUT.findall(last)
                 value = printed[-1].strip().splitlines()[-1] if printed and printed[-1].strip() else gold
                 return f"The code printed {value}.\n\\boxed{{{value}}}"
-            return f"Let me compute it.\n```python\nprint({gold!r})\n```"
+            value = gold
+            if isinstance(self.skill, Mapping) and rng.random() >= self.skill.get(role, 1.0):
+                value = _miss(gold, rng)
+            return f"Let me compute it.\n```python\nprint({value!r})\n```"
         answer = gold
-        if rng.random() >= self.skill:
-            answer = str(int(float(gold)) + rng.randint(1, 9)) if _is_int(gold) else "0"
+        if rng.random() >= (self.skill.get(role, 1.0) if isinstance(self.skill, Mapping) else self.skill):
+            answer = _miss(gold, rng)
         loop = next((lp for lp in self.team.loops if lp.sender == role), None)
         shown = [extract_answer(part) for part in opening.split("## Output of the ")[1:]]
         if loop is not None and any(a is not None and a != gold for a in shown):
@@ -150,6 +162,11 @@ class ScriptedMathTeam:
         return f"I find the answer is {answer}.\n\\boxed{{{answer}}}"
 
 
-def for_team(env, skill: float = 1.0, seed: int = 0) -> ScriptedMathTeam:
+def _miss(gold: str, rng: random.Random) -> str:
+    """A plausible wrong answer."""
+    return str(int(float(gold)) + rng.randint(1, 9)) if _is_int(gold) else "0"
+
+
+def for_team(env, skill: float | Mapping[str, float] = 1.0, seed: int = 0) -> ScriptedMathTeam:
     """The scripted team for any spec on the MathChat scenario."""
     return ScriptedMathTeam(env, skill=skill, seed=seed)

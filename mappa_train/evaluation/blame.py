@@ -7,7 +7,9 @@ others doing their job (MathChat: a wrong answer from the Problem Solver, an ans
 mis-copies from its own correct output, a Verifier that overrules a right answer; DSBench: a missing
 or inconsistent hand-off file from the Data Engineer, a Modeler that saves no model; CodeTest: a Coder's
 bug, a Test Writer's wrong test, a Reviewer that breaks working code; Chain: one agent of four that
-always slips on its step, the others doing theirs on whatever value they get). Every action's
+always slips on its step, the others doing theirs on whatever value they get; a team spec of one's
+own, `spec:PATH` (`--spec`): each role in turn always wrong, through the spec's scripted team with
+skill={role: 0.0}). Every action's
 coach request is recorded as the env builds it; the team's actions do not depend on the scores, so
 scoring them afterwards is scoring them online. Each coach under test then scores every request
 (`score_many`: concurrent `ascore` calls). Per fault, over episodes:
@@ -33,6 +35,7 @@ from typing import Any
 from mappa_envs.coach.batch import score_many
 from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.coach.types import CoachRequest, CoachScore, excused
+from mappa_envs.errors import InputError
 
 FAULTS: dict[str, dict[str, str | None]] = {  # env id -> fault -> the role at fault
     "MathChat-v0": {"none": None, "solver_wrong": "problem_solver", "executor_miscopy": "code_executor",
@@ -43,9 +46,83 @@ FAULTS: dict[str, dict[str, str | None]] = {  # env id -> fault -> the role at f
                     "reviewer_breaks": "reviewer"},
     "Chain-v0": {"none": None, "step_1_slips": "step_1", "step_2_slips": "step_2", "step_4_slips": "step_4"},
 }
+SPEC = "spec:"  # a target "spec:PATH" is Team-v0 built from the team spec PATH (a YAML file or a shipped name)
 DEFAULT_KWARGS = {"MathChat-v0": {"task_source": "synthetic", "num_tasks": 20, "split": "eval"},
                   "DSBench-v0": {}, "CodeTest-v0": {"split": "eval", "with_examples": True, "num_tasks": 20},
                   "Chain-v0": {"depth": 4, "num_tasks": 20, "task_seed": 1}}
+
+
+# ---- what is measured: a registered env, or Team-v0 from a user's spec -------------------------
+
+def spec_target(spec: str) -> str:
+    """The target name of Team-v0 built from `spec`, checked now: the spec loads, and the scripted team it
+    names takes per-role skill (how a fault is injected: skill={faulty role: 0.0})."""
+    from mappa_envs.core.team import load_team
+    from mappa_envs.errors import SpecError
+    from mappa_envs.teams.env import scripted
+
+    team = load_team(spec)
+    if team.scripted is None:
+        raise SpecError(f"{spec}: the spec names no scripted team, so no fault can be injected; add "
+                        "scripted: 'module:callable(env, skill={role: rate})' to it")
+    target = SPEC + str(spec)
+    env = make_env(target, sandbox="local")
+    try:
+        scripted(env, skill={team.names[0]: 0.0})
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"{spec}: its scripted team {team.scripted} cannot take skill={{role: rate}}, which is how "
+                        f"a fault is injected ({' '.join(str(e).split())}); e.g. mappa_envs.mathchat.scripted:for_team "
+                        "does") from None
+    finally:
+        env.close()
+    return target
+
+
+def spec_targets(specs: Sequence[str], num_tasks: int) -> dict[str, dict]:
+    """Spec target -> its env kwargs (the scenario cut to its first `num_tasks` tasks where it can be),
+    each spec checked (`spec_target`); a spec given twice is refused."""
+    from mappa_envs.errors import SpecError
+
+    out: dict[str, dict] = {}
+    for spec in specs:
+        target = spec_target(spec)
+        if target in out:
+            raise SpecError(f"--spec {spec} is given twice")
+        out[target] = first_tasks_kwargs(target, {}, num_tasks)
+    return out
+
+
+def faults_of(target: str) -> dict[str, str | None]:
+    """fault -> the role at fault: `FAULTS` for a registered env; for a spec, "none" and, per role R,
+    "R_wrong" (R's scripted actions are wrong every time, the others right)."""
+    if target.startswith(SPEC):
+        from mappa_envs.core.team import load_team
+
+        return {"none": None, **{f"{r}_wrong": r for r in load_team(target[len(SPEC):]).names}}
+    return FAULTS[target]
+
+
+def make_env(target: str, **kwargs):
+    """The env a target names (`mappa_envs.make`; Team-v0 with spec= for a spec target)."""
+    import mappa_envs
+
+    if target.startswith(SPEC):
+        return mappa_envs.make("Team-v0", spec=target[len(SPEC):], **kwargs)
+    return mappa_envs.make(target, **kwargs)
+
+
+def first_tasks_kwargs(target: str, kwargs: dict, n: int) -> dict:
+    """`kwargs` with the spec target's scenario cut to its first `n` tasks, when its scenario takes
+    `num_tasks` (every shipped one but DSBench's); otherwise `kwargs` as they are (all its tasks)."""
+    from mappa_envs.core.team import load_team
+    from mappa_envs.registration import accepted_kwargs, load_callable
+
+    team = load_team(target[len(SPEC):])
+    scenario = kwargs.get("scenario") or team.scenario
+    accepted = accepted_kwargs(load_callable(scenario)) if isinstance(scenario, str) else set()
+    if accepted is not None and "num_tasks" not in accepted:
+        return kwargs
+    return {**kwargs, "scenario_args": {**kwargs.get("scenario_args", {}), "num_tasks": n}}
 
 
 # ---- faulty scripted teams --------------------------------------------------------------------
@@ -109,9 +186,14 @@ class DSTeam:
 
 
 def faulty_team(env_id: str, env, fault: str):
-    """The scripted team of `env` (a made env of `env_id`) with `fault` injected."""
-    if fault not in FAULTS[env_id]:
-        raise ValueError(f"unknown fault {fault!r} for {env_id}; faults: {', '.join(FAULTS[env_id])}")
+    """The scripted team of `env` (a made env of `env_id`, a registered id or a spec target) with `fault` injected."""
+    faults = faults_of(env_id)
+    if fault not in faults:
+        raise InputError(f"unknown fault {fault!r} for {env_id}; faults: {', '.join(faults)}")
+    if env_id.startswith(SPEC):  # the spec's own scripted team, the faulty role always wrong
+        from mappa_envs.teams.env import scripted
+
+        return scripted(env, **({"skill": {faults[fault]: 0.0}} if faults[fault] else {}))
     if env_id == "CodeTest-v0":  # its scripted team takes the fault itself
         from mappa_envs.codetest.scripted import for_env
 
@@ -152,10 +234,9 @@ def play_team(env_id: str, fault: str, env_kwargs: dict, coach: Any, batch: int 
               wrap: Callable[[Any, list], Any] | None = None) -> tuple[list, list]:
     """Every task of the env once with the faulty scripted team (`wrap(team, tasks)` may wrap it), scored
     by `coach`; returns (the runner's results, the tasks), raising if any scripted episode failed."""
-    import mappa_envs
     from mappa_envs.wrappers import VectorRunner
 
-    envs = [mappa_envs.make(env_id, coach=coach, sandbox=sandbox, **env_kwargs) for _ in range(batch)]
+    envs = [make_env(env_id, coach=coach, sandbox=sandbox, **env_kwargs) for _ in range(batch)]
     try:
         tasks = envs[0].unwrapped.tasks
         team = faulty_team(env_id, envs[0], fault)
@@ -172,9 +253,7 @@ def play_team(env_id: str, fault: str, env_kwargs: dict, coach: Any, batch: int 
 
 
 def _roles(env_id: str, kwargs: dict) -> list[str]:
-    import mappa_envs
-
-    env = mappa_envs.make(env_id, **kwargs)
+    env = make_env(env_id, **kwargs)
     try:
         return list(env.possible_agents)
     finally:
@@ -227,7 +306,7 @@ def blame_row(env_id: str, fault: str, coach_name: str, episodes: dict[str, dict
               excused_in: dict[str, set[str]] | None = None) -> FaultRow:
     """The three fractions for one fault, over the episodes where every role that was not excused got a
     score. An excused role (its inputs broken upstream) is not trained on, so it is neither blamed nor punished."""
-    faulty = FAULTS[env_id][fault]
+    faulty = faults_of(env_id)[fault]
     excused_in = excused_in or {}
     expected = {t: set(roles) - excused_in.get(t, set()) for t in episodes}
     complete = {t: s for t, s in episodes.items() if set(s) == expected[t]}
@@ -259,14 +338,14 @@ def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 
         kwargs = {**DEFAULT_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
         roles = _roles(env_id, kwargs)
         recorded = {}
-        for fault in FAULTS[env_id]:
+        for fault in faults_of(env_id):
             say(f"{env_id}: playing the scripted team with fault {fault!r} ...")
             recorded[fault] = record(env_id, fault, kwargs, batch, sandbox)
         for name, coach in coaches.items():
             say(f"{env_id}: scoring {sum(map(len, recorded.values()))} actions with coach {name!r} ...")
             scored = {f: score_many(coach, reqs, concurrency) for f, reqs in recorded.items()}
             per_task = {f: role_scores(recorded[f], s) for f, s in scored.items()}
-            for fault in FAULTS[env_id]:
+            for fault in faults_of(env_id):
                 failed = sum(not s.ok for s in scored[fault])
                 rows.append(blame_row(env_id, fault, name, per_task[fault], per_task["none"], roles, failed, tolerance,
                                       excused_roles(recorded[fault])))

@@ -2,9 +2,10 @@
 
     mappa coach-eval --coach rule --coach smollm2@http://127.0.0.1:8123/v1 --out runs/coach-eval
 
-The episodes are those of `mappa blame` (scripted MathChat and DSBench teams, one known fault at a
-time, `mappa_train.evaluation.blame`), plus master-key probes: fault-free episodes in which one role
-writes an action that carries no work (`PROBES`), with the env computing its checks as for any action.
+The episodes are those of `mappa blame` (scripted teams of the shipped envs, and of any team spec
+given with `--spec`, one known fault at a time, `mappa_train.evaluation.blame`), plus master-key
+probes: fault-free episodes in which one role writes an action that carries no work (`PROBES`), with
+the env computing its checks as for any action.
 Every action's coach request is recorded once; each coach then scores all of them, and, with
 `backprop`, also judges every episode once for reward back-propagation (`mappa_envs.coach.backprop`).
 
@@ -26,7 +27,18 @@ from mappa_envs.coach.batch import score_many
 from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.coach.types import CoachRequest, CoachScore, excused
 from mappa_train.evaluation import coachmetrics as cm
-from mappa_train.evaluation.blame import DEFAULT_KWARGS, FAULTS, blame_row, excused_roles, play_team, role_scores
+from mappa_train.evaluation.blame import (
+    DEFAULT_KWARGS,
+    FAULTS,
+    SPEC,
+    blame_row,
+    excused_roles,
+    faults_of,
+    first_tasks_kwargs,
+    make_env,
+    play_team,
+    role_scores,
+)
 
 PROBES = {  # no-work actions a coach must not pay for (the "master keys" of a lazy judge)
     "step_by_step": "Let me solve this step by step.",
@@ -39,8 +51,8 @@ PROBES = {  # no-work actions a coach must not pay for (the "master keys" of a l
 
 @dataclass
 class Episode:
-    env_id: str
-    fault: str  # a key of blame.FAULTS[env_id], or "probe:<name>:<role>"
+    env_id: str  # a registered env id or a spec target (blame.SPEC)
+    fault: str  # a key of blame.faults_of(env_id), or "probe:<name>:<role>"
     task_id: str
     task_type: str
     requests: list[CoachRequest]
@@ -113,7 +125,7 @@ def mark_faults(episodes: Sequence[Episode]) -> None:
     when none differ, its actions the checks rate lowest (`rule_quality`)."""
     clean = {(e.env_id, e.task_id): e for e in episodes if e.fault == "none"}
     for ep in episodes:
-        role = FAULTS.get(ep.env_id, {}).get(ep.fault)
+        role = faults_of(ep.env_id).get(ep.fault)
         base = clean.get((ep.env_id, ep.task_id))
         if role is None or base is None:
             continue
@@ -214,7 +226,9 @@ def _blame(episodes, scored, values, name: str, tolerance: float) -> tuple[dict,
     """Step-level (coachmetrics.step_blame) and agent-level (blame.blame_row) precision, per fault and overall."""
     by = {(ep.env_id, ep.fault, ep.task_id): (ep, ss, vs) for ep, ss, vs in zip(episodes, scored, values)}
     step, agent = {}, {}
-    for env_id, faults in FAULTS.items():
+    present = list(dict.fromkeys(ep.env_id for ep in episodes))
+    for env_id in [e for e in FAULTS if e in present] + [e for e in present if e not in FAULTS]:
+        faults = faults_of(env_id)
         clean = {t: (ep, ss, vs) for (e, f, t), (ep, ss, vs) in by.items() if e == env_id and f == "none"}
         if not clean:
             continue
@@ -250,7 +264,7 @@ def record_all(env_ids: Sequence[str], env_kwargs: dict[str, dict] | None = None
     episodes: list[Episode] = []
     for env_id in env_ids:
         kwargs = {**DEFAULT_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
-        for fault in FAULTS[env_id]:
+        for fault in faults_of(env_id):
             say(f"{env_id}: playing the scripted team with fault {fault!r} ...")
             episodes += play(env_id, kwargs, fault, batch, sandbox)
         roles = list(dict.fromkeys(r.role for ep in episodes if ep.env_id == env_id for r in ep.requests))
@@ -265,16 +279,17 @@ def record_all(env_ids: Sequence[str], env_kwargs: dict[str, dict] | None = None
 
 def _first_tasks(env_id: str, kwargs: dict, n: int) -> dict:
     """`kwargs` cut to the env's first `n` tasks, in the form the env accepts: DSBench takes a task list,
-    every other env (MathChat, CodeTest, Chain) a `num_tasks` count (they reject `tasks=`)."""
-    import mappa_envs
-
+    every other env (MathChat, CodeTest, Chain) a `num_tasks` count (they reject `tasks=`); a spec
+    target, its scenario's `num_tasks` where it takes one (`blame.first_tasks_kwargs`)."""
     if env_id == "DSBench-v0":
         return {**kwargs, "tasks": _ds_tasks(kwargs)[:n]}
-    env = mappa_envs.make(env_id, **kwargs)
+    env = make_env(env_id, **kwargs)
     try:
         count = len(env.unwrapped.tasks)
     finally:
         env.close()
+    if env_id.startswith(SPEC):
+        return first_tasks_kwargs(env_id, kwargs, min(n, count))
     return {**kwargs, "num_tasks": min(n, count)}
 
 
