@@ -6,6 +6,7 @@ Trainers that need token ids and logprobs use `mappa_train.generation` instead.
 """
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -34,6 +35,13 @@ def route_roles(policies: Mapping[str, object], roles: Sequence[str],
         raise InputError(f"role_policy must map every role {list(roles)} to one of the policies {sorted(policies)}; "
                          f"roles without a policy: {missing}, unknown policies: {unknown}")
     return dict(role_policy)
+
+
+def action_rngs(seed: int, fallback: random.Random, seeds: Sequence[int | None] | None, n: int) -> list[random.Random]:
+    """One random stream per action of a batch: its own seed's (so an action does not depend on the batch it
+    shares), or the policy's running stream for an unseeded action. Scripted teams draw their dice from it."""
+    seeds = list(seeds) if seeds is not None else [None] * n
+    return [fallback if s is None else random.Random(f"{seed}/{s}") for s in seeds]
 
 
 class Team:

@@ -15,6 +15,7 @@ from mappa_envs.chain.env import OPS, apply
 from mappa_envs.core.records import Task
 from mappa_envs.errors import InputError
 from mappa_envs.mathchat.answers import extract_answer
+from mappa_envs.policy import action_rngs
 
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*"}
 _PRINTED = re.compile(r"^\[cell \d+\] ok\n {4}(-?\d+)\s*$", re.MULTILINE)
@@ -52,9 +53,8 @@ class ScriptedChainPolicy:
 
     def respond(self, conversations: list[list[dict]], roles: list[str],
                 seeds: Sequence[int | None] | None = None) -> list[str]:
-        seeds = list(seeds) if seeds is not None else [None] * len(conversations)
-        return [self._act(c, r, self.rng if s is None else random.Random(f"{self.seed}/{s}"))
-                for c, r, s in zip(conversations, roles, seeds)]
+        rngs = action_rngs(self.seed, self.rng, seeds, len(conversations))
+        return [self._act(c, r, rng) for c, r, rng in zip(conversations, roles, rngs)]
 
     def _act(self, conversation: list[dict], role: str, rng: random.Random) -> str:
         opening = next(m["content"] for m in conversation if m["role"] == "user")

@@ -19,6 +19,7 @@ from mappa_envs.codetest.mutant import broken_solution
 from mappa_envs.codetest.tasks import Problem, load_problems
 from mappa_envs.codetest.team import CODER, REVIEWER, TESTER
 from mappa_envs.errors import InputError
+from mappa_envs.policy import action_rngs
 
 FAULTS = {"none": None, "coder_bug": CODER, "tester_wrong_test": TESTER, "reviewer_breaks": REVIEWER}
 MAX_TESTS = 6
@@ -43,9 +44,8 @@ class ScriptedCodeTeam:
     def respond(self, conversations: list[list[dict]], roles: list[str],
                 seeds: Sequence[int | None] | None = None) -> list[str]:
         """With the driver's per-action `seeds`, each action's coin flip depends on its seed alone."""
-        seeds = list(seeds) if seeds is not None else [None] * len(conversations)
-        return [self._act(conv, role, self.rng if s is None else random.Random(f"{self.seed}/{s}"))
-                for conv, role, s in zip(conversations, roles, seeds)]
+        rngs = action_rngs(self.seed, self.rng, seeds, len(conversations))
+        return [self._act(conv, role, rng) for conv, role, rng in zip(conversations, roles, rngs)]
 
     def _fails(self, role: str, rng: random.Random) -> bool:
         flip = rng.random()  # drawn always, so a fault changes nothing else

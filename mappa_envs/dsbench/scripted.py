@@ -15,6 +15,7 @@ from mappa_envs.dsbench.metrics import get_metric
 from mappa_envs.dsbench.prompts import ENGINEER_FILES
 from mappa_envs.dsbench.tasks import DSTask
 from mappa_envs.errors import InputError
+from mappa_envs.policy import action_rngs
 
 _DONE = {
     "data_engineer": "Features are ready: X_train.csv, y_train.csv and X_test.csv.",
@@ -126,9 +127,8 @@ class ScriptedDSPolicy:
                 seeds: Sequence[int | None] | None = None) -> list[str]:
         """With the driver's per-action `seeds`, each action's coin flips depend on its seed alone, not
         on the order in which concurrent episodes happen to ask (reproducible under async play)."""
-        seeds = list(seeds) if seeds is not None else [None] * len(conversations)
-        return [self._act(conv, role, self.rng if s is None else random.Random(f"{self.seed}/{s}"))
-                for conv, role, s in zip(conversations, roles, seeds)]
+        rngs = action_rngs(self.seed, self.rng, seeds, len(conversations))
+        return [self._act(conv, role, rng) for conv, role, rng in zip(conversations, roles, rngs)]
 
     def _task(self, conversation: list[dict]) -> DSTask:
         user = next((m["content"] for m in conversation if m["role"] == "user"), "")

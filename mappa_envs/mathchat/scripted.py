@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from mappa_envs.core.pipeline import Task
 from mappa_envs.errors import InputError
 from mappa_envs.mathchat.answers import extract_answer
+from mappa_envs.policy import action_rngs
 
 # a cell that ran, and what it printed: the env indents printed lines by four spaces (format_tool_output)
 _OUTPUT = re.compile(r"^\[cell \d+\] ok\n((?: {4}.*(?:\n|$))+)", re.MULTILINE)
@@ -39,9 +40,8 @@ class ScriptedMathPolicy:
                 seeds: Sequence[int | None] | None = None) -> list[str]:
         """With the driver's per-action `seeds`, each action's coin flips depend on its seed alone, not
         on the order in which concurrent episodes happen to ask (reproducible under async play)."""
-        seeds = list(seeds) if seeds is not None else [None] * len(conversations)
-        return [self._act(conv, role, self.rng if s is None else random.Random(f"{self.seed}/{s}"))
-                for conv, role, s in zip(conversations, roles, seeds)]
+        rngs = action_rngs(self.seed, self.rng, seeds, len(conversations))
+        return [self._act(conv, role, rng) for conv, role, rng in zip(conversations, roles, rngs)]
 
     def _task(self, conversation: list[dict]) -> Task | None:
         user = next((m["content"] for m in conversation if m["role"] == "user"), "")
@@ -134,9 +134,8 @@ class ScriptedMathTeam:
 
     def respond(self, conversations: list[list[dict]], roles: list[str],
                 seeds: Sequence[int | None] | None = None) -> list[str]:
-        seeds = list(seeds) if seeds is not None else [None] * len(conversations)
-        return [self._act(c, r, self.rng if s is None else random.Random(f"{self.seed}/{s}"))
-                for c, r, s in zip(conversations, roles, seeds)]
+        rngs = action_rngs(self.seed, self.rng, seeds, len(conversations))
+        return [self._act(c, r, rng) for c, r, rng in zip(conversations, roles, rngs)]
 
     def _act(self, conversation: list[dict], role: str, rng: random.Random) -> str:
         opening = next(m["content"] for m in conversation if m["role"] == "user")
