@@ -43,6 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sets", default="synthetic",
                         help="comma-separated eval sets: aime2025, amc, synthetic[:N], AIME/AMC-format .json/.jsonl "
                         "paths, dsbench (built-in offline tasks), dsbench:DIR (a DSBench data folder's eval split)")
+    parser.add_argument("--spec", metavar="PATH",
+                        help="play the sets with the team a spec describes (Team-v0: a YAML file or a shipped spec "
+                        "name, as make('Team-v0', spec=...) takes); the sets' tasks go to the spec's scenario")
     parser.add_argument("--k", type=positive_int, default=1, help="samples per problem (avg@k, pass@k, maj@k)")
     parser.add_argument("--seed", type=int, default=0, help="base seed; each (problem, sample) derives its own")
     parser.add_argument("--max-problems", type=positive_int, help="evaluate only the first N problems of each set")
@@ -126,6 +129,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         sets.append(es)
     if not sets:
         raise UsageError("--sets is empty; name at least one eval set")
+    if args.spec:
+        sets = [_on_spec(es, args.spec) for es in sets]
     coach_settings = key_values(args.coach_set, "--coach-set", "max_tokens=256")
     cache = None if args.coach == "rule" or args.coach_cache == "none" else (
         args.coach_cache or args.out / "coach_cache.sqlite")
@@ -147,6 +152,24 @@ def _evaluate(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return status
+
+
+def _on_spec(es, spec: str):
+    """The set `es` played by the spec's team, once one env of it builds: a bad spec, or a set whose tasks the
+    spec's scenario does not take, is a one-line error before anything is played."""
+    import mappa_envs
+    from mappa_envs.core.team import load_team
+    from mappa_envs.errors import MappaError
+    from mappa_train.evaluation.evalsets import on_spec
+
+    load_team(spec)  # the spec itself first: its errors name it
+    played = on_spec(es, spec)
+    try:
+        mappa_envs.make(played.env_id, **played.env_kwargs).close()
+    except MappaError as e:
+        raise UsageError(f"--spec {spec} cannot play {es.name} ({es.env_id} tasks): {e}; choose sets whose tasks "
+                         "its scenario takes") from e
+    return played
 
 
 def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_settings: dict,
@@ -177,7 +200,8 @@ def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_set
             team_sets = [replace(es, train_source=source, train_kwargs=kwargs) if es.env_id == env_id else es
                          for es in sets]
         identity = {"team": spec, "coach": args.coach, "coach_settings": coach_settings, "seed": args.seed,
-                    "temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens}
+                    "temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
+                    **({"spec": args.spec} if args.spec else {})}
         results = evaluate_team(team, eval_sets=team_sets, out_dir=out,
                                 run_name=run_name, team_spec=spec, k=args.k, seed=args.seed,
                                 batch_size=args.batch_size, env_kwargs=env_kwargs, config={**config, "out": str(out)},

@@ -50,6 +50,16 @@ def resolve(name: str, data: str | Path | None = None, train_source: str | None 
     return es
 
 
+def on_spec(es: EvalSet, spec: str) -> EvalSet:
+    """`es` played by the team a spec describes (Team-v0): the set's task arguments go to the spec's scenario,
+    so a spec on the MathChat scenario plays the MathChat sets (a scenario that does not take them says so)."""
+    def team_kwargs(kwargs: dict | None) -> dict | None:
+        return None if kwargs is None else {"spec": spec, "scenario_args": dict(kwargs)}
+
+    return EvalSet(es.name, "Team-v0", team_kwargs(es.env_kwargs), es.train_source, team_kwargs(es.train_kwargs),
+                   es.max_problems)
+
+
 def train_kwargs(env_id: str, source: str) -> dict:
     """Env kwargs that load a training source: a MathChat task source (a whole file counts, not a
     holdout of it) or a DSBench one ("builtin", or a data folder's train split)."""

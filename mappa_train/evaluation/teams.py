@@ -128,7 +128,10 @@ def _scripted(env, options: dict) -> TextPolicy:
     import mappa_envs
 
     env_id = env.unwrapped.env_id
-    target = mappa_envs.spec(env_id).scripted_policy
+    # a spec-built team names its own scripted team; a registered env's is in the registry
+    team = getattr(env.unwrapped, "team", None)
+    target = team.scripted if team is not None and team.scripted else (
+        mappa_envs.spec(env_id).scripted_policy if env_id in mappa_envs.registry else None)
     if target is None:
         raise EvalSpecError(f"{env_id} has no scripted team; evaluate a model or a module:factory policy")
     return _import(target)(env, **options)
