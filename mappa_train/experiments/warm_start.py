@@ -1,9 +1,10 @@
 """The warm start every quickstart and ablation arm begins from: a tiny model imitating a scripted team.
 
 `build_start` builds a tiny Qwen2 model and tokenizer offline (`mappa_train.tiny_model`) and trains it
-with supervised steps on transcripts of a *noisy* scripted team (`mappa_envs.mathchat.scripted`,
-`code_skill`), loss on the action tokens only. Imitation inherits the team's habits, its broken code
-included: that is what RL then has to fix. A finished start is reused (`warm_start.json`).
+with supervised steps on transcripts of a *noisy* scripted team (the env's registered scripted
+policy: MathChat's with its `code_skill`, Chain's with its per-agent `skill`), loss on the action
+tokens only. Imitation inherits the team's habits, its broken code or slipped steps included: that
+is what RL then has to fix. A finished start is reused (`warm_start.json`).
 """
 from __future__ import annotations
 
@@ -28,7 +29,23 @@ class StartConfig:
     sft_lr: float = doc(3e-3, "peak learning rate of the warm start (20 warm-up steps, linear decay to 10%)")
     solver_skill: float = doc(0.0, "how often the teacher's Problem Solver is right")
     code_skill: float = doc(0.5, "how often the teacher's code runs (else it raises NameError)")
+    teacher: dict = doc({}, "keyword arguments of the env's registered scripted team, e.g. {skill: 0.7, code_rate: "
+                            "1.0} for Chain-v0; empty: MathChat-v0's, from solver_skill and code_skill")
 
+
+def teacher_kwargs(cfg, spec: StartConfig) -> dict:
+    """The scripted team's arguments: `spec.teacher`, or for MathChat-v0 its solver and code skills."""
+    from mappa_train.config import ConfigError
+
+    if spec.teacher:
+        return dict(spec.teacher)
+    if cfg.env.id != "MathChat-v0":
+        raise ConfigError(f"start.teacher is empty: give the arguments of {cfg.env.id}'s scripted team, e.g. "
+                          "start: {teacher: {skill: 0.7, code_rate: 1.0}} for Chain-v0")
+    return {"skill": spec.solver_skill, "code_skill": spec.code_skill}
+
+
+# ---- the start -----------------------------------------------------------------------------------
 
 def build_start(cfg, spec: StartConfig, out_dir: Path) -> Path:
     """The tiny model warm-started on the noisy team's training episodes; a finished one is reused."""
@@ -42,17 +59,21 @@ def build_start(cfg, spec: StartConfig, out_dir: Path) -> Path:
 
 
 def scripted_pairs(cfg, spec: StartConfig) -> list[tuple[list[dict], str]]:
-    """(conversation, action) pairs of the noisy scripted team on the training problems."""
-    from mappa_envs.mathchat.scripted import ScriptedMathPolicy
+    """(conversation, action) pairs of the noisy scripted team (the env's registered `scripted_policy`) on
+    the training problems."""
+    import importlib
+
+    import mappa_envs
     from mappa_envs.sandbox import make_sandbox
     from mappa_envs.wrappers import VectorRunner
     from mappa_train.train import make_envs
 
+    module, _, name = mappa_envs.spec(cfg.env.id).scripted_policy.partition(":")
+    team = getattr(importlib.import_module(module), name)
     sandbox = make_sandbox(cfg.env.sandbox, **cfg.env.sandbox_kwargs)
     envs = make_envs(cfg, cfg.rollout.num_envs, sandbox=sandbox)
     try:
-        policy = ScriptedMathPolicy(envs[0].unwrapped.tasks, skill=spec.solver_skill, seed=cfg.seed,
-                                    code_skill=spec.code_skill)
+        policy = team(envs[0], seed=cfg.seed, **teacher_kwargs(cfg, spec))
         results = VectorRunner(envs, policy).run(episodes=spec.sft_episodes, seed=cfg.seed + 10_000)
     finally:
         for env in envs:
