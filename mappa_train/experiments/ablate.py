@@ -10,21 +10,30 @@ is a reward (`process`: the coach's score per action, the paper; `outcome`: the 
 training overrides. Every arm × seed trains for the same steps × episodes per step from the same
 start, evaluating on the held-out set every `eval_every` steps.
 
-Written to --out: `runs/<arm>/seed<N>/` (each a resumable `mappa train` run: a re-run only trains
-what is missing), `results.json`, `results.md` (the table) and `accuracy_vs_rollouts.png`. Per arm:
-held-out accuracy against rollouts (mean and a 95% Student-t interval over seeds), and the rollouts,
-training wall time and coach calls each seed needed to first reach the target; then the ratio of
-rollouts-to-target of process over outcome (the paper reports ~0.6).
+A preset may also sweep conditions (issue 25, configs/ablate/credit_cpu.yaml): `depths` (Chain-v0's
+env.kwargs.depth; one warm start per depth, reused by every arm and seed there) and `coach_noise`
+(the rule coach wrong at rate ε, `rule:noise=ε,seed=<training seed>`; the outcome arm calls no
+coach, so its noise-free runs stand for it at every ε). A `preflight_episodes` pre-flight plays the
+start before any arm trains and stops the ablation if too few of its actions pass their checks: a
+start that is never right cannot learn from either reward.
+
+Written to --out: `runs/[<condition>/]<arm>/seed<N>/` (each a resumable `mappa train` run: a re-run
+only trains what is missing), `results.json`, `results.md` and plots (experiments/ablate_report.py):
+per arm, held-out accuracy against rollouts (mean and a 95% Student-t interval over seeds) and the
+cost to first reach the target; one record per condition × arm × seed; and each arm paired with the
+`baseline` arm seed by seed (same start, same evaluation seeds, same rollouts): the difference in
+mean held-out accuracy after the start (area under the curve) with its t-interval and a sign test.
 """
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from mappa_train.config import ConfigError, doc, load_config, load_section
+from mappa_train.experiments.ablate_report import format_table, plot, plot_differences, summarise
 from mappa_train.experiments.warm_start import StartConfig, build_start
 
 Reward = Literal["process", "outcome", "process+outcome", "backprop"]  # the env's reward_mode
@@ -51,6 +60,44 @@ class AblateConfig:
                                  "preset's own model.path")
     start: StartConfig = field(default_factory=StartConfig)
     arms: dict = doc({}, "arm name -> Arm fields")
+    target_gain: float | None = doc(None, "if set, each run's target is its start accuracy plus this (rollouts to "
+                                          "a target relative to the start); else target_accuracy")
+    baseline: str = doc("outcome", "the arm every other arm is paired with, seed by seed")
+    depths: list = doc([], "Chain-v0 depths (env.kwargs.depth), a condition each; empty: the preset's env as it is")
+    coach_noise: list = doc([0.0], "rule-coach error rates, a condition each (0: the plain coach)")
+    noise_depths: list = doc([], "the depths at which the noisy coaches run; empty: every depth")
+    preflight_episodes: int = doc(0, "training episodes the start plays before any arm trains (0: no pre-flight)")
+    preflight_min_right: float = doc(0.05, "the least share of the start's actions passing all their checks")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One cell of the sweep: a chain depth (None: the preset's env) and the coach's error rate."""
+
+    depth: int | None = None
+    noise: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """Its folder under runs/ ("" for the plain preset, so that single-condition ablations keep their layout)."""
+        depth = [] if self.depth is None else [f"depth{self.depth}"]
+        return "_".join(depth + ([f"noise{self.noise:g}"] if self.noise else []))
+
+
+def conditions(cfg: AblateConfig) -> list[Condition]:
+    """Every depth with the plain coach, then the noisy coaches at `noise_depths` (or every depth)."""
+    out = []
+    for depth in cfg.depths or [None]:
+        out += [Condition(depth, float(e)) for e in cfg.coach_noise
+                if e == 0 or not cfg.noise_depths or depth in cfg.noise_depths]
+    return out
+
+
+def run_dir(out: Path, cond: Condition, name: str, arm: Arm, seed: int) -> Path:
+    """A run's folder. The outcome arm asks no coach: its noise-free run stands for it at every error rate."""
+    if arm.reward == "outcome":
+        cond = Condition(cond.depth)
+    return out / "runs" / cond.name / name / f"seed{seed}"
 
 
 def load_ablation(path: str | Path) -> tuple[AblateConfig, dict[str, Arm]]:
@@ -67,7 +114,21 @@ def load_ablation(path: str | Path) -> tuple[AblateConfig, dict[str, Arm]]:
     if len(cfg.seeds) < 1 or not all(isinstance(s, int) for s in cfg.seeds):
         raise ConfigError(f"{path}: seeds must be a non-empty list of integers, got {cfg.seeds!r}")
     cfg.train_config = str((path.parent / cfg.train_config).resolve())
+    _check_sweep(cfg, arms, path)
     return cfg, arms
+
+
+def _check_sweep(cfg: AblateConfig, arms: dict[str, Arm], path: Path) -> None:
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in cfg.depths):
+        raise ConfigError(f"{path}: depths must be integers >= 1, got {cfg.depths!r}")
+    if not cfg.coach_noise or 0 not in cfg.coach_noise or not all(
+            isinstance(e, (int, float)) and 0 <= e <= 1 for e in cfg.coach_noise):
+        raise ConfigError(f"{path}: coach_noise must be rates in [0, 1] including 0 (the plain coach), "
+                          f"got {cfg.coach_noise!r}")
+    if not set(cfg.noise_depths) <= set(cfg.depths):
+        raise ConfigError(f"{path}: noise_depths {cfg.noise_depths} must be among depths {cfg.depths}")
+    if cfg.preflight_episodes < 0 or not 0 <= cfg.preflight_min_right <= 1:
+        raise ConfigError(f"{path}: preflight_episodes must be >= 0 and preflight_min_right in [0, 1]")
 
 
 def arm_overrides(arm: Arm, env_kwargs: dict) -> list[str]:
@@ -82,36 +143,67 @@ def arm_overrides(arm: Arm, env_kwargs: dict) -> list[str]:
 
 # ---- running ---------------------------------------------------------------------------------------
 
-def base_config(cfg: AblateConfig, out: Path):
-    """The training config every arm shares, checked for what the ablation reads from it."""
-    base = load_config(cfg.train_config, [*cfg.overrides, f"out_dir={out / 'start'}"])
+def base_config(cfg: AblateConfig, out: Path, cond: Condition = Condition()):
+    """The training config every arm of a condition shares, checked for what the ablation reads from it."""
+    base = load_config(cfg.train_config, [*cfg.overrides, *_depth(cond), f"out_dir={out / 'start'}"])
     if base.eval_every == 0 or cfg.eval_set not in base.env.eval_sets:
         raise ConfigError(f"the ablation reads held-out accuracy from env.eval_sets.{cfg.eval_set} every eval_every "
                           f"steps; the training preset has eval sets {sorted(base.env.eval_sets)} and eval_every="
                           f"{base.eval_every}")
+    if cond.noise and base.env.coach != "rule":
+        raise ConfigError(f"coach_noise wraps the rule coach (rule:noise=EPS); the training preset's coach is "
+                          f"{base.env.coach!r}: set env.coach=rule or coach_noise: [0]")
     return base
 
 
+def _depth(cond: Condition) -> list[str]:
+    return [] if cond.depth is None else [f"env.kwargs.depth={cond.depth}"]
+
+
 def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -> dict:
-    """Build the shared start, train every arm × seed (skipping finished runs), then summarise."""
+    """Build each depth's start (reused) and pre-flight it, train every seed × condition × arm (skipping
+    finished runs), then summarise. Seed by seed: an interrupted ablation leaves whole paired seeds behind,
+    and `--seeds` summarises those."""
     out.mkdir(parents=True, exist_ok=True)
-    base = base_config(cfg, out)
-    start = build_start(base, cfg.start, out / "start") if cfg.warm_start else base.model.path
-    for name, arm in arms.items():
-        for seed in cfg.seeds:
-            run_dir = out / "runs" / name / f"seed{seed}"
-            if (run_dir / "final").is_dir():
-                continue
-            progress(f"arm {name}, seed {seed} ...")
-            t0 = time.perf_counter()
-            _train(load_config(cfg.train_config, [*cfg.overrides, *arm_overrides(arm, base.env.kwargs),
-                                                  f"model.path={start}", f"seed={seed}", f"out_dir={run_dir}"]))
-            progress(f"    done in {time.perf_counter() - t0:.0f} s")
+    bases = {cond: base_config(cfg, out, cond) for cond in conditions(cfg)}
+    starts: dict[int | None, str] = {}
+    for cond, base in bases.items():  # every start first: a failed pre-flight stops it before any arm trains
+        if cond.depth not in starts:
+            where = out / "start" / ("" if cond.depth is None else f"depth{cond.depth}")
+            starts[cond.depth] = str(_start(cfg, base, where, progress))
+    for seed in cfg.seeds:
+        for cond, base in bases.items():
+            for name, arm in arms.items():
+                path = run_dir(out, cond, name, arm, seed)
+                if (cond.noise and arm.reward == "outcome") or (path / "final").is_dir():
+                    continue  # the outcome arm calls no coach: its noise-free run stands for it
+                coach = [f"env.coach=rule:noise={cond.noise:g},seed={seed}"] if cond.noise else []
+                progress(f"{cond.name + ' ' if cond.name else ''}arm {name}, seed {seed} ...")
+                t0 = time.perf_counter()
+                _train(load_config(cfg.train_config, [
+                    *cfg.overrides, *_depth(cond), *arm_overrides(arm, base.env.kwargs), *coach,
+                    f"model.path={starts[cond.depth]}", f"seed={seed}", f"out_dir={path}"]))
+                progress(f"    done in {time.perf_counter() - t0:.0f} s")
     results = summarise(cfg, arms, out)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "results.md").write_text(format_table(results))
     plot(results, out / "accuracy_vs_rollouts.png")
+    if "conditions" in results:
+        plot_differences(results, out)
     return results
+
+
+def _start(cfg: AblateConfig, base, where: Path, progress):
+    """The depth's start (built once, then reused), pre-flighted if the preset asks."""
+    start = build_start(base, cfg.start, where) if cfg.warm_start else base.model.path
+    if cfg.preflight_episodes:
+        from mappa_train.experiments.preflight import check_start
+
+        where.mkdir(parents=True, exist_ok=True)
+        report = check_start(base, start, cfg.preflight_episodes, cfg.preflight_min_right, where / "preflight.json")
+        progress(f"pre-flight {where.name}: {report['right_share']:.0%} of the start's actions right, team success "
+                 f"{report['team_success']:.0%} over {report['episodes']} episodes")
+    return start
 
 
 def _train(cfg) -> None:
@@ -125,110 +217,3 @@ def _train(cfg) -> None:
         train(cfg)
 
 
-# ---- summarising -----------------------------------------------------------------------------------
-
-def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): the Student-t interval for the mean of `values` (n − 1 degrees of freedom);
-    with one value the interval is that value."""
-    import numpy as np
-    from scipy import stats
-
-    x = np.asarray(values, dtype=float)
-    mean = float(x.mean())
-    if x.size < 2:
-        return mean, mean, mean
-    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
-    return mean, mean - half, mean + half
-
-
-def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool) -> dict:
-    """One run's held-out accuracy per rollouts, and the cost of its first reaching `target`."""
-    from mappa_train.metrics import METRICS_FILE, read_metrics
-
-    rows = read_metrics(run_dir / METRICS_FILE)
-    config = json.loads((run_dir / "config.json").read_text())
-    per_step = config["rollout"]["prompts_per_step"] * config["rollout"]["samples_per_prompt"]
-    key = f"{eval_set}/accuracy"
-    evals = {r["step"]: r[key] for r in rows if r["kind"] == "eval" and key in r}
-    train = sorted((r for r in rows if r["kind"] == "train"), key=lambda r: r["step"])
-    wall, calls, cost = 0.0, 0.0, {0: (0.0, 0.0)}
-    for r in train:  # cumulative training cost after each step (evaluation not counted)
-        wall += r.get("time_rollout_s", 0.0) + r.get("time_update_s", 0.0) + r.get("time_sync_s", 0.0)
-        calls += r.get("env_actions", 0.0) if coached else 0.0
-        cost[r["step"]] = (wall, calls)
-    curve = [[step * per_step, acc] for step, acc in sorted(evals.items())]
-    hit = next((step for step, acc in sorted(evals.items()) if acc >= target), None)
-    reached = None if hit is None else {"rollouts": hit * per_step, "wall_s": cost[hit][0], "coach_calls": cost[hit][1]}
-    return {"curve": curve, "reached": reached, "wall_s": wall, "coach_calls": calls,
-            "final_accuracy": curve[-1][1] if curve else None}
-
-
-def summarise(cfg: AblateConfig, arms: dict[str, Arm], out: Path) -> dict:
-    summary = {}
-    for name, arm in arms.items():
-        seeds = {s: run_summary(out / "runs" / name / f"seed{s}", cfg.eval_set, cfg.target_accuracy,
-                                coached=arm.reward != "outcome") for s in cfg.seeds}
-        points = sorted({x for r in seeds.values() for x, _ in r["curve"]})
-        curve = []
-        for x in points:
-            accs = [acc for r in seeds.values() for rx, acc in r["curve"] if rx == x]
-            curve.append([x, *t_interval(accs)])
-        reached = [r["reached"] for r in seeds.values() if r["reached"]]
-        to_target = {k: (t_interval([r[k] for r in reached])[0] if reached else None)
-                     for k in ("rollouts", "wall_s", "coach_calls")}
-        summary[name] = {"arm": asdict(arm), "seeds": {str(s): r for s, r in seeds.items()},
-                         "curve": curve, "final": list(t_interval([r["final_accuracy"] for r in seeds.values()])),
-                         "reached_by": len(reached), "to_target": to_target}
-    return {"target_accuracy": cfg.target_accuracy, "seeds": list(cfg.seeds), "eval_set": cfg.eval_set,
-            "config": asdict(cfg), "arms": summary, "process_over_outcome": _ratio(summary)}
-
-
-def _ratio(summary: dict) -> float | None:
-    """Mean rollouts to target of the process arm over the outcome arm (both must have reached it)."""
-    p, o = (summary.get(a, {}).get("to_target", {}).get("rollouts") for a in ("process", "outcome"))
-    return p / o if p and o else None
-
-
-def format_table(results: dict) -> str:
-    n = len(results["seeds"])
-    lines = [f"Held-out accuracy ({results['eval_set']}) over {n} seeds: mean [95% t-interval]; cost to first "
-             f"reach accuracy {results['target_accuracy']:.2f} (mean over the seeds that reached it).", "",
-             "| arm | reward | normalisation | curriculum | accuracy at start | final accuracy | reached | "
-             "rollouts to target | wall s to target | coach calls to target |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, a in results["arms"].items():
-        first = a["curve"][0] if a["curve"] else [0, float("nan")]
-        mean, lo, hi = a["final"]
-        t = a["to_target"]
-        fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
-        stop = ", ".join(f"{r} < {v:g}" for r, v in a["arm"]["stop_below"].items()) or "—"
-        lines.append(f"| {name} | {a['arm']['reward']} | {a['arm']['whiten']} | {stop} | {first[1]:.3f} | "
-                     f"{mean:.3f} [{lo:.3f}, {hi:.3f}] | {a['reached_by']}/{n} | {fmt(t['rollouts'], '.0f')} | "
-                     f"{fmt(t['wall_s'], '.0f')} | {fmt(t['coach_calls'], '.0f')} |")
-    ratio = results["process_over_outcome"]
-    lines += ["", "Rollouts to target, process / outcome: " + (f"{ratio:.2f}" if ratio else
-              "not defined (an arm did not reach the target)") + " (the paper reports ~0.6)."]
-    return "\n".join(lines) + "\n"
-
-
-def plot(results: dict, out_png: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name, a in results["arms"].items():
-        if a["curve"]:
-            x, mean, lo, hi = zip(*a["curve"])
-            (line,) = ax.plot(x, mean, marker="o", markersize=3, label=name)
-            ax.fill_between(x, lo, hi, alpha=0.15, color=line.get_color())
-    ax.axhline(results["target_accuracy"], color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("training rollouts (episodes)")
-    ax.set_ylabel(f"{results['eval_set']} accuracy")
-    ax.set_title(f"MAPPA ablation: mean and 95% interval over {len(results['seeds'])} seeds")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-    return out_png
