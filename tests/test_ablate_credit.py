@@ -173,9 +173,10 @@ def test_every_arm_of_a_tiny_sweep_runs_and_the_results_are_complete(tmp_path):
     noisy = json.loads((out / "runs" / "depth3_noise0.3" / "process" / "seed1" / "config.json").read_text())
     assert noisy["env"]["coach"] == "rule:noise=0.3,seed=1"
     assert noisy["env"]["kwargs"]["depth"] == 3
-    assert noisy["model"]["path"] == str(out / "start" / "depth3" / "model")
+    assert noisy["model"]["path"] == str(out / "start" / "model")  # one start for every depth
+    assert json.loads((out / "start" / "model" / "warm_start.json").read_text())["steps"] == 3
     for depth in (2, 3):
-        assert json.loads((out / "start" / f"depth{depth}" / "preflight.json").read_text())["episodes"] == 2
+        assert json.loads((out / "start" / f"preflight_depth{depth}.json").read_text())["episodes"] == 2
     table = (out / "results.md").read_text()
     assert "## depth3_noise0.3: depth 3, rule coach wrong at rate 0.3" in table
     assert "| 3 | 0.3 | process | 2 |" in table

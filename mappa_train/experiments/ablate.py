@@ -11,7 +11,7 @@ training overrides. Every arm × seed trains for the same steps × episodes per 
 start, evaluating on the held-out set every `eval_every` steps.
 
 A preset may also sweep conditions (issue 25, configs/ablate/credit_cpu.yaml): `depths` (Chain-v0's
-env.kwargs.depth; one warm start per depth, reused by every arm and seed there) and `coach_noise`
+env.kwargs.depth; one warm start for all of them, imitating the scripted team at every depth) and `coach_noise`
 (the rule coach wrong at rate ε, `rule:noise=ε,seed=<training seed>`; the outcome arm calls no
 coach, so its noise-free runs stand for it at every ε). A `preflight_episodes` pre-flight plays the
 start before any arm trains and stops the ablation if too few of its actions pass their checks: a
@@ -161,16 +161,17 @@ def _depth(cond: Condition) -> list[str]:
 
 
 def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -> dict:
-    """Build each depth's start (reused) and pre-flight it, train every seed × condition × arm (skipping
+    """Build the start (reused) and pre-flight it at each depth, train every seed × condition × arm (skipping
     finished runs), then summarise. Seed by seed: an interrupted ablation leaves whole paired seeds behind,
     and `--seeds` summarises those."""
     out.mkdir(parents=True, exist_ok=True)
     bases = {cond: base_config(cfg, out, cond) for cond in conditions(cfg)}
-    starts: dict[int | None, str] = {}
-    for cond, base in bases.items():  # every start first: a failed pre-flight stops it before any arm trains
-        if cond.depth not in starts:
-            where = out / "start" / ("" if cond.depth is None else f"depth{cond.depth}")
-            starts[cond.depth] = str(_start(cfg, base, where, progress))
+    depth_bases = {cond.depth: base for cond, base in bases.items()}
+    start = _start(cfg, next(iter(bases.values())), list(depth_bases.values()), out / "start")
+    if cfg.preflight_episodes:  # before any arm trains: a start that is never right can learn from neither reward
+        for depth, base in depth_bases.items():
+            _preflight(cfg, base, start, out / "start" / ("preflight.json" if depth is None else
+                                                          f"preflight_depth{depth}.json"), progress)
     for seed in cfg.seeds:
         for cond, base in bases.items():
             for name, arm in arms.items():
@@ -182,7 +183,7 @@ def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -
                 t0 = time.perf_counter()
                 _train(load_config(cfg.train_config, [
                     *cfg.overrides, *_depth(cond), *arm_overrides(arm, base.env.kwargs), *coach,
-                    f"model.path={starts[cond.depth]}", f"seed={seed}", f"out_dir={path}"]))
+                    f"model.path={start}", f"seed={seed}", f"out_dir={path}"]))
                 progress(f"    done in {time.perf_counter() - t0:.0f} s")
     results = summarise(cfg, arms, out)
     (out / "results.json").write_text(json.dumps(results, indent=2))
@@ -193,17 +194,20 @@ def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -
     return results
 
 
-def _start(cfg: AblateConfig, base, where: Path, progress):
-    """The depth's start (built once, then reused), pre-flighted if the preset asks."""
-    start = build_start(base, cfg.start, where) if cfg.warm_start else base.model.path
-    if cfg.preflight_episodes:
-        from mappa_train.experiments.preflight import check_start
+def _start(cfg: AblateConfig, base, teachers: list, where: Path) -> str:
+    """The start every arm, seed and depth shares: the tiny model imitating the scripted team at every
+    depth of the sweep (built once, then reused), or the training preset's own model."""
+    return str(build_start(base, cfg.start, where, teachers)) if cfg.warm_start else base.model.path
 
-        where.mkdir(parents=True, exist_ok=True)
-        report = check_start(base, start, cfg.preflight_episodes, cfg.preflight_min_right, where / "preflight.json")
-        progress(f"pre-flight {where.name}: {report['right_share']:.0%} of the start's actions right, team success "
-                 f"{report['team_success']:.0%} over {report['episodes']} episodes")
-    return start
+
+def _preflight(cfg: AblateConfig, base, start: str, path: Path, progress) -> None:
+    from mappa_train.experiments.preflight import check_start
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    report = check_start(base, Path(start), cfg.preflight_episodes, cfg.preflight_min_right, path)
+    depth = base.env.kwargs.get("depth")
+    progress(f"pre-flight{'' if depth is None else f' at depth {depth}'}: {report['right_share']:.0%} of the "
+             f"start's actions right, team success {report['team_success']:.0%} over {report['episodes']} episodes")
 
 
 def _train(cfg) -> None:

@@ -47,18 +47,20 @@ def teacher_kwargs(cfg, spec: StartConfig) -> dict:
 
 # ---- the start -----------------------------------------------------------------------------------
 
-def build_start(cfg, spec: StartConfig, out_dir: Path) -> Path:
-    """The tiny model warm-started on the noisy team's training episodes; a finished one is reused."""
+def build_start(cfg, spec: StartConfig, out_dir: Path, teachers: list | None = None) -> Path:
+    """The tiny model warm-started on the noisy team's training episodes; a finished one is reused.
+    `teachers`: the training configs whose teams it imitates, `sft_episodes` split evenly between them
+    (e.g. one Chain-v0 depth each: one start for every depth); default `[cfg]`."""
     from mappa_train.tiny_model import build_tiny_model
 
     base = build_tiny_model(out_dir / "base", hidden_size=spec.hidden_size, layers=spec.layers,
                             heads=max(1, spec.hidden_size // 32), kv_heads=max(1, spec.hidden_size // 64),
                             seed=cfg.seed)
-    warm_start(cfg, spec, base, out_dir / "model")
+    warm_start(cfg, spec, base, out_dir / "model", teachers)
     return out_dir / "model"
 
 
-def scripted_pairs(cfg, spec: StartConfig) -> list[tuple[list[dict], str]]:
+def scripted_pairs(cfg, spec: StartConfig, episodes: int | None = None) -> list[tuple[list[dict], str]]:
     """(conversation, action) pairs of the noisy scripted team (the env's registered `scripted_policy`) on
     the training problems."""
     import importlib
@@ -74,7 +76,7 @@ def scripted_pairs(cfg, spec: StartConfig) -> list[tuple[list[dict], str]]:
     envs = make_envs(cfg, cfg.rollout.num_envs, sandbox=sandbox)
     try:
         policy = team(envs[0], seed=cfg.seed, **teacher_kwargs(cfg, spec))
-        results = VectorRunner(envs, policy).run(episodes=spec.sft_episodes, seed=cfg.seed + 10_000)
+        results = VectorRunner(envs, policy).run(episodes=episodes or spec.sft_episodes, seed=cfg.seed + 10_000)
     finally:
         for env in envs:
             env.close()
@@ -82,7 +84,7 @@ def scripted_pairs(cfg, spec: StartConfig) -> list[tuple[list[dict], str]]:
     return [(turn.messages, turn.action) for r in results for turn in r.turns]
 
 
-def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path) -> dict:
+def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path, teachers: list | None = None) -> dict:
     """Supervised steps on the scripted transcripts (loss on action tokens only); reuses a finished one.
 
     The first `sft_short_steps` drop each conversation's system prompt: it is the same for every
@@ -102,7 +104,9 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path) -> dict:
 
     tok = AutoTokenizer.from_pretrained(base)
     full, short = {}, {}  # role (its system prompt) -> (prompt ids, action ids)
-    for messages, action in scripted_pairs(cfg, spec):
+    teachers = teachers or [cfg]
+    pairs = [p for t in teachers for p in scripted_pairs(t, spec, max(1, spec.sft_episodes // len(teachers)))]
+    for messages, action in pairs:
         action_ids = tok.encode(action, add_special_tokens=False) + [tok.eos_token_id]
         role = messages[0]["content"]
         full.setdefault(role, []).append((chat_prompt_ids(tok, messages), action_ids))
