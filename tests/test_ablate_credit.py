@@ -35,7 +35,7 @@ def test_bad_sweeps_say_what_is_wrong(tmp_path):
     bad = tmp_path / "bad.yaml"
     for text, message in (("depths: [0]", "depths must be integers"), ("coach_noise: [0.2]", "including 0"),
                           ("depths: [2]\nnoise_depths: [4]", "noise_depths"),
-                          ("preflight_episodes: -1", "preflight_episodes")):
+                          ("preflight_episodes: -1", "preflight_episodes"), ("baseline: teamwork", "baseline")):
         bad.write_text(f"arms: {{process: {{reward: process}}}}\n{text}\n")
         with pytest.raises(ConfigError, match=message):
             load_ablation(bad)

@@ -129,6 +129,8 @@ def _check_sweep(cfg: AblateConfig, arms: dict[str, Arm], path: Path) -> None:
         raise ConfigError(f"{path}: noise_depths {cfg.noise_depths} must be among depths {cfg.depths}")
     if cfg.preflight_episodes < 0 or not 0 <= cfg.preflight_min_right <= 1:
         raise ConfigError(f"{path}: preflight_episodes must be >= 0 and preflight_min_right in [0, 1]")
+    if cfg.baseline not in arms:
+        raise ConfigError(f"{path}: baseline {cfg.baseline!r} is not one of the arms {sorted(arms)}")
 
 
 def arm_overrides(arm: Arm, env_kwargs: dict) -> list[str]:
