@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mappa_train.config import ConfigError, load_config
-from mappa_train.experiments.ablate import AblateConfig, Arm, Condition, conditions, load_ablation, run_dir
+from mappa_train.experiments.ablate import AblateConfig, Arm, Condition, arms_at, conditions, load_ablation, run_dir
 from mappa_train.experiments.ablate_report import sign_test, summarise
 
 ROOT = Path(__file__).parent.parent
@@ -29,13 +29,18 @@ def test_conditions_sweep_depths_then_noise_and_outcome_runs_once_per_depth(tmp_
     noisy = Condition(4, 0.2)
     assert run_dir(tmp_path, noisy, "process", ARMS["process"], 0).parent.parent.name == "depth4_noise0.2"
     assert run_dir(tmp_path, noisy, "outcome", ARMS["outcome"], 0) == tmp_path / "runs" / "depth4" / "outcome" / "seed0"
+    assert arms_at(cfg, ARMS, noisy) == ARMS  # noise_arms empty: every arm
+    some = AblateConfig(depths=[4], coach_noise=[0.0, 0.2], noise_arms=["process"])
+    assert list(arms_at(some, ARMS, noisy)) == ["process", "outcome"]  # outcome: its noise-free runs
+    assert arms_at(some, ARMS, Condition(4)) == ARMS
 
 
 def test_bad_sweeps_say_what_is_wrong(tmp_path):
     bad = tmp_path / "bad.yaml"
     for text, message in (("depths: [0]", "depths must be integers"), ("coach_noise: [0.2]", "including 0"),
                           ("depths: [2]\nnoise_depths: [4]", "noise_depths"),
-                          ("preflight_episodes: -1", "preflight_episodes"), ("baseline: teamwork", "baseline")):
+                          ("preflight_episodes: -1", "preflight_episodes"), ("baseline: teamwork", "baseline"),
+                          ("baseline: process\nnoise_arms: [both]", "noise_arms")):
         bad.write_text(f"arms: {{process: {{reward: process}}}}\n{text}\n")
         with pytest.raises(ConfigError, match=message):
             load_ablation(bad)

@@ -66,6 +66,8 @@ class AblateConfig:
     depths: list = doc([], "Chain-v0 depths (env.kwargs.depth), a condition each; empty: the preset's env as it is")
     coach_noise: list = doc([0.0], "rule-coach error rates, a condition each (0: the plain coach)")
     noise_depths: list = doc([], "the depths at which the noisy coaches run; empty: every depth")
+    noise_arms: list = doc([], "the arms trained with the noisy coaches; empty: every arm (the outcome arm's "
+                               "noise-free runs stand for it)")
     preflight_episodes: int = doc(0, "training episodes the start plays before any arm trains (0: no pre-flight)")
     preflight_min_right: float = doc(0.05, "the least share of the start's actions passing all their checks")
 
@@ -91,6 +93,14 @@ def conditions(cfg: AblateConfig) -> list[Condition]:
         out += [Condition(depth, float(e)) for e in cfg.coach_noise
                 if e == 0 or not cfg.noise_depths or depth in cfg.noise_depths]
     return out
+
+
+def arms_at(cfg: AblateConfig, arms: dict[str, Arm], cond: Condition) -> dict[str, Arm]:
+    """The arms of a condition: all of them with the plain coach; with a noisy one `noise_arms` (or all) and
+    the outcome arms, whose noise-free runs stand for them."""
+    if not cond.noise or not cfg.noise_arms:
+        return arms
+    return {n: a for n, a in arms.items() if n in cfg.noise_arms or a.reward == "outcome"}
 
 
 def run_dir(out: Path, cond: Condition, name: str, arm: Arm, seed: int) -> Path:
@@ -131,6 +141,8 @@ def _check_sweep(cfg: AblateConfig, arms: dict[str, Arm], path: Path) -> None:
         raise ConfigError(f"{path}: preflight_episodes must be >= 0 and preflight_min_right in [0, 1]")
     if cfg.baseline not in arms:
         raise ConfigError(f"{path}: baseline {cfg.baseline!r} is not one of the arms {sorted(arms)}")
+    if not set(cfg.noise_arms) <= set(arms):
+        raise ConfigError(f"{path}: noise_arms {cfg.noise_arms} must be among the arms {sorted(arms)}")
 
 
 def arm_overrides(arm: Arm, env_kwargs: dict) -> list[str]:
@@ -176,7 +188,7 @@ def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -
                                                           f"preflight_depth{depth}.json"), progress)
     for seed in cfg.seeds:
         for cond, base in bases.items():
-            for name, arm in arms.items():
+            for name, arm in arms_at(cfg, arms, cond).items():
                 path = run_dir(out, cond, name, arm, seed)
                 if (cond.noise and arm.reward == "outcome") or (path / "final").is_dir():
                     continue  # the outcome arm calls no coach: its noise-free run stands for it

@@ -71,12 +71,12 @@ def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool, targ
 
 def summarise(cfg, arms: dict, out: Path) -> dict:
     """results.json: per condition the arms' curves and targets, every run's record, and the paired summary."""
-    from mappa_train.experiments.ablate import conditions, run_dir
+    from mappa_train.experiments.ablate import arms_at, conditions, run_dir
 
     conds, records, blocks = conditions(cfg), [], {}
     for cond in conds:
         summary = {}
-        for name, arm in arms.items():
+        for name, arm in arms_at(cfg, arms, cond).items():
             seeds = {s: run_summary(run_dir(out, cond, name, arm, s), cfg.eval_set, cfg.target_accuracy,
                                     coached=arm.reward != "outcome", target_gain=cfg.target_gain) for s in cfg.seeds}
             records += [{"condition": cond.name, "depth": cond.depth, "coach_noise": cond.noise, "arm": name,
