@@ -55,7 +55,7 @@ def overrides(args: argparse.Namespace, model: Path) -> list[str]:
 def start_spec(args: argparse.Namespace):
     """The warm start for a pretrained model: few steps, mostly on the conversations without their
     system prompts (the cheap ones), a learning rate for fine-tuning rather than from scratch."""
-    from mappa_train.quickstart import StartConfig
+    from mappa_train.experiments.warm_start import StartConfig
 
     short = args.warm_start_steps * 3 // 4
     return StartConfig(sft_episodes=400, sft_short_steps=short, sft_steps=args.warm_start_steps - short,
@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     model, start = resolve_model("smollm2-135m"), None
     if args.warm_start_steps:
-        from mappa_train.quickstart import teacher_and_overlap, warm_start
+        from mappa_train.experiments.quickstart import teacher_and_overlap
+        from mappa_train.experiments.warm_start import warm_start
 
         spec = start_spec(args)
         summary = warm_start(cfg, spec, model, args.out / "start")

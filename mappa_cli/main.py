@@ -21,10 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": ("mappa_cli.sandbox", "build the sandbox image offline, or check a backend"),
     "train": ("mappa_cli.train", "train a team with MAPPA (REINFORCE++ on coach rewards)"),
     "eval": ("mappa_cli.eval", "evaluate agent teams on eval sets; leaderboard and comparisons"),
-    "quickstart": ("mappa_train.quickstart", "build a tiny model offline and watch it learn (<= 10 min on CPU)"),
+    "quickstart": ("mappa_cli.quickstart", "build a tiny model offline and watch it learn (<= 10 min on CPU)"),
     "blame": ("mappa_cli.blame", "blame precision: does the coach credit the right (faulty) agent?"),
     "coach-eval": ("mappa_cli.coach_eval", "a coach's report card: AUROC, blame, master keys, calibration"),
-    "ablate": ("mappa_train.ablate", "train one start several ways (reward, normalisation, curriculum) x seeds"),
+    "ablate": ("mappa_cli.ablate", "train one start several ways (reward, normalisation, curriculum) x seeds"),
     "export": ("mappa_cli.export", "a training checkpoint as Hugging Face models; transcripts as a datasets dataset"),
 }
 DEBUG_ENV = "MAPPA_DEBUG"

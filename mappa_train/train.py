@@ -34,7 +34,6 @@ from mappa_train.experience import ExperienceSource
 from mappa_train.factories import (
     check_template,
     local_experience,
-    make_envs,  # noqa: F401 -- mappa_train.quickstart imports it from here
     make_learners,
     policy_paths,
     resolve_model,

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mappa_train.ablate import Arm, arm_overrides, configure, format_table, load_ablation, run, summarise, t_interval
+from mappa_cli.ablate import configure, run
 from mappa_train.config import ConfigError, load_config
+from mappa_train.experiments.ablate import Arm, arm_overrides, load_ablation
+from mappa_train.experiments.ablate_report import format_table, summarise, t_interval
 
 PRESETS = sorted((Path(__file__).parent.parent / "configs" / "ablate").glob("*.yaml"))
 TINY_START = {"sft_episodes": 8, "sft_short_steps": 2, "sft_steps": 1, "sft_batch": 4}
@@ -91,7 +93,8 @@ def _fake_run(run_dir: Path, accuracies: list[float], per_step: int = 4, step_s:
 
 
 def test_summary_curves_targets_and_ratio_on_handwritten_runs(tmp_path):
-    from mappa_train.ablate import AblateConfig, plot
+    from mappa_train.experiments.ablate import AblateConfig
+    from mappa_train.experiments.ablate_report import plot
 
     curves = {"process": [[0.1, 0.3, 0.5, 0.6], [0.1, 0.5, 0.6, 0.7], [0.1, 0.2, 0.3, 0.5]],
               "outcome": [[0.1, 0.2, 0.3, 0.5], [0.1, 0.2, 0.4, 0.5], [0.1, 0.1, 0.2, 0.3]]}

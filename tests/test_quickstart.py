@@ -150,8 +150,8 @@ def test_the_confirmation_set_is_the_eval_pool_the_dev_set_leaves_out():
     set's 48, disjoint by text from the dev set and from the 512 training problems."""
     from mappa_envs.mathchat.tasks import synthetic_tasks
     from mappa_train.config import load_config
-    from mappa_train.confirmation import confirmation_tasks
-    from mappa_train.quickstart import PRESET, heldout_kwargs
+    from mappa_train.experiments.confirmation import confirmation_tasks
+    from mappa_train.experiments.quickstart import PRESET, heldout_kwargs
 
     cfg = load_config(PRESET, [])
     records, overlap = confirmation_tasks(cfg, heldout_kwargs(cfg))
@@ -163,8 +163,9 @@ def test_the_confirmation_set_is_the_eval_pool_the_dev_set_leaves_out():
 
 
 def test_the_summary_over_seeds_is_a_t_interval_and_keeps_each_seeds_bootstrap(tmp_path):
+    from mappa_cli.quickstart import parse_seeds
     from mappa_train.config import ConfigError
-    from mappa_train.seeds import over_seeds, parse_seeds, summarise, t_quantile
+    from mappa_train.experiments.seeds import over_seeds, summarise, t_quantile
 
     assert parse_seeds("0, 1,2") == [0, 1, 2]
     for bad in ("0", "0,0", "a,b"):

@@ -150,7 +150,7 @@ def test_the_quickstart_preset_runs_isolated_or_not_at_all(bare_machine, monkeyp
     """The quickstart's own config: on a bare machine its sandbox refuses; with bwrap it is isolated."""
     pytest.importorskip("torch")
     from mappa_train.config import load_config
-    from mappa_train.quickstart import PRESET
+    from mappa_train.experiments.quickstart import PRESET
 
     cfg = load_config(str(PRESET), [])
     with pytest.raises(IsolationUnavailableError):

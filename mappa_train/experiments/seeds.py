@@ -16,18 +16,6 @@ from pathlib import Path
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
-def parse_seeds(text: str) -> list[int]:
-    from mappa_train.config import ConfigError
-
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError(f"--seeds takes comma-separated integers, e.g. 0,1,2; got {text!r}") from None
-    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds needs at least two distinct seeds (one seed gives no interval); got {text!r}")
-    return seeds
-
-
 def t_quantile(df: int) -> float:
     """The 97.5% quantile of Student's t with `df` degrees of freedom (a table to 10, then Cornish-Fisher)."""
     if df in T975:

@@ -1,0 +1,40 @@
+"""`mappa ablate`: train one start several ways x seeds (mappa_train/experiments/ablate.py)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+PRESET = Path(__file__).resolve().parent.parent / "configs" / "ablate" / "cpu.yaml"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=str(PRESET),
+                        help="ablation preset (configs/ablate/cpu.yaml, configs/ablate/gpu.yaml)")
+    parser.add_argument("--out", default="runs/ablate", help="output directory (reused: finished runs are kept)")
+    parser.add_argument("--arms", default="", help="comma-separated subset of the preset's arms")
+    parser.add_argument("--seeds", default="", help="comma-separated seeds instead of the preset's")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="training overrides for every arm")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mappa_train.config import ConfigError
+    from mappa_train.experiments.ablate import ablate, base_config, format_table, load_ablation
+
+    cfg, arms = load_ablation(args.config)  # a ConfigError is one line in the CLI
+    if args.arms:
+        chosen = [a.strip() for a in args.arms.split(",") if a.strip()]
+        unknown = [a for a in chosen if a not in arms]
+        if unknown:
+            raise ConfigError(f"--arms names {unknown}, not in the preset; its arms: {sorted(arms)}")
+        arms = {a: arms[a] for a in chosen}
+    if args.seeds:
+        try:
+            cfg.seeds = [int(s) for s in args.seeds.split(",")]
+        except ValueError:
+            raise ConfigError(f"--seeds must be comma-separated integers, e.g. 0,1,2; got {args.seeds!r}") from None
+    cfg.overrides = [*cfg.overrides, *args.overrides]
+    base_config(cfg, Path(args.out))  # fail now, not after the warm start
+    results = ablate(cfg, arms, Path(args.out))
+    print(format_table(results))
+    print(f"results.json, results.md and accuracy_vs_rollouts.png are in {args.out}")
+    return 0

@@ -1,0 +1,61 @@
+"""`mappa quickstart`: build a tiny model offline and watch it learn (mappa_train/experiments/quickstart.py)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from mappa_train.experiments.confirmation import DEFAULT_PROBLEMS
+    from mappa_train.experiments.quickstart import PRESET
+    from mappa_train.experiments.warm_start import StartConfig
+
+    d = StartConfig()
+    parser.add_argument("--out", default="runs/quickstart", help="output directory (reused: an existing run resumes)")
+    parser.add_argument("--config", default=str(PRESET), help="the training preset")
+    parser.add_argument("--sft-episodes", type=int, default=d.sft_episodes, help="scripted episodes for the warm start")
+    parser.add_argument("--sft-short-steps", type=int, default=d.sft_short_steps,
+                        help="warm-start steps on conversations without their system prompts (cheaper)")
+    parser.add_argument("--sft-steps", type=int, default=d.sft_steps,
+                        help="then warm-start steps on full conversations")
+    parser.add_argument("--teacher-code-skill", type=float, default=d.code_skill,
+                        help="how often the teacher's code runs; the rest raises NameError")
+    parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for the interval")
+    parser.add_argument("--confirmation-problems", type=int, default=DEFAULT_PROBLEMS,
+                        help="held-out problems after the dev set's, evaluated before and after only (0: none)")
+    parser.add_argument("--seeds", default="", help="comma-separated training seeds, e.g. 0,1,2: one whole run per "
+                        "seed under OUT/seed_N, then OUT/seeds.json and seeds.md: the mean change over seeds with a "
+                        "95%% t-interval, and each seed's paired bootstrap")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="training config overrides (see mappa train --help)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mappa_train.config import ConfigError
+    from mappa_train.experiments.quickstart import run_quickstart, run_seeds
+    from mappa_train.experiments.warm_start import StartConfig
+
+    spec = StartConfig(sft_episodes=args.sft_episodes, sft_short_steps=args.sft_short_steps, sft_steps=args.sft_steps,
+                       code_skill=args.teacher_code_skill)
+    if not 0 <= spec.code_skill <= 1:
+        raise ConfigError(f"--teacher-code-skill must be in [0, 1], got {spec.code_skill}")
+    if args.confirmation_problems < 0:
+        raise ConfigError(f"--confirmation-problems must be >= 0, got {args.confirmation_problems}")
+    if not args.seeds:
+        run_quickstart(args.config, Path(args.out), spec, args.overrides, args.n_boot, args.confirmation_problems)
+        return 0
+    print(run_seeds(args.config, Path(args.out), spec, args.overrides, parse_seeds(args.seeds), args.n_boot,
+                    args.confirmation_problems))
+    return 0
+
+
+def parse_seeds(text: str) -> list[int]:
+    from mappa_train.config import ConfigError
+
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds takes comma-separated integers, e.g. 0,1,2; got {text!r}") from None
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds needs at least two distinct seeds (one seed gives no interval); got {text!r}")
+    return seeds

@@ -1,0 +1,235 @@
+"""`mappa ablate`: train one start several ways at the same number of rollouts, several seeds each.
+
+    mappa ablate --config configs/ablate/cpu.yaml --out runs/ablate
+
+A preset names a training preset, the warm start every arm begins from (the quickstart's: a tiny
+model imitating a noisy scripted team), the seeds, a target held-out accuracy, and the arms. An arm
+is a reward (`process`: the coach's score per action, the paper; `outcome`: the team's 0/1 result
+×10 on each role's last action, no coach calls; `process+outcome`: both), an advantage normalisation
+(`mappa_train.algo.normalize`), optionally curriculum filtering (`rollout.stop_below`) and any other
+training overrides. Every arm × seed trains for the same steps × episodes per step from the same
+start, evaluating on the held-out set every `eval_every` steps.
+
+A preset may also sweep conditions (issue 25, configs/ablate/credit_cpu.yaml): `depths` (Chain-v0's
+env.kwargs.depth; one warm start for all of them, imitating the scripted team at every depth) and `coach_noise`
+(the rule coach wrong at rate ε, `rule:noise=ε,seed=<training seed>`; the outcome arm calls no
+coach, so its noise-free runs stand for it at every ε). A `preflight_episodes` pre-flight plays the
+start before any arm trains and stops the ablation if too few of its actions pass their checks: a
+start that is never right cannot learn from either reward.
+
+Written to --out: `runs/[<condition>/]<arm>/seed<N>/` (each a resumable `mappa train` run: a re-run
+only trains what is missing), `results.json`, `results.md` and plots (experiments/ablate_report.py):
+per arm, held-out accuracy against rollouts (mean and a 95% Student-t interval over seeds) and the
+cost to first reach the target; one record per condition × arm × seed; and each arm paired with the
+`baseline` arm seed by seed (same start, same evaluation seeds, same rollouts): the difference in
+mean held-out accuracy after the start (area under the curve) with its t-interval and a sign test.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mappa_envs.core.pipeline import RewardMode
+from mappa_train.config import ConfigError, Normalization, doc, load_config, load_section
+from mappa_train.experiments.ablate_report import format_table, plot, plot_differences, summarise
+from mappa_train.experiments.warm_start import StartConfig, build_start
+
+
+@dataclass
+class Arm:
+    reward: RewardMode = doc("process", "process (coach score per action), outcome (team result ×10), process+outcome "
+                                    "or backprop (team result ×10 split over the actions by blame)")
+    whiten: Normalization = doc("global", "advantage normalisation")
+    stop_below: dict = doc({}, "curriculum filtering: rollout.stop_below, role -> coach score")
+    overrides: list = doc([], "other training overrides, key=value")
+
+
+@dataclass
+class AblateConfig:
+    train_config: str = doc("quickstart.yaml",
+                            "training preset every arm starts from (a path relative to the preset file)")
+    overrides: list = doc([], "training overrides for every arm, key=value")
+    seeds: list = doc([0, 1, 2], "training seeds; every arm runs each")
+    target_accuracy: float = doc(0.5, "held-out accuracy whose first crossing is reported per arm")
+    eval_set: str = doc("heldout", "which of the training config's env.eval_sets is the held-out set")
+    warm_start: bool = doc(True, "start from the quickstart's tiny warm start (`start`); false: from the training "
+                                 "preset's own model.path")
+    start: StartConfig = field(default_factory=StartConfig)
+    arms: dict = doc({}, "arm name -> Arm fields")
+    target_gain: float | None = doc(None, "if set, each run's target is its start accuracy plus this (rollouts to "
+                                          "a target relative to the start); else target_accuracy")
+    baseline: str = doc("outcome", "the arm every other arm is paired with, seed by seed")
+    depths: list = doc([], "Chain-v0 depths (env.kwargs.depth), a condition each; empty: the preset's env as it is")
+    coach_noise: list = doc([0.0], "rule-coach error rates, a condition each (0: the plain coach)")
+    noise_depths: list = doc([], "the depths at which the noisy coaches run; empty: every depth")
+    noise_arms: list = doc([], "the arms trained with the noisy coaches; empty: every arm (the outcome arm's "
+                               "noise-free runs stand for it)")
+    preflight_episodes: int = doc(0, "training episodes the start plays before any arm trains (0: no pre-flight)")
+    preflight_min_right: float = doc(0.05, "the least share of the start's actions passing all their checks")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One cell of the sweep: a chain depth (None: the preset's env) and the coach's error rate."""
+
+    depth: int | None = None
+    noise: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """Its folder under runs/ ("" for the plain preset, so that single-condition ablations keep their layout)."""
+        depth = [] if self.depth is None else [f"depth{self.depth}"]
+        return "_".join(depth + ([f"noise{self.noise:g}"] if self.noise else []))
+
+
+def conditions(cfg: AblateConfig) -> list[Condition]:
+    """Every depth with the plain coach, then the noisy coaches at `noise_depths` (or every depth)."""
+    out = []
+    for depth in cfg.depths or [None]:
+        out += [Condition(depth, float(e)) for e in cfg.coach_noise
+                if e == 0 or not cfg.noise_depths or depth in cfg.noise_depths]
+    return out
+
+
+def arms_at(cfg: AblateConfig, arms: dict[str, Arm], cond: Condition) -> dict[str, Arm]:
+    """The arms of a condition: all of them with the plain coach; with a noisy one `noise_arms` (or all) and
+    the outcome arms, whose noise-free runs stand for them."""
+    if not cond.noise or not cfg.noise_arms:
+        return arms
+    return {n: a for n, a in arms.items() if n in cfg.noise_arms or a.reward == "outcome"}
+
+
+def run_dir(out: Path, cond: Condition, name: str, arm: Arm, seed: int) -> Path:
+    """A run's folder. The outcome arm asks no coach: its noise-free run stands for it at every error rate."""
+    if arm.reward == "outcome":
+        cond = Condition(cond.depth)
+    return out / "runs" / cond.name / name / f"seed{seed}"
+
+
+def load_ablation(path: str | Path) -> tuple[AblateConfig, dict[str, Arm]]:
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"ablation preset {path} does not exist (presets: configs/ablate/*.yaml)")
+    data = yaml.safe_load(path.read_text()) or {}
+    cfg = load_section(AblateConfig, data, str(path))
+    if not cfg.arms or not all(isinstance(v, dict) for v in cfg.arms.values()):
+        raise ConfigError(f"{path}: arms must map arm names to their fields (reward, whiten, stop_below, overrides)")
+    arms = {name: load_section(Arm, spec, f"{path}: arms.{name}") for name, spec in cfg.arms.items()}
+    if len(cfg.seeds) < 1 or not all(isinstance(s, int) for s in cfg.seeds):
+        raise ConfigError(f"{path}: seeds must be a non-empty list of integers, got {cfg.seeds!r}")
+    cfg.train_config = str((path.parent / cfg.train_config).resolve())
+    _check_sweep(cfg, arms, path)
+    return cfg, arms
+
+
+def _check_sweep(cfg: AblateConfig, arms: dict[str, Arm], path: Path) -> None:
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in cfg.depths):
+        raise ConfigError(f"{path}: depths must be integers >= 1, got {cfg.depths!r}")
+    if not cfg.coach_noise or 0 not in cfg.coach_noise or not all(
+            isinstance(e, (int, float)) and 0 <= e <= 1 for e in cfg.coach_noise):
+        raise ConfigError(f"{path}: coach_noise must be rates in [0, 1] including 0 (the plain coach), "
+                          f"got {cfg.coach_noise!r}")
+    if not set(cfg.noise_depths) <= set(cfg.depths):
+        raise ConfigError(f"{path}: noise_depths {cfg.noise_depths} must be among depths {cfg.depths}")
+    if cfg.preflight_episodes < 0 or not 0 <= cfg.preflight_min_right <= 1:
+        raise ConfigError(f"{path}: preflight_episodes must be >= 0 and preflight_min_right in [0, 1]")
+    if cfg.baseline not in arms:
+        raise ConfigError(f"{path}: baseline {cfg.baseline!r} is not one of the arms {sorted(arms)}")
+    if not set(cfg.noise_arms) <= set(arms):
+        raise ConfigError(f"{path}: noise_arms {cfg.noise_arms} must be among the arms {sorted(arms)}")
+
+
+def arm_overrides(arm: Arm, env_kwargs: dict) -> list[str]:
+    """The training overrides that make an arm: the env's reward mode (its outcome bonus is 10 × the 0/1
+    result, paid on each role's last action), the normalisation, the curriculum."""
+    kwargs = {**env_kwargs, "reward_mode": arm.reward}
+    out = [f"env.kwargs={json.dumps(kwargs)}", f"algo.whiten={arm.whiten}"]
+    if arm.stop_below:
+        out.append(f"rollout.stop_below={json.dumps(arm.stop_below)}")
+    return out + [str(o) for o in arm.overrides]
+
+
+# ---- running ---------------------------------------------------------------------------------------
+
+def base_config(cfg: AblateConfig, out: Path, cond: Condition = Condition()):
+    """The training config every arm of a condition shares, checked for what the ablation reads from it."""
+    base = load_config(cfg.train_config, [*cfg.overrides, *_depth(cond), f"out_dir={out / 'start'}"])
+    if base.eval_every == 0 or cfg.eval_set not in base.env.eval_sets:
+        raise ConfigError(f"the ablation reads held-out accuracy from env.eval_sets.{cfg.eval_set} every eval_every "
+                          f"steps; the training preset has eval sets {sorted(base.env.eval_sets)} and eval_every="
+                          f"{base.eval_every}")
+    if cond.noise and base.env.coach != "rule":
+        raise ConfigError(f"coach_noise wraps the rule coach (rule:noise=EPS); the training preset's coach is "
+                          f"{base.env.coach!r}: set env.coach=rule or coach_noise: [0]")
+    return base
+
+
+def _depth(cond: Condition) -> list[str]:
+    return [] if cond.depth is None else [f"env.kwargs.depth={cond.depth}"]
+
+
+def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -> dict:
+    """Build the start (reused) and pre-flight it at each depth, train every seed × condition × arm (skipping
+    finished runs), then summarise. Seed by seed: an interrupted ablation leaves whole paired seeds behind,
+    and `--seeds` summarises those."""
+    out.mkdir(parents=True, exist_ok=True)
+    bases = {cond: base_config(cfg, out, cond) for cond in conditions(cfg)}
+    depth_bases = {cond.depth: base for cond, base in bases.items()}
+    start = _start(cfg, next(iter(bases.values())), list(depth_bases.values()), out / "start")
+    if cfg.preflight_episodes:  # before any arm trains: a start that is never right can learn from neither reward
+        for depth, base in depth_bases.items():
+            _preflight(cfg, base, start, out / "start" / ("preflight.json" if depth is None else
+                                                          f"preflight_depth{depth}.json"), progress)
+    for seed in cfg.seeds:
+        for cond, base in bases.items():
+            for name, arm in arms_at(cfg, arms, cond).items():
+                path = run_dir(out, cond, name, arm, seed)
+                if (cond.noise and arm.reward == "outcome") or (path / "final").is_dir():
+                    continue  # the outcome arm calls no coach: its noise-free run stands for it
+                coach = [f"env.coach=rule:noise={cond.noise:g},seed={seed}"] if cond.noise else []
+                progress(f"{cond.name + ' ' if cond.name else ''}arm {name}, seed {seed} ...")
+                t0 = time.perf_counter()
+                _train(load_config(cfg.train_config, [
+                    *cfg.overrides, *_depth(cond), *arm_overrides(arm, base.env.kwargs), *coach,
+                    f"model.path={start}", f"seed={seed}", f"out_dir={path}"]))
+                progress(f"    done in {time.perf_counter() - t0:.0f} s")
+    results = summarise(cfg, arms, out)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "results.md").write_text(format_table(results))
+    plot(results, out / "accuracy_vs_rollouts.png")
+    if "conditions" in results:
+        plot_differences(results, out)
+    return results
+
+
+def _start(cfg: AblateConfig, base, teachers: list, where: Path) -> str:
+    """The start every arm, seed and depth shares: the tiny model imitating the scripted team at every
+    depth of the sweep (built once, then reused), or the training preset's own model."""
+    return str(build_start(base, cfg.start, where, teachers)) if cfg.warm_start else base.model.path
+
+
+def _preflight(cfg: AblateConfig, base, start: str, path: Path, progress) -> None:
+    from mappa_train.experiments.preflight import check_start
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    report = check_start(base, Path(start), cfg.preflight_episodes, cfg.preflight_min_right, path)
+    depth = base.env.kwargs.get("depth")
+    progress(f"pre-flight{'' if depth is None else f' at depth {depth}'}: {report['right_share']:.0%} of the "
+             f"start's actions right, team success {report['team_success']:.0%} over {report['episodes']} episodes")
+
+
+def _train(cfg) -> None:
+    if cfg.ray.enabled:
+        from mappa_train.ray_mode import train_with_ray
+
+        train_with_ray(cfg)
+    else:
+        from mappa_train.train import train
+
+        train(cfg)
+
+

@@ -1,0 +1,275 @@
+"""`mappa ablate`'s summary: records per condition × arm × seed, curves over seeds, the paired comparison
+with the baseline arm, results.md and the plots.
+
+The primary measure (issue 25) is per seed: an arm's mean held-out accuracy over the evaluations after
+the start (the area under its curve, per evaluation) minus the baseline arm's at the same seed, which
+shares its start and its evaluation seeds. Over seeds: the mean difference with a Student-t 95%
+interval and a two-sided sign test (ties dropped). Secondary: the final accuracy's difference, and
+the rollouts each run needed to first reach its target (`target_gain` above its own start, or
+`target_accuracy`), whose ratio arm / baseline the paper puts at ~0.6 for process / outcome.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+
+def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the Student-t interval for the mean of `values` (n − 1 degrees of freedom);
+    with one value the interval is that value."""
+    import numpy as np
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    mean = float(x.mean())
+    if x.size < 2:
+        return mean, mean, mean
+    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
+    return mean, mean - half, mean + half
+
+
+def sign_test(diffs: list[float]) -> dict:
+    """Two-sided exact sign test of "the median difference is 0": zero differences are dropped, and p is
+    twice the binomial(n, 1/2) tail at the rarer sign (at most 1)."""
+    pos, neg = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    n = pos + neg
+    p = min(1.0, 2 * sum(math.comb(n, k) for k in range(min(pos, neg) + 1)) / 2**n) if n else 1.0
+    return {"positive": pos, "negative": neg, "ties": len(diffs) - n, "p": p}
+
+
+def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool, target_gain: float | None = None) -> dict:
+    """One run's held-out accuracy per rollouts, its costs, and the cost of its first reaching its target
+    (`target`, or its start accuracy + `target_gain`)."""
+    from mappa_train.runlog import METRICS_FILE, read_metrics
+
+    rows = read_metrics(run_dir / METRICS_FILE)
+    config = json.loads((run_dir / "config.json").read_text())
+    per_step = config["rollout"]["prompts_per_step"] * config["rollout"]["samples_per_prompt"]
+    key = f"{eval_set}/accuracy"
+    evals = {r["step"]: r[key] for r in rows if r["kind"] == "eval" and key in r}
+    train = sorted((r for r in rows if r["kind"] == "train"), key=lambda r: r["step"])
+    wall, calls, tokens, cost = 0.0, 0.0, 0.0, {0: (0.0, 0.0)}
+    for r in train:  # cumulative training cost after each step (evaluation not counted)
+        wall += r.get("time_rollout_s", 0.0) + r.get("time_update_s", 0.0) + r.get("time_sync_s", 0.0)
+        calls += r.get("env_actions", 0.0) if coached else 0.0
+        tokens += r.get("action_tokens", 0.0)
+        cost[r["step"]] = (wall, calls)
+    curve = [[step * per_step, acc] for step, acc in sorted(evals.items())]
+    start = curve[0][1] if curve else None
+    if target_gain is not None and start is not None:
+        target = start + target_gain
+    hit = next((step for step, acc in sorted(evals.items()) if acc >= target), None)
+    reached = None if hit is None else {"rollouts": hit * per_step, "wall_s": cost[hit][0], "coach_calls": cost[hit][1]}
+    after = [acc for x, acc in curve[1:]]
+    return {"curve": curve, "reached": reached, "target": target, "wall_s": wall, "coach_calls": calls,
+            "generated_tokens": tokens, "rollouts": len(train) * per_step, "start_accuracy": start,
+            "auc": sum(after) / len(after) if after else None,
+            "final_accuracy": curve[-1][1] if curve else None}
+
+
+def summarise(cfg, arms: dict, out: Path) -> dict:
+    """results.json: per condition the arms' curves and targets, every run's record, and the paired summary."""
+    from mappa_train.experiments.ablate import arms_at, conditions, run_dir
+
+    conds, records, blocks = conditions(cfg), [], {}
+    for cond in conds:
+        summary = {}
+        for name, arm in arms_at(cfg, arms, cond).items():
+            seeds = {s: run_summary(run_dir(out, cond, name, arm, s), cfg.eval_set, cfg.target_accuracy,
+                                    coached=arm.reward != "outcome", target_gain=cfg.target_gain) for s in cfg.seeds}
+            records += [{"condition": cond.name, "depth": cond.depth, "coach_noise": cond.noise, "arm": name,
+                         "reward": arm.reward, "seed": s, **r} for s, r in seeds.items()]
+            summary[name] = _arm_block(arm, seeds)
+        blocks[cond.name] = {"depth": cond.depth, "coach_noise": cond.noise, "arms": summary,
+                             "process_over_outcome": _ratio(summary)}
+    results = {"target_accuracy": cfg.target_accuracy, "target_gain": cfg.target_gain, "seeds": list(cfg.seeds),
+               "eval_set": cfg.eval_set, "baseline": cfg.baseline, "config": asdict(cfg), "records": records,
+               "paired": paired(records, cfg.baseline)}
+    if len(conds) == 1:  # a single-condition ablation keeps its flat layout
+        return {**results, **{k: v for k, v in blocks[conds[0].name].items() if k in ("arms", "process_over_outcome")}}
+    return {**results, "conditions": blocks}
+
+
+def _arm_block(arm, seeds: dict[int, dict]) -> dict:
+    points = sorted({x for r in seeds.values() for x, _ in r["curve"]})
+    curve = []
+    for x in points:
+        accs = [acc for r in seeds.values() for rx, acc in r["curve"] if rx == x]
+        curve.append([x, *t_interval(accs)])
+    reached = [r["reached"] for r in seeds.values() if r["reached"]]
+    to_target = {k: (t_interval([r[k] for r in reached])[0] if reached else None)
+                 for k in ("rollouts", "wall_s", "coach_calls")}
+    costs = {k: t_interval([r[k] for r in seeds.values()])[0] for k in ("rollouts", "coach_calls", "generated_tokens",
+                                                                          "wall_s")}
+    return {"arm": asdict(arm), "seeds": {str(s): r for s, r in seeds.items()}, "curve": curve,
+            "final": list(t_interval([r["final_accuracy"] for r in seeds.values()])),
+            "reached_by": len(reached), "to_target": to_target, "cost_per_seed": costs}
+
+
+def paired(records: list[dict], baseline: str) -> list[dict]:
+    """Each arm against `baseline` in each condition, seed by seed: the difference in mean held-out accuracy
+    after the start (primary) and in final accuracy, and the rollouts-to-target ratio. The baseline's
+    noise-free record stands for it at every coach error rate when it asks no coach (the outcome arm)."""
+    base = {(r["depth"], r["coach_noise"], r["seed"]): r for r in records if r["arm"] == baseline}
+    out = []
+    for cond in dict.fromkeys((r["condition"], r["depth"], r["coach_noise"]) for r in records):
+        name, depth, noise = cond
+        mine = [r for r in records if r["condition"] == name and r["arm"] != baseline]
+        for arm in dict.fromkeys(r["arm"] for r in mine):
+            pairs = [(r, base.get((depth, noise, r["seed"])) or base.get((depth, 0.0, r["seed"])))
+                     for r in mine if r["arm"] == arm]
+            pairs = [(a, b) for a, b in pairs if b is not None and a["auc"] is not None and b["auc"] is not None]
+            if not pairs:
+                continue
+            diffs = [a["auc"] - b["auc"] for a, b in pairs]
+            finals = [a["final_accuracy"] - b["final_accuracy"] for a, b in pairs]
+            mean, lo, hi = t_interval(diffs)
+            fmean, flo, fhi = t_interval(finals)
+            reach = [(a["reached"], b["reached"]) for a, b in pairs]
+            arm_r = [a["rollouts"] for a, _ in reach if a]
+            base_r = [b["rollouts"] for _, b in reach if b]
+            ratio = None
+            if arm_r and base_r and sum(base_r):
+                ratio = (sum(arm_r) / len(arm_r)) / (sum(base_r) / len(base_r))
+            out.append({"condition": name, "depth": depth, "coach_noise": noise, "arm": arm, "baseline": baseline,
+                        "seeds": [a["seed"] for a, _ in pairs], "auc_diff_per_seed": diffs,
+                        "auc_diff": mean, "ci95": [lo, hi], "sign_test": sign_test(diffs),
+                        "final_diff": fmean, "final_diff_ci95": [flo, fhi],
+                        "reached": [len(arm_r), len(base_r)], "rollouts_to_target_ratio": ratio})
+    return out
+
+
+def _ratio(summary: dict) -> float | None:
+    """Mean rollouts to target of the process arm over the outcome arm (both must have reached it)."""
+    p, o = (summary.get(a, {}).get("to_target", {}).get("rollouts") for a in ("process", "outcome"))
+    return p / o if p and o else None
+def format_table(results: dict) -> str:
+    """results.md: the arms' table (one per condition), then the paired comparison with the baseline."""
+    if "conditions" not in results:
+        return _arms_table(results, results["arms"], results["process_over_outcome"]) + format_paired(results)
+    parts = []
+    for name, block in results["conditions"].items():
+        noise = f", rule coach wrong at rate {block['coach_noise']:g}" if block["coach_noise"] else ", plain rule coach"
+        parts.append(f"## {name}: depth {block['depth']}{noise}\n\n"
+                     + _arms_table(results, block["arms"], block["process_over_outcome"]))
+    return "\n".join(parts) + format_paired(results)
+
+
+def format_paired(results: dict) -> str:
+    rows = results["paired"]
+    if not rows:
+        return ""
+    lines = ["", f"Paired with `{results['baseline']}` seed by seed (same start, evaluation seeds and rollouts): "
+             "difference in mean held-out accuracy after the start (primary), 95% t-interval over seeds, "
+             "two-sided sign test; final accuracy's difference; rollouts to target, arm / baseline.", "",
+             "| depth | coach error rate | arm | seeds | difference [95% CI] | + / − / tie | sign-test p | "
+             "final difference [95% CI] | reached (arm, baseline) | rollouts ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lo, hi = r["ci95"]
+        flo, fhi = r["final_diff_ci95"]
+        s = r["sign_test"]
+        ratio = "—" if r["rollouts_to_target_ratio"] is None else f"{r['rollouts_to_target_ratio']:.2f}"
+        lines.append(f"| {'—' if r['depth'] is None else r['depth']} | {r['coach_noise']:g} | {r['arm']} | "
+                     f"{len(r['seeds'])} | {r['auc_diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {s['positive']} / "
+                     f"{s['negative']} / {s['ties']} | {s['p']:.3f} | "
+                     f"{r['final_diff']:+.3f} [{flo:+.3f}, {fhi:+.3f}] | "
+                     f"{r['reached'][0]}, {r['reached'][1]} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def _arms_table(results: dict, arms: dict, ratio: float | None) -> str:
+    n = len(results["seeds"])
+    target = (f"its start accuracy + {results['target_gain']:.2f}" if results.get("target_gain") is not None
+              else f"accuracy {results['target_accuracy']:.2f}")
+    lines = [f"Held-out accuracy ({results['eval_set']}) over {n} seeds: mean [95% t-interval]; cost to first "
+             f"reach {target} (mean over the seeds that reached it).", "",
+             "| arm | reward | normalisation | curriculum | accuracy at start | final accuracy | reached | "
+             "rollouts to target | wall s to target | coach calls to target |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, a in arms.items():
+        first = a["curve"][0] if a["curve"] else [0, float("nan")]
+        mean, lo, hi = a["final"]
+        t = a["to_target"]
+        fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
+        stop = ", ".join(f"{r} < {v:g}" for r, v in a["arm"]["stop_below"].items()) or "—"
+        lines.append(f"| {name} | {a['arm']['reward']} | {a['arm']['whiten']} | {stop} | {first[1]:.3f} | "
+                     f"{mean:.3f} [{lo:.3f}, {hi:.3f}] | {a['reached_by']}/{n} | {fmt(t['rollouts'], '.0f')} | "
+                     f"{fmt(t['wall_s'], '.0f')} | {fmt(t['coach_calls'], '.0f')} |")
+    lines += ["", "Rollouts to target, process / outcome: " + (f"{ratio:.2f}" if ratio else
+              "not defined (an arm did not reach the target)") + " (the paper reports ~0.6).", "",
+              "Cost per seed (mean): " + "; ".join(
+                  f"{name} {c['rollouts']:.0f} rollouts, {c['coach_calls']:.0f} coach calls, "
+                  f"{c['generated_tokens']:.0f} trained tokens, {c['wall_s']:.0f} s training"
+                  for name, c in ((n_, a["cost_per_seed"]) for n_, a in arms.items())) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, out_png: Path) -> Path:
+    """Accuracy vs rollouts, mean and 95% interval over seeds: one panel, or one per depth (plain coach)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = ({"": {"arms": results["arms"], "depth": None}} if "conditions" not in results else
+              {k: b for k, b in results["conditions"].items() if not b["coach_noise"]})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels) + 3, 5), squeeze=False)
+    for ax, block in zip(axes[0], panels.values()):
+        for name, a in block["arms"].items():
+            if a["curve"]:
+                x, mean, lo, hi = zip(*a["curve"])
+                (line,) = ax.plot(x, mean, marker="o", markersize=3, label=name)
+                ax.fill_between(x, lo, hi, alpha=0.15, color=line.get_color())
+        if results.get("target_gain") is None:
+            ax.axhline(results["target_accuracy"], color="grey", linestyle=":", linewidth=1)
+        ax.set_xlabel("training rollouts (episodes)")
+        ax.set_ylabel(f"{results['eval_set']} accuracy")
+        if block["depth"] is not None:
+            ax.set_title(f"depth {block['depth']}")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"MAPPA ablation: mean and 95% interval over {len(results['seeds'])} seeds")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png
+
+
+def plot_differences(results: dict, out: Path) -> list[Path]:
+    """The paired difference (arm − baseline, mean after the start, 95% CI) vs depth (plain coach) and vs the
+    coach's error rate (one line per depth the noise sweep ran at)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in results["paired"] if r["depth"] is not None]
+    made = []
+    for name, x_key, keep in (("difference_vs_depth.png", "depth", lambda r: not r["coach_noise"]),
+                              ("difference_vs_noise.png", "coach_noise", lambda r: True)):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        groups: dict = {}
+        for r in filter(keep, rows):
+            label = r["arm"] if x_key == "depth" else f"{r['arm']}, depth {r['depth']}"
+            groups.setdefault(label, []).append(r)
+        if x_key == "coach_noise":  # a line needs more than the noise-free point
+            groups = {k: v for k, v in groups.items() if len(v) > 1}
+        for label, rs in groups.items():
+            rs = sorted(rs, key=lambda r: r[x_key])
+            x = [r[x_key] for r in rs]
+            y = [r["auc_diff"] for r in rs]
+            err = [[r["auc_diff"] - r["ci95"][0] for r in rs], [r["ci95"][1] - r["auc_diff"] for r in rs]]
+            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=label)
+        ax.axhline(0, color="grey", linewidth=1)
+        ax.set_xlabel("chain depth" if x_key == "depth" else "coach error rate ε")
+        ax.set_ylabel(f"{results['eval_set']} accuracy after the start, arm − {results['baseline']}")
+        ax.set_title(f"paired over {len(results['seeds'])} seeds, 95% t-interval")
+        if groups:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+        made.append(out / name)
+    return made
