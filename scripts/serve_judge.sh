@@ -8,7 +8,7 @@
 # machine's memory and fails to start next to anything else. Here the cache is a fixed
 # VLLM_CPU_KVCACHE_SPACE GiB (default 2), the context is 4096 tokens, the weights bfloat16, and no
 # torch.compile warm-up (--enforce-eager: minutes on 2 cores). Peak memory measured by
-# tests/test_serve_judge.py (docs/coach.md). Extra arguments go to the server.
+# tests/tools/test_serve_judge.py (docs/coach.md). Extra arguments go to the server.
 set -euo pipefail
 PORT="${1:-8123}"
 shift || true

@@ -5,7 +5,7 @@ which code in the sandbox can import. Their rows are generated (`generators.py`)
 looked up; but a generated table could still, by chance, tie its features to its target the way the
 public table does, and then joining each test row to its nearest public row would predict the answers
 better than chance. `reveals` runs that join (on the columns both share, standardized); the generator
-draws again until it does not (`builtin.py`), and tests/test_dsbench_leaks.py checks the cached tasks.
+draws again until it does not (`builtin.py`), and tests/envs/test_dsbench_leaks.py checks the cached tasks.
 """
 from __future__ import annotations
 

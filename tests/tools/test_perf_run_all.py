@@ -1,0 +1,93 @@
+"""benchmarks/perf/run_all.py writes each result as it comes and holds each benchmark to a time limit
+(issue 27): one that overruns is killed with every process it started, and the others still report."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_ALL = ROOT / "benchmarks" / "perf" / "run_all.py"
+
+FAST = 'print("speed: 3.5 ms")\n'
+# prints a figure, starts a child that would outlive it (and hold its pipes), then hangs
+HANG = '''import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(sys.argv[0] + ".child", "w").write(f"{child.pid} {os.getpgrp()}")
+print("warm up: 2 s", flush=True)
+time.sleep(600)
+'''
+
+
+@pytest.fixture
+def bench_dir(tmp_path):
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    (folder / "bench_a_fast.py").write_text(FAST)
+    (folder / "bench_b_hang.py").write_text(HANG)
+    (folder / "bench_c_after.py").write_text('print("after: 1")\n')
+    return folder
+
+
+def run_all(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(RUN_ALL), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def report(out: Path) -> dict:
+    (path,) = out.glob("perf-*.json")
+    return json.loads(path.read_text())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").is_file() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_an_overrun_is_killed_with_its_children_and_the_rest_report(bench_dir, tmp_path):
+    out = tmp_path / "out"
+    proc = run_all("--dir", str(bench_dir), "--out", str(out), "--timeout", "5")
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stderr  # one benchmark did not finish
+    results = report(out)["benchmarks"]
+    assert results["bench_a_fast.py"]["figures"] == {"speed [ms]": 3.5}
+    assert results["bench_b_hang.py"]["status"] == "timeout after 5 s"
+    assert results["bench_b_hang.py"]["figures"] == {"warm up [s]": 2.0}  # what it printed before the kill
+    assert results["bench_c_after.py"]["status"] == "ok"
+    child = int((bench_dir / "bench_b_hang.py.child").read_text().split()[0])
+    assert not alive(child)
+    assert "| bench_b_hang.py | timeout after 5 s |" in stdout
+
+
+def test_results_are_on_disk_while_a_later_benchmark_runs(bench_dir, tmp_path):
+    out = tmp_path / "out"
+    proc = run_all("--dir", str(bench_dir), "--out", str(out), "--timeout", "600")
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.glob("perf-*.json")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        partial = report(out)
+        assert list(partial["benchmarks"]) == ["bench_a_fast.py"]
+        assert partial["finished_at"].endswith("(partial: 1/3 benchmarks)")
+        assert (next(out.glob("perf-*.md")).read_text().count("bench_a_fast.py")) == 2  # wall time + its figure
+    finally:  # the runner, then the hanging benchmark's own process group (it runs in a session of its own)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 60
+        marker = bench_dir / "bench_b_hang.py.child"
+        while not marker.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if marker.is_file():
+            try:
+                os.killpg(int(marker.read_text().split()[1]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass

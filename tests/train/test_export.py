@@ -1,0 +1,122 @@
+"""`mappa export` (issue 27): an intermediate checkpoint becomes a Hugging Face model folder in one
+command, and transcripts become a `datasets` dataset. Through the real CLI."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.train.test_train import TINY
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess:
+    dist_vars = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {**{k: v for k, v in os.environ.items() if k not in dist_vars}, "DS_ACCELERATOR": "cpu",
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "mappa_cli", *argv], capture_output=True, text=True, env=env,
+                          timeout=1200)
+
+
+def last_line(result: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in result.stderr
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_a_folder_that_is_no_run(tmp_path):
+    result = run_cli("export", "checkpoint", str(tmp_path), "--out", str(tmp_path / "x"))
+    assert result.returncode == 2
+    assert last_line(result) == f"mappa export: {tmp_path} is not a `mappa train` output folder (no config.json)"
+
+
+def test_a_step_that_was_not_kept(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    for step in (3, 4):
+        folder = tmp_path / "checkpoints" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / "state.json").write_text(json.dumps({"step": step}))
+    result = run_cli("export", "checkpoint", str(tmp_path), "--step", "1", "--out", str(tmp_path / "x"))
+    assert result.returncode == 2
+    assert last_line(result) == (f"mappa export: {tmp_path} has no checkpoint of step 1; it has steps [3, 4] "
+                                 "(keep_checkpoints decides how many stay)")
+
+
+def test_eval_transcripts_become_a_dataset_of_actions(tmp_path):
+    import datasets
+
+    assert run_cli("eval", "--team", "scripted:0.5", "--name", "noisy", "--sets", "synthetic:3", "--k", "2",
+                   "--out", str(tmp_path), "--no-plots", "--no-progress", "--preimport", "").returncode == 0
+    transcripts = tmp_path / "noisy" / "transcripts.jsonl"
+    records = [json.loads(line) for line in transcripts.read_text().splitlines()]
+    result = run_cli("export", "transcripts", str(transcripts), "--out", str(tmp_path / "ds"))
+    assert result.returncode == 0, result.stderr
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    assert ds.num_rows == sum(len(r["actions"]) for r in records)
+    first = ds[0]
+    action = records[0]["actions"][0]
+    assert (first["task_id"], first["role"], first["text"]) == (records[0]["task_id"], action["role"], action["text"])
+    assert first["seen"] == action["seen"]  # mappa eval records the prompt the agent last saw
+    assert first["coach_score"] == action["coach"]["score"]
+    assert first["correct"] == records[0]["outcome"]["correct"]
+    assert set(ds["set"]) == {"synthetic:3"}
+
+
+def test_recorder_transcripts_keep_the_whole_chat(tmp_path):
+    import datasets
+
+    import mappa_envs
+    from mappa_envs.wrappers import TranscriptRecorder
+
+    path = tmp_path / "t.jsonl"
+    env = TranscriptRecorder(mappa_envs.make("MathChat-v0", tasks="synthetic", num_tasks=4, sandbox="local"), path)
+    env.reset(seed=0)
+    for _ in env.agent_iter():
+        _, _, terminated, truncated, _ = env.last()
+        env.step(None if terminated or truncated else "The answer is \\boxed{3}.")
+    env.close()
+    record = json.loads(path.read_text().splitlines()[0])
+    result = run_cli("export", "transcripts", str(path), "--out", str(tmp_path / "ds"))
+    assert result.returncode == 0, result.stderr
+    row = datasets.load_from_disk(str(tmp_path / "ds"))[0]
+    assert row["messages"] == [{"role": m["role"], "content": m["content"]} for m in record["actions"][0]["messages"]]
+    assert row["seen"] == record["actions"][0]["messages"][-1]["content"]
+
+
+def test_a_torn_transcript_line_is_named(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"actions": []}\n{"actions": [\n')
+    result = run_cli("export", "transcripts", str(path), "--out", str(tmp_path / "ds"))
+    assert result.returncode == 2
+    assert "line 2 is not JSON" in last_line(result)
+
+
+@pytest.mark.slow
+def test_an_intermediate_checkpoint_exports_as_the_model_it_was(tmp_path):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "run"
+    trained = run_cli("train", *TINY, f"out_dir={out}", "steps=2", "eval_every=0", "keep_checkpoints=2",
+                      "log.tensorboard=false", "log.plot=false")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    newest = run_cli("export", "checkpoint", str(out), "--out", str(tmp_path / "step2"))
+    assert newest.returncode == 0, newest.stderr[-3000:]
+    first = run_cli("export", "checkpoint", str(out), "--step", "1", "--out", str(tmp_path / "step1"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    final = load_file(out / "final" / "shared" / "model.safetensors")
+    step2 = load_file(tmp_path / "step2" / "shared" / "model.safetensors")
+    step1 = load_file(tmp_path / "step1" / "shared" / "model.safetensors")
+    assert set(step2) == set(final)
+    assert all(step2[k].equal(final[k]) for k in final)  # the last checkpoint is the final model
+    assert not all(step1[k].equal(final[k]) for k in final)  # step 1 is an earlier model
+    assert (tmp_path / "step1" / "shared" / "tokenizer_config.json").is_file()
+    assert json.loads((tmp_path / "step1" / "export.json").read_text())["step"] == 1
+    # and it is a model mappa eval loads by path
+    played = run_cli("eval", "--team", f"hf:{tmp_path / 'step1' / 'shared'}", "--name", "s1", "--sets", "synthetic:1",
+                     "--max-new-tokens", "8", "--out", str(tmp_path / "eval"), "--no-plots", "--no-progress",
+                     "--preimport", "")
+    assert played.returncode == 0, played.stderr[-3000:]
