@@ -56,5 +56,5 @@ def play_start(cfg, start: Path, episodes: int) -> dict:
     right = [all(c.values()) for c in checked if c]
     return {"episodes": len(results), "actions": len(checked), "checked_actions": len(right),
             "right_share": sum(right) / len(right) if right else 0.0,
-            "team_success": sum(bool((r.outcome or {}).get("correct")) for r in results) / max(1, len(results)),
+            "team_success": sum(bool(r.outcome and r.outcome.correct) for r in results) / max(1, len(results)),
             "temperature": cfg.generation.temperature}

@@ -105,6 +105,8 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path, teachers: list
     tok = AutoTokenizer.from_pretrained(base)
     full, short = {}, {}  # role (its system prompt) -> (prompt ids, action ids)
     teachers = teachers or [cfg]
+    print(f"warm start: playing {spec.sft_episodes} episodes of the scripted team, then "
+          f"{spec.sft_short_steps + spec.sft_steps} supervised steps", flush=True)
     pairs = [p for t in teachers for p in scripted_pairs(t, spec, max(1, spec.sft_episodes // len(teachers)))]
     for messages, action in pairs:
         action_ids = tok.encode(action, add_special_tokens=False) + [tok.eos_token_id]
@@ -138,6 +140,9 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path, teachers: list
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
+        if not cfg.log.progress and (step + 1) % 100 == 0:  # no bar (ablate): a line now and then, not silence
+            print(f"warm start: step {step + 1}/{total}, loss {sum(losses[-10:]) / len(losses[-10:]):.3f}",
+                  flush=True)
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
     summary = {"pairs": sum(map(len, full.values())), "steps": total, "first_loss": sum(losses[:10]) / len(losses[:10]),
