@@ -286,7 +286,7 @@ def test_each_judge_run_of_the_tests_starts_from_empty_scratch_space(local_sandb
     env.step(f"```python\nopen('/tmp/team', 'w').close()\n\n{p.reference_solution}```")
     assert env.unwrapped.last_action.checks["examples_pass"] is True
     env.step("done")
-    env.step("```python\nimport os\nassert not os.listdir('/tmp')\n```")
+    env.step("```python\nimport os\nassert not os.path.exists('/tmp/team')\n```")
     checks = env.unwrapped.last_action.checks
     env.close()
     assert checks["tests_correct"] is True
