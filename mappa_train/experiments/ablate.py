@@ -11,7 +11,8 @@ training overrides. Every arm × seed trains for the same steps × episodes per 
 start, evaluating on the held-out set every `eval_every` steps.
 
 A preset may also sweep conditions (issue 25, configs/ablate/credit_cpu.yaml): `depths` (Chain-v0's
-env.kwargs.depth; one warm start for all of them, imitating the scripted team at every depth) and `coach_noise`
+env.kwargs.depth; one warm start imitating the scripted team at every depth, or with `start_per_depth` one
+start per depth imitating its own) and `coach_noise`
 (the rule coach wrong at rate ε, `rule:noise=ε,seed=<training seed>`; the outcome arm calls no
 coach, so its noise-free runs stand for it at every ε). A `preflight_episodes` pre-flight plays the
 start before any arm trains and stops the ablation if too few of its actions pass their checks: a
@@ -66,6 +67,8 @@ class AblateConfig:
     noise_depths: list = doc([], "the depths at which the noisy coaches run; empty: every depth")
     noise_arms: list = doc([], "the arms trained with the noisy coaches; empty: every arm (the outcome arm's "
                                "noise-free runs stand for it)")
+    start_per_depth: bool = doc(False, "a warm start per depth, each imitating its own depth's team (start/depthD/); "
+                                       "false: one start imitating every depth")
     preflight_episodes: int = doc(0, "training episodes the start plays before any arm trains (0: no pre-flight)")
     preflight_min_right: float = doc(0.05, "the least share of the start's actions passing all their checks")
 
@@ -179,11 +182,11 @@ def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -
     out.mkdir(parents=True, exist_ok=True)
     bases = {cond: base_config(cfg, out, cond) for cond in conditions(cfg)}
     depth_bases = {cond.depth: base for cond, base in bases.items()}
-    start = _start(cfg, next(iter(bases.values())), list(depth_bases.values()), out / "start")
+    starts = _starts(cfg, depth_bases, out / "start")
     if cfg.preflight_episodes:  # before any arm trains: a start that is never right can learn from neither reward
         for depth, base in depth_bases.items():
-            _preflight(cfg, base, start, out / "start" / ("preflight.json" if depth is None else
-                                                          f"preflight_depth{depth}.json"), progress)
+            _preflight(cfg, base, starts[depth], out / "start" / ("preflight.json" if depth is None else
+                                                                  f"preflight_depth{depth}.json"), progress)
     for seed in cfg.seeds:
         for cond, base in bases.items():
             for name, arm in arms_at(cfg, arms, cond).items():
@@ -195,7 +198,7 @@ def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -
                 t0 = time.perf_counter()
                 _train(load_config(cfg.train_config, [
                     *cfg.overrides, *_depth(cond), *arm_overrides(arm, base.env.kwargs), *coach,
-                    f"model.path={start}", f"seed={seed}", f"out_dir={path}"]))
+                    f"model.path={starts[cond.depth]}", f"seed={seed}", f"out_dir={path}"]))
                 progress(f"    done in {time.perf_counter() - t0:.0f} s")
     results = summarise(cfg, arms, out)
     (out / "results.json").write_text(json.dumps(results, indent=2))
@@ -206,10 +209,18 @@ def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -
     return results
 
 
-def _start(cfg: AblateConfig, base, teachers: list, where: Path) -> str:
-    """The start every arm, seed and depth shares: the tiny model imitating the scripted team at every
-    depth of the sweep (built once, then reused), or the training preset's own model."""
-    return str(build_start(base, cfg.start, where, teachers)) if cfg.warm_start else base.model.path
+def _starts(cfg: AblateConfig, depth_bases: dict, where: Path) -> dict:
+    """depth -> the model its arms start from (each built once, then reused): one tiny model imitating the
+    scripted team at every depth of the sweep, or with `start_per_depth` one per depth imitating its own;
+    without `warm_start`, the training preset's own model."""
+    bases = list(depth_bases.values())
+    if not cfg.warm_start:
+        return {depth: base.model.path for depth, base in depth_bases.items()}
+    if cfg.start_per_depth and len(depth_bases) > 1:
+        return {depth: str(build_start(base, cfg.start, where / f"depth{depth}", [base]))
+                for depth, base in depth_bases.items()}
+    shared = str(build_start(bases[0], cfg.start, where, bases))
+    return dict.fromkeys(depth_bases, shared)
 
 
 def _preflight(cfg: AblateConfig, base, start: str, path: Path, progress) -> None:

@@ -187,3 +187,31 @@ def test_every_arm_of_a_tiny_sweep_runs_and_the_results_are_complete(tmp_path):
     assert "| 3 | 0.3 | process | 2 |" in table
     for png in ("accuracy_vs_rollouts.png", "difference_vs_depth.png", "difference_vs_noise.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_start_per_depth_builds_and_uses_one_start_for_each_depth(tmp_path):
+    """With start_per_depth each depth's arms start from a tiny model that imitated that depth's team only."""
+    from mappa_cli.main import main
+
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(json.dumps({
+        "train_config": str(ROOT / "configs" / "chain.yaml"),
+        "overrides": ["steps=1", "eval_every=1", "eval_episodes=2", "checkpoint_every=1", "rollout.num_envs=2",
+                      "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1", "generation.max_new_tokens=12",
+                      "env.eval_sets={heldout: {split: eval, num_tasks: 2}}", "learner.train_batch_size=8",
+                      "learner.micro_batch_size=8", "env.kwargs.num_tasks=16"],
+        "seeds": [0], "depths": [2, 3], "start_per_depth": True, "preflight_episodes": 2, "preflight_min_right": 0.0,
+        "start": {"sft_episodes": 4, "sft_short_steps": 2, "sft_steps": 1, "sft_batch": 4,
+                  "teacher": {"skill": 0.7, "code_rate": 1.0}},
+        "arms": {"process": {"reward": "process"}, "outcome": {"reward": "outcome"}}}))
+    out = tmp_path / "credit"
+    assert main(["ablate", "--config", str(spec), "--out", str(out)]) == 0
+    assert not (out / "start" / "model").exists()  # no shared start
+    for depth in (2, 3):
+        start = out / "start" / f"depth{depth}" / "model"
+        assert json.loads((start / "warm_start.json").read_text())["steps"] == 3
+        for arm in ("process", "outcome"):
+            config = json.loads((out / "runs" / f"depth{depth}" / arm / "seed0" / "config.json").read_text())
+            assert config["model"]["path"] == str(start)
+        assert json.loads((out / "start" / f"preflight_depth{depth}.json").read_text())["episodes"] == 2
