@@ -130,6 +130,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not sets:
         raise UsageError("--sets is empty; name at least one eval set")
     if args.spec:
+        from mappa_envs.core.team import load_team
+
+        load_team(args.spec)  # the spec itself first, once: its errors name it
         sets = [_on_spec(es, args.spec) for es in sets]
     coach_settings = key_values(args.coach_set, "--coach-set", "max_tokens=256")
     cache = None if args.coach == "rule" or args.coach_cache == "none" else (
@@ -158,11 +161,9 @@ def _on_spec(es, spec: str):
     """The set `es` played by the spec's team, once one env of it builds: a bad spec, or a set whose tasks the
     spec's scenario does not take, is a one-line error before anything is played."""
     import mappa_envs
-    from mappa_envs.core.team import load_team
     from mappa_envs.errors import MappaError
     from mappa_train.evaluation.evalsets import on_spec
 
-    load_team(spec)  # the spec itself first: its errors name it
     played = on_spec(es, spec)
     try:
         mappa_envs.make(played.env_id, **played.env_kwargs).close()

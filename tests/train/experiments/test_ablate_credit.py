@@ -143,10 +143,8 @@ def test_the_warm_start_teacher_is_the_envs_scripted_team():
     assert teacher_kwargs(mathchat, StartConfig(code_skill=0.15)) == {"skill": 0.0, "code_skill": 0.15}
 
 
-@pytest.mark.slow
-def test_every_arm_of_a_tiny_sweep_runs_and_the_results_are_complete(tmp_path):
-    from mappa_cli.main import main
-
+def tiny_sweep(tmp_path, **fields):
+    """A Chain-v0 sweep at depths 2 and 3 small enough for a test (a 3-step start, one training step)."""
     spec = tmp_path / "tiny.yaml"
     spec.write_text(json.dumps({
         "train_config": str(ROOT / "configs" / "chain.yaml"),
@@ -154,11 +152,19 @@ def test_every_arm_of_a_tiny_sweep_runs_and_the_results_are_complete(tmp_path):
                       "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1", "generation.max_new_tokens=12",
                       "env.eval_sets={heldout: {split: eval, num_tasks: 2}}", "learner.train_batch_size=8",
                       "learner.micro_batch_size=8", "env.kwargs.num_tasks=16"],
-        "seeds": [0, 1], "target_gain": 0.1, "depths": [2, 3], "coach_noise": [0.0, 0.3], "noise_depths": [3],
-        "preflight_episodes": 2, "preflight_min_right": 0.0,
+        "depths": [2, 3], "preflight_episodes": 2, "preflight_min_right": 0.0,
         "start": {"sft_episodes": 4, "sft_short_steps": 2, "sft_steps": 1, "sft_batch": 4,
                   "teacher": {"skill": 0.7, "code_rate": 1.0}},
-        "arms": {name: {"reward": arm.reward, "whiten": arm.whiten} for name, arm in ARMS.items()}}))
+        **fields}))
+    return spec
+
+
+@pytest.mark.slow
+def test_every_arm_of_a_tiny_sweep_runs_and_the_results_are_complete(tmp_path):
+    from mappa_cli.main import main
+
+    spec = tiny_sweep(tmp_path, seeds=[0, 1], target_gain=0.1, coach_noise=[0.0, 0.3], noise_depths=[3],
+                      arms={name: {"reward": arm.reward, "whiten": arm.whiten} for name, arm in ARMS.items()})
     out = tmp_path / "credit"
     assert main(["ablate", "--config", str(spec), "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
@@ -194,17 +200,8 @@ def test_start_per_depth_builds_and_uses_one_start_for_each_depth(tmp_path):
     """With start_per_depth each depth's arms start from a tiny model that imitated that depth's team only."""
     from mappa_cli.main import main
 
-    spec = tmp_path / "tiny.yaml"
-    spec.write_text(json.dumps({
-        "train_config": str(ROOT / "configs" / "chain.yaml"),
-        "overrides": ["steps=1", "eval_every=1", "eval_episodes=2", "checkpoint_every=1", "rollout.num_envs=2",
-                      "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1", "generation.max_new_tokens=12",
-                      "env.eval_sets={heldout: {split: eval, num_tasks: 2}}", "learner.train_batch_size=8",
-                      "learner.micro_batch_size=8", "env.kwargs.num_tasks=16"],
-        "seeds": [0], "depths": [2, 3], "start_per_depth": True, "preflight_episodes": 2, "preflight_min_right": 0.0,
-        "start": {"sft_episodes": 4, "sft_short_steps": 2, "sft_steps": 1, "sft_batch": 4,
-                  "teacher": {"skill": 0.7, "code_rate": 1.0}},
-        "arms": {"process": {"reward": "process"}, "outcome": {"reward": "outcome"}}}))
+    spec = tiny_sweep(tmp_path, seeds=[0], start_per_depth=True,
+                      arms={"process": {"reward": "process"}, "outcome": {"reward": "outcome"}})
     out = tmp_path / "credit"
     assert main(["ablate", "--config", str(spec), "--out", str(out)]) == 0
     assert not (out / "start" / "model").exists()  # no shared start
