@@ -70,7 +70,7 @@ def read_csv_bounded(raw: bytes, what: str, **kwargs) -> pd.DataFrame:
     try:
         raw = check_csv_shape(raw)
         return pd.read_csv(io.BytesIO(raw), index_col=False, **kwargs)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, csv.Error) as e:
         why = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
         raise ValueError(f"{what} is not a readable CSV file ({why})") from None
 
