@@ -15,7 +15,8 @@ Correctness is decided here, never by the LLM coach. The rules, and why:
   symbolic match then counts only when the answer is a number written out (`31`, `31 cm`).
 - An answer that restates the problem is not its answer (`restates_problem`): "Simplify
   $\\frac{84}{144}$" is not answered by `\\frac{84}{144}`, nor "Simplify $\\sqrt{8}$" by `\\sqrt{8}`,
-  nor "Express $0.875$ as a common fraction" by `0.875`, although each equals its reference. The env
+  nor "Express $0.875$ as a common fraction" by `0.875`, although each equals its reference; nor by the
+  same expression respelled (`\\dfrac{84}{144}`, `84/144`, `0.8750`, `\\sqrt8`). The env
   applies it with `answers_match` (`MathChatScenario`); the reference's own written form always counts.
 - Nothing an action controls runs unbounded here, in the trainer's process: answers longer than
   `MAX_ANSWER_CHARS` never match, numbers are parsed from bounded digit strings and exponents
@@ -169,12 +170,18 @@ def parse_number(s: str) -> Number | None:
     if m and _digits(m.group(1)) <= MAX_DIGITS and len(m.group(2).lstrip("+-")) <= 4 \
             and abs(int(m.group(2))) <= MAX_EXPONENT:
         return Number(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2)), "sci")
+    parts = _fraction_parts(s)
+    return _fraction(*parts) if parts else None
+
+
+def _fraction_parts(s: str) -> tuple[str, str, bool] | None:
+    """Numerator, denominator and sign of `s` written as `\\frac{a}{b}`, `\\frac ab` or `a/b`, as written."""
     m = _FRAC.fullmatch(s)
     if m:
         num, den = (m.group(2), m.group(3)) if m.group(2) is not None else (m.group(4), m.group(5))
-        return _fraction(num, den, negate=m.group(1) == "-")
+        return num, den, m.group(1) == "-"
     m = _SLASH.fullmatch(s)
-    return _fraction(m.group(1), m.group(2)) if m else None
+    return (m.group(1), m.group(2), False) if m else None
 
 
 def _digits(s: str) -> int:
@@ -195,8 +202,26 @@ _WORD = re.compile(rf"[^\s$]{{1,{_N}}}")
 _SPACES = re.compile(r"\s+")
 
 
+_FRAC_MACRO = re.compile(r"\\[dt]frac(?![A-Za-z])")
+_BARE_SQRT = re.compile(r"\\sqrt([0-9A-Za-z])")  # "\\sqrt8": the one-character argument of \\sqrt{8}
+
+
 def _compact(text: str) -> str:
     return _SPACES.sub("", normalize_answer(text))
+
+
+def _spelling(text: str) -> str:
+    """One spelling of `text` for comparing restatements: compact, `\\dfrac`/`\\tfrac` as `\\frac`,
+    `\\sqrt8` as `\\sqrt{8}`; a fraction of integers as its literal numerator and denominator
+    (`84/144` = `\\dfrac{84}{144}`, not reduced), a decimal as its value (`.875` = `0.8750`)."""
+    s = _BARE_SQRT.sub(r"\\sqrt{\1}", _FRAC_MACRO.sub(r"\\frac", _compact(text)))
+    number = parse_number(s)
+    if number is None or number.kind not in ("frac", "dec"):
+        return s
+    if number.kind == "dec":
+        return f"dec:{number.value}"
+    num, den, negate = _fraction_parts(s)
+    return f"frac:{-int(num) if negate else int(num)}/{int(den)}"
 
 
 def restates_problem(pred: object, problem: str, gold: object) -> bool:
@@ -211,15 +236,16 @@ def restates_problem(pred: object, problem: str, gold: object) -> bool:
     number = parse_number(p)
     if number is not None and number.value.denominator == 1:
         return False  # an integer is written out, not restated: "how many of 1..31" may well be 31
-    return p in _problem_pieces(problem)
+    spelled = _spelling(p)
+    return spelled != _spelling(str(gold)) and spelled in _problem_pieces(problem)
 
 
 @functools.lru_cache(maxsize=4096)
 def _problem_pieces(problem: str) -> frozenset[str]:
-    """The problem's math spans and words, normalised: read once per problem (the task's own text)."""
+    """The problem's math spans and words, each in one spelling (`_spelling`): read once per problem."""
     spans = (next(g for g in m.groups() if g is not None) for m in _MATH_SPAN.finditer(problem))
     words = (m.group().rstrip(".,;:?!") for m in _WORD.finditer(problem))
-    return frozenset(_compact(piece) for piece in (*spans, *words) if piece)
+    return frozenset(_spelling(piece) for piece in (*spans, *words) if piece)
 
 
 def answers_match(pred: object, gold: object) -> bool:

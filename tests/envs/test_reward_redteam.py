@@ -103,6 +103,24 @@ def test_the_references_own_form_and_integers_in_the_problem_still_count():
     assert not restates_problem("1/2", "Heads has probability $\\frac{1}{2}$. What is it?", "\\frac{1}{2}")
 
 
+@pytest.mark.parametrize(("problem", "gold", "respelled", "honest"), [
+    ("Simplify $\\frac{84}{144}$.", "\\frac{7}{12}", ["\\dfrac{84}{144}", "\\tfrac{84}{144}", "84/144"],
+     ["\\dfrac{7}{12}", "7/12", "\\frac{7}{12}"]),
+    ("Express $0.875$ as a common fraction.", "\\frac{7}{8}", ["0.8750", ".875", "0.875000"], ["7/8", "\\tfrac78"]),
+    ("Simplify $\\sqrt{8}$.", "2\\sqrt{2}", ["\\sqrt8", "\\sqrt 8"], ["2\\sqrt2", "2\\sqrt{2}"]),
+    ("Rationalize $\\frac{4}{\\sqrt{2}}$.", "2\\sqrt{2}", ["\\dfrac{4}{\\sqrt2}", "\\tfrac{4}{\\sqrt{2}}"],
+     ["2\\sqrt2"]),
+])
+def test_the_problem_respelled_is_still_a_restatement(problem, gold, respelled, honest):
+    # another LaTeX macro, a slash, trailing zeros or a bare \sqrt argument is the problem's own expression
+    for answer in respelled:
+        assert answers_match(answer, gold), answer  # it equals the reference: only the problem's text tells
+        assert restates_problem(answer, problem, gold), answer
+    for answer in honest:
+        assert answers_match(answer, gold), answer
+        assert not restates_problem(answer, problem, gold), answer
+
+
 # ---- a hostile answer stalls only its own symbolic check ------------------------------------------
 
 def test_a_hostile_answer_holds_one_symbolic_worker_not_every_check():
