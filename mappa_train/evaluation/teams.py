@@ -2,6 +2,7 @@
 from `mappa_envs.coach.make_coach`. A spec that cannot work fails here, before anything is played."""
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from dataclasses import replace
@@ -134,7 +135,12 @@ def _scripted(env, options: dict) -> TextPolicy:
         mappa_envs.spec(env_id).scripted_policy if env_id in mappa_envs.registry else None)
     if target is None:
         raise EvalSpecError(f"{env_id} has no scripted team; evaluate a model or a module:factory policy")
-    return _import(target)(env, **options)
+    factory = _import(target)
+    if "skill" in options and "code_skill" in inspect.signature(factory).parameters:
+        # MathChat's Code Executor computes the gold answer unless its code breaks: as a baseline it breaks as
+        # often as the solver errs, so accuracy follows SKILL (1 - (1 - SKILL)^2) instead of 1.000 at any SKILL
+        options = {**options, "code_skill": options["skill"]}
+    return factory(env, **options)
 
 
 def _import(target: str):
