@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from mappa_train.config import ConfigError
+from mappa_train.runlog import EVAL_EPISODES_FILE, TRAIN_EPISODES_FILE
 
 
 class ExportError(ConfigError):
@@ -124,7 +125,10 @@ def transcript_rows(path: str | Path):
             except json.JSONDecodeError as e:
                 raise ExportError(f"{path}: line {number} is not JSON ({e.msg}); was the file cut short?") from None
             if not isinstance(record, dict) or not isinstance(record.get("actions"), list):
-                raise ExportError(f"{path}: line {number} is not an episode record (no 'actions' list)")
+                hint = ("; `mappa train` logs only outcomes there: `mappa eval --team run:OUT_DIR` plays the trained "
+                        "team and writes transcripts.jsonl") if path.name in (TRAIN_EPISODES_FILE,
+                                                                              EVAL_EPISODES_FILE) else ""
+                raise ExportError(f"{path}: line {number} is not an episode record (no 'actions' list){hint}")
             outcome = record.get("outcome") or {}
             episode = {"env_id": str(record.get("env_id", "")), "task_id": str(record.get("task_id", "")),
                        "task": str(record.get("task", "")), "set": str(record.get("set", "")),

@@ -95,6 +95,16 @@ def test_a_torn_transcript_line_is_named(tmp_path):
     assert "line 2 is not JSON" in last_line(result)
 
 
+def test_a_training_episode_log_says_where_transcripts_come_from(tmp_path):
+    path = tmp_path / "train_episodes.jsonl"
+    path.write_text(json.dumps({"step": 1, "task_id": "t0", "answer": "3", "correct": True, "score": 1.0}) + "\n")
+    result = run_cli("export", "transcripts", str(path), "--out", str(tmp_path / "ds"))
+    assert result.returncode == 2
+    assert last_line(result) == (
+        f"mappa export: {path}: line 1 is not an episode record (no 'actions' list); `mappa train` logs only "
+        "outcomes there: `mappa eval --team run:OUT_DIR` plays the trained team and writes transcripts.jsonl")
+
+
 @pytest.mark.slow
 def test_an_intermediate_checkpoint_exports_as_the_model_it_was(tmp_path):
     from safetensors.torch import load_file
