@@ -47,8 +47,15 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
         final = Path(folder) / "final"
         policies = sorted(p.name for p in final.iterdir() if p.is_dir()) if final.is_dir() else []
         if not policies:
+            from mappa_train.export import checkpoint_steps
+
+            steps = checkpoint_steps(Path(folder))
+            kept = " (an unfinished one only has checkpoints)"
+            if steps:
+                kept = (f", this one has checkpoints of steps {steps}: `mappa export checkpoint {folder} --out DIR` "
+                        "makes the newest one models, then --team hf:DIR/<policy>")
             raise EvalSpecError(f"team spec {spec!r}: {final} holds no trained model; a finished `mappa train` run "
-                                "writes final/<policy>/ (an unfinished one only has checkpoints)")
+                                f"writes final/<policy>/{kept}")
         backend = backend or "hf"
         if (final / "lora.json").is_file():  # one base, an adapter per role or group: one engine serves them all
             return _lora_team(final, backend, seed, sampling)
