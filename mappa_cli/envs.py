@@ -11,6 +11,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import mappa_envs
     from mappa_envs.core.team import load_team, shipped_specs
+    from mappa_envs.registration import accepted_kwargs, load_callable
 
     teams = {name: load_team(name) for name in shipped_specs()}
     built_from = {team.name: name for name, team in teams.items()}
@@ -20,7 +21,8 @@ def run(args: argparse.Namespace) -> int:
         team = f"  [team spec: {built_from[env_id]}]" if env_id in built_from else ""
         print(f"{env_id:<{width}}  {spec.description}{team}")
         if spec.task_sources:
-            print(f"{pad}tasks=: {' | '.join(spec.task_sources)}")
+            takes_tasks = "tasks" in (accepted_kwargs(load_callable(spec.entry_point)) or ())
+            print(f"{pad}{'tasks=' if takes_tasks else 'tasks'}: {' | '.join(spec.task_sources)}")
         print(f"{pad}gymnasium: mappa/{env_id} (one text stream: mappa_envs.wrappers.TextEnv)")
     print('\nTeam specs shipped with the package (make("Team-v0", spec=NAME); a YAML path or a dict works too):')
     width = max(map(len, teams))

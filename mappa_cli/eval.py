@@ -21,8 +21,8 @@ from mappa_envs.sandbox.types import SANDBOX_BACKENDS
 TEAM_HELP = (
     "the team to evaluate (repeat for several): a model for every role ('hf:MODEL', 'vllm:MODEL', MODEL being what "
     "model.path takes: a folder, ORG/NAME, a .gguf, smollm2-135m, tiny; 'openai:MODEL@BASE_URL'), a finished "
-    "`mappa train` run ('run:DIR'), 'scripted:SKILL' (the env's built-in noisy team, a baseline: right about SKILL of "
-    "the time), 'scripted' (its oracle, a reference that reads the gold answer, no baseline), 'module:factory' "
+    "`mappa train` run ('run:DIR'), 'scripted:SKILL' (the env's built-in noisy team, a baseline: each role errs at "
+    "rate 1 - SKILL), 'scripted' (its oracle, a reference that reads the gold answer, no baseline), 'module:factory' "
     "(factory(env) -> TextPolicy), or one per role as 'ROLE=SPEC;ROLE=SPEC;...'"
 )
 COACH_HELP = ("'rule' (offline), an LLM coach preset (gemini-2.5-flash, gemini-2.5-pro, openai, vllm-local), "

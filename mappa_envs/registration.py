@@ -21,7 +21,7 @@ class EnvSpec:
     kwargs: dict = field(default_factory=dict)
     description: str = ""
     scripted_policy: str | None = None  # "module:callable(env) -> TextPolicy", used by `mappa run`
-    task_sources: tuple[str, ...] = ()  # what its `tasks=` takes, one phrase each (shown by `mappa envs`)
+    task_sources: tuple[str, ...] = ()  # what its `tasks=` (else what picks its tasks) takes: `mappa envs`
 
     def make(self, **kwargs):
         """The env, built with the spec's default kwargs overridden by `kwargs` (names checked first)."""
@@ -93,7 +93,8 @@ def register(env_id: str, entry_point: str | Callable[..., Any], *, description:
 
     `default_kwargs` go to the entry point (callers of `make` override them); `scripted_policy` names a
     "module:callable" that builds a built-in policy for the env (for smoke runs and tests);
-    `task_sources` says in a phrase each what its `tasks=` argument takes (`mappa envs` lists them).
+    `task_sources` says in a phrase each what its `tasks=` argument takes, or, for an env without one,
+    which arguments pick its tasks (`mappa envs` lists them).
     """
     if not _ID.match(env_id):
         raise EnvArgumentError(f"env id {env_id!r} must look like 'Name-v0' (a name, '-v', a version number)")

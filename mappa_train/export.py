@@ -7,7 +7,8 @@ A checkpoint (`out_dir/checkpoints/step_N/<policy>/`) is DeepSpeed's: weights an
 its own files. `export_checkpoint` reads its weights (gathering ZeRO-3 partitions when the run used
 them), puts them into a model built from the run's starting config, and saves it with the tokenizer
 as a plain transformers folder, the same as the run's `final/<policy>/`: `hf:FOLDER` in `mappa eval`,
-`from_pretrained` anywhere. A LoRA run's checkpoints hold adapters; its final/ folder is the export.
+`from_pretrained` anywhere. A LoRA run's checkpoint holds one peft adapter per group; each is merged
+into the base (`mappa_train.lora.merge_adapter`, as `lora.export_merged` does for final/) and saved so.
 
 Transcripts (`mappa run`, `mappa eval`, `TranscriptRecorder` files) become one row per action: the
 episode's env, task, seed and outcome, the role and its action, what the agent saw (`seen`: its last
@@ -21,6 +22,7 @@ import json
 from pathlib import Path
 
 from mappa_train.config import ConfigError
+from mappa_train.runlog import EVAL_EPISODES_FILE, TRAIN_EPISODES_FILE
 
 
 class ExportError(ConfigError):
@@ -52,17 +54,15 @@ def export_checkpoint(run_dir: str | Path, step: int | None, out: str | Path) ->
         raise ExportError(f"{run_dir} has no checkpoint of step {step}; it has steps {steps} "
                           "(keep_checkpoints decides how many stay)")
     cfg = from_dict(json.loads((run_dir / "config.json").read_text()))
-    if cfg.model.policies == "lora":
-        raise ExportError(f"{run_dir} is a LoRA run: its checkpoints hold adapters, not models; its final/ folder "
-                          "holds the adapters (and final/merged/ with lora.export_merged=true)")
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} exists and is not empty; choose another --out")
     ckpt = run_dir / "checkpoints" / f"step_{step:06d}"
     policies = sorted(p.name for p in ckpt.iterdir() if p.is_dir())
-    starts = _starting_models(cfg, policies)
-    written = {}
-    for policy in policies:
-        written[policy] = _export_policy(ckpt / policy, starts[policy], out / policy)
+    if cfg.model.policies == "lora":  # one peft adapter per group over the frozen base: merged into it
+        written = {policy: _merge_lora(ckpt / policy, cfg, out / policy) for policy in policies}
+    else:
+        starts = _starting_models(cfg, policies)
+        written = {policy: _export_policy(ckpt / policy, starts[policy], out / policy) for policy in policies}
     (out / "export.json").write_text(json.dumps({"run": str(run_dir.resolve()), "step": step,
                                                  "policies": policies}, indent=2))
     return written
@@ -73,6 +73,15 @@ def _starting_models(cfg, policies: list[str]) -> dict[str, Path]:
     from mappa_train.factories import policy_paths, resolve_model
 
     return policy_paths(cfg, policies, resolve_model(cfg))
+
+
+def _merge_lora(adapter: Path, cfg, target: Path) -> Path:
+    from mappa_train.factories import resolve_model
+    from mappa_train.lora import ADAPTER_FILE, merge_adapter
+
+    if not (adapter / ADAPTER_FILE).is_file():
+        raise ExportError(f"{adapter} holds no LoRA adapter ({ADAPTER_FILE}); was the checkpoint cut short?")
+    return merge_adapter(resolve_model(cfg), adapter, target)
 
 
 def _export_policy(ckpt: Path, start: Path, target: Path) -> Path:
@@ -124,7 +133,10 @@ def transcript_rows(path: str | Path):
             except json.JSONDecodeError as e:
                 raise ExportError(f"{path}: line {number} is not JSON ({e.msg}); was the file cut short?") from None
             if not isinstance(record, dict) or not isinstance(record.get("actions"), list):
-                raise ExportError(f"{path}: line {number} is not an episode record (no 'actions' list)")
+                hint = ("; `mappa train` logs only outcomes there: `mappa eval --team run:OUT_DIR` plays the trained "
+                        "team and writes transcripts.jsonl") if path.name in (TRAIN_EPISODES_FILE,
+                                                                              EVAL_EPISODES_FILE) else ""
+                raise ExportError(f"{path}: line {number} is not an episode record (no 'actions' list){hint}")
             outcome = record.get("outcome") or {}
             episode = {"env_id": str(record.get("env_id", "")), "task_id": str(record.get("task_id", "")),
                        "task": str(record.get("task", "")), "set": str(record.get("set", "")),

