@@ -15,20 +15,18 @@ run would have.
 """
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoTokenizer
 
-from mappa_envs.coach.stateful import coach_metrics, load_coach_state, plot_run_corrections, save_coach_state
+from mappa_envs.coach.stateful import coach_metrics
 from mappa_envs.seeding import stride_seed
 from mappa_train import algo
+from mappa_train.checkpoints import resume, save_checkpoint, save_final
 from mappa_train.config import TrainConfig, to_dict
 from mappa_train.experience import ExperienceSource
 from mappa_train.factories import (
@@ -46,7 +44,6 @@ from mappa_train.runlog import (
     append_eval_episodes,
     append_train_episodes,
     cpu_seconds,
-    plot_curves,
 )
 
 if TYPE_CHECKING:
@@ -112,25 +109,6 @@ def _logprobs(learners: Mapping[str, Learner], policy_of: Mapping[str, str], bat
     return out
 
 
-# ---- checkpoints ---------------------------------------------------------------------------------
-
-def latest_checkpoint(out_dir: Path) -> tuple[int, Path | None]:
-    """(finished steps, directory) of the newest complete checkpoint, or (0, None)."""
-    done = [(json.loads((d / "state.json").read_text())["step"], d)
-            for d in (out_dir / "checkpoints").glob("step_*") if (d / "state.json").exists()]
-    return max(done, default=(0, None))
-
-
-def save_checkpoint(out_dir: Path, step: int, learners: Mapping[str, Learner], keep: int, coach=None) -> None:
-    ckpt = out_dir / "checkpoints" / f"step_{step:06d}"
-    for name, learner in learners.items():
-        learner.save_checkpoint(ckpt / name)
-    save_coach_state(coach, ckpt)  # a stateful coach's running statistics and corrections (else nothing)
-    (ckpt / "state.json").write_text(json.dumps({"step": step}))  # written last: marks it complete
-    for old in sorted((out_dir / "checkpoints").glob("step_*"))[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 # ---- the loop -------------------------------------------------------------------------------------
 
 def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
@@ -172,18 +150,6 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
     return out
 
 
-def resume(cfg: TrainConfig, out: Path, experience: ExperienceSource, learners: Mapping[str, Learner]) -> int:
-    """Load the newest checkpoint, if any, into the learners (and a stateful coach); returns its step."""
-    start, ckpt = latest_checkpoint(out)
-    if ckpt is not None:
-        for name, learner in learners.items():
-            learner.load_checkpoint(ckpt / name)
-        load_coach_state(experience.coach, ckpt)
-    if ckpt is not None or cfg.model.policies == "lora":  # fresh adapters are random too (A; B = 0)
-        experience.sync(_weights(learners))
-    return start
-
-
 def train_step(cfg: TrainConfig, experience: ExperienceSource, learners: Mapping[str, Learner],
                step: int) -> tuple[Rollout, dict[str, float]]:
     """Rollout, update, sync the generators: one step, timed; returns its rollout and metrics."""
@@ -192,7 +158,7 @@ def train_step(cfg: TrainConfig, experience: ExperienceSource, learners: Mapping
     t1, c1 = time.perf_counter(), cpu_seconds()
     metrics = update(cfg, learners, experience.policy_of, result.transitions, lr_at(step, cfg.learner, cfg.steps))
     t2, c2 = time.perf_counter(), cpu_seconds()
-    weights = _weights({n: learner for n, learner in learners.items() if not learner.frozen})
+    weights = {name: learner.state_dict() for name, learner in learners.items() if not learner.frozen}
     experience.sync(weights)
     t3, c3 = time.perf_counter(), cpu_seconds()
     if all(isinstance(w, Mapping) for w in weights.values()):  # Ray passes object refs: not sized here
@@ -201,25 +167,6 @@ def train_step(cfg: TrainConfig, experience: ExperienceSource, learners: Mapping
                    time_sync_s=t3 - t2, cpu_rollout_s=c1 - c0, cpu_update_s=c2 - c1, cpu_sync_s=c3 - c2)
     metrics.update({f"time_{k}": v for k, v in result.timing().items()}, **coach_metrics(experience.coach))
     return result, metrics
-
-
-def save_final(cfg: TrainConfig, out: Path, model_path: Path, learners: Mapping[str, Learner],
-               experience: ExperienceSource) -> None:
-    """final/<policy>/ (a model or an adapter, with its tokenizer), the LoRA manifest, the plots."""
-    paths = policy_paths(cfg, learners, model_path)
-    for name, learner in learners.items():
-        learner.save_pretrained(out / "final" / name)
-        if learner.rank == 0:
-            AutoTokenizer.from_pretrained(paths[name]).save_pretrained(out / "final" / name)
-    if cfg.model.policies == "lora":
-        from mappa_train.lora import export_merged, write_manifest
-
-        write_manifest(out / "final", Path(model_path).resolve(), experience.policy_of)
-        if cfg.lora.export_merged:
-            export_merged(out / "final", out / "final" / "merged")
-    if cfg.log.plot:
-        plot_curves(out / METRICS_FILE, out / "curves.png", title=f"MAPPA on {cfg.env.id}")
-        plot_run_corrections(experience.coach, out)  # the stateful coach's offsets over the run (else nothing)
 
 
 def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int,
@@ -236,10 +183,6 @@ def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int,
             append_eval_episodes(out_dir, step, name, result.episodes, cfg.eval_samples)
     out.update(time_eval_s=time.perf_counter() - t0, cpu_eval_s=cpu_seconds() - c0)
     return out
-
-
-def _weights(learners: Mapping[str, Learner]) -> dict[str, dict]:
-    return {name: learner.state_dict() for name, learner in learners.items()}
 
 
 def _seed(cfg: TrainConfig, step: int) -> int:

@@ -6,10 +6,11 @@ import json
 import pytest
 import torch
 
+from mappa_train.checkpoints import latest_checkpoint
 from mappa_train.config import load_config
 from mappa_train.learner import Sample
 from mappa_train.runlog import read_metrics
-from mappa_train.train import latest_checkpoint, tasks_for_step
+from mappa_train.train import tasks_for_step
 
 TINY = ["model.path=tiny", "env.kwargs={task_source: synthetic, num_tasks: 16, executor_max_actions: 2}",
         "env.eval_sets={heldout: {split: eval, num_tasks: 4}}", "env.sandbox=local",
