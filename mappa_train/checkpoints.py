@@ -25,9 +25,14 @@ if TYPE_CHECKING:
 
 
 def latest_checkpoint(out_dir: Path) -> tuple[int, Path | None]:
-    """(finished steps, directory) of the newest complete checkpoint, or (0, None)."""
-    done = [(json.loads((d / "state.json").read_text())["step"], d)
-            for d in (out_dir / "checkpoints").glob("step_*") if (d / "state.json").exists()]
+    """(finished steps, directory) of the newest complete checkpoint, or (0, None). One whose state.json
+    cannot be read is not complete."""
+    done = []
+    for state in (out_dir / "checkpoints").glob("step_*/state.json"):
+        try:
+            done.append((int(json.loads(state.read_text())["step"]), state.parent))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a checkpoint cut short is not one to resume from
     return max(done, default=(0, None))
 
 
