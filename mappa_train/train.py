@@ -28,7 +28,7 @@ from mappa_envs.seeding import stride_seed
 from mappa_train import algo
 from mappa_train.checkpoints import resume, save_checkpoint, save_final
 from mappa_train.config import TrainConfig, to_dict
-from mappa_train.experience import ExperienceSource
+from mappa_train.experience import ExperienceSource, step_seed
 from mappa_train.factories import (
     check_template,
     local_experience,
@@ -154,7 +154,7 @@ def train_step(cfg: TrainConfig, experience: ExperienceSource, learners: Mapping
                step: int) -> tuple[Rollout, dict[str, float]]:
     """Rollout, update, sync the generators: one step, timed; returns its rollout and metrics."""
     t0, c0 = time.perf_counter(), cpu_seconds()
-    result = experience.collect(tasks_for_step(experience.train_tasks, step, cfg), _seed(cfg, step), None)
+    result = experience.collect(tasks_for_step(experience.train_tasks, step, cfg), step_seed(cfg, step), None)
     t1, c1 = time.perf_counter(), cpu_seconds()
     metrics = update(cfg, learners, experience.policy_of, result.transitions, lr_at(step, cfg.learner, cfg.steps))
     t2, c2 = time.perf_counter(), cpu_seconds()
@@ -185,14 +185,10 @@ def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int,
     return out
 
 
-def _seed(cfg: TrainConfig, step: int) -> int:
-    return stride_seed(cfg.seed, step * 7919) % 2**31
-
-
 def eval_seed(cfg: TrainConfig) -> int:
     """The held-out episodes' seed (env and sampling seeds derive from it): the same at every evaluation,
     so two evaluations of a run differ by the policy only, not by the dice."""
-    return _seed(cfg, 0) + 7
+    return step_seed(cfg, 0) + 7
 
 
 def _has_eval(out: Path, step: int) -> bool:
