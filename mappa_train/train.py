@@ -28,6 +28,7 @@ from mappa_envs.seeding import stride_seed
 from mappa_train import algo
 from mappa_train.checkpoints import resume, save_checkpoint, save_final
 from mappa_train.config import TrainConfig, to_dict
+from mappa_train.evaluation.heldout import has_eval, heldout_metrics
 from mappa_train.experience import ExperienceSource, step_seed
 from mappa_train.factories import (
     check_template,
@@ -38,13 +39,7 @@ from mappa_train.factories import (
 )
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
 from mappa_train.learner import Learner, lr_at
-from mappa_train.runlog import (
-    METRICS_FILE,
-    MetricsLogger,
-    append_eval_episodes,
-    append_train_episodes,
-    cpu_seconds,
-)
+from mappa_train.runlog import MetricsLogger, append_train_episodes, cpu_seconds
 
 if TYPE_CHECKING:
     from mappa_train.rollout import Rollout
@@ -142,7 +137,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
         progress.update(1)
         progress.set_postfix(reward=f"{metrics.get('reward', float('nan')):.2f}", kl=f"{metrics.get('kl', 0):.4f}")
     progress.close()
-    if cfg.eval_every and (start < cfg.steps or not _has_eval(out, cfg.steps)):
+    if cfg.eval_every and (start < cfg.steps or not has_eval(out, cfg.steps)):
         log.log("eval", cfg.steps, heldout_metrics(cfg, experience, cfg.steps, out))
     log.close()
     experience.close()
@@ -167,34 +162,6 @@ def train_step(cfg: TrainConfig, experience: ExperienceSource, learners: Mapping
                    time_sync_s=t3 - t2, cpu_rollout_s=c1 - c0, cpu_update_s=c2 - c1, cpu_sync_s=c3 - c2)
     metrics.update({f"time_{k}": v for k, v in result.timing().items()}, **coach_metrics(experience.coach))
     return result, metrics
-
-
-def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int,
-                    out_dir: Path | None = None) -> dict[str, float]:
-    """Accuracy (mean outcome) and coach scores on every eval set, at eval temperature. With `out_dir`,
-    each episode's outcome also goes to its eval_episodes.jsonl, for paired comparisons of steps."""
-    out: dict[str, float] = {}
-    t0, c0 = time.perf_counter(), cpu_seconds()
-    for name, tasks in experience.eval_tasks.items():
-        chosen = [t for t in tasks[:cfg.eval_episodes] for _ in range(cfg.eval_samples)]
-        result = experience.collect(chosen, eval_seed(cfg), name)
-        out.update({f"{name}/{k}": v for k, v in result.episode_metrics().items()})
-        if out_dir is not None:
-            append_eval_episodes(out_dir, step, name, result.episodes, cfg.eval_samples)
-    out.update(time_eval_s=time.perf_counter() - t0, cpu_eval_s=cpu_seconds() - c0)
-    return out
-
-
-def eval_seed(cfg: TrainConfig) -> int:
-    """The held-out episodes' seed (env and sampling seeds derive from it): the same at every evaluation,
-    so two evaluations of a run differ by the policy only, not by the dice."""
-    return step_seed(cfg, 0) + 7
-
-
-def _has_eval(out: Path, step: int) -> bool:
-    from mappa_train.runlog import read_metrics
-
-    return any(r["kind"] == "eval" and r["step"] == step for r in read_metrics(out / METRICS_FILE))
 
 
 def _progress(cfg: TrainConfig, start: int):
