@@ -30,15 +30,10 @@ from mappa_train.checkpoints import resume, save_checkpoint, save_final
 from mappa_train.config import TrainConfig, to_dict
 from mappa_train.evaluation.heldout import has_eval, heldout_metrics
 from mappa_train.experience import ExperienceSource, step_seed
-from mappa_train.factories import (
-    check_template,
-    local_experience,
-    make_learners,
-    policy_paths,
-    resolve_model,
-)
+from mappa_train.factories import check_template, local_experience, make_learners, policy_paths, resolve_model
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
 from mappa_train.learner import Learner, lr_at
+from mappa_train.resume import prepare_out_dir
 from mappa_train.runlog import MetricsLogger, append_train_episodes, cpu_seconds
 
 if TYPE_CHECKING:
@@ -109,8 +104,6 @@ def _logprobs(learners: Mapping[str, Learner], policy_of: Mapping[str, str], bat
 def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
           learners: Mapping[str, Learner] | None = None) -> Path:
     """Run (or resume) training as configured; returns the output directory."""
-    from mappa_train.resume import prepare_out_dir
-
     out = Path(cfg.out_dir)
     prepare_out_dir(cfg)  # refuses a config the run in out_dir cannot resume with, before anything is written
     use_available_cpus()
