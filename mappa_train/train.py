@@ -1,11 +1,15 @@
 """The MAPPA driver: rollout; update; sync weights into the generator; evaluate every N; checkpoint.
 
+    start = resume(newest checkpoint)                         # learners, a stateful coach (checkpoints.py)
     for step in range(start, cfg.steps):
-        evaluate (every eval_every steps)
+        evaluate (every eval_every steps)                     # held-out sets (evaluation/heldout.py)
         transitions = rollout(tasks of this step)             # B envs, batched generation
         metrics = update(learners, transitions)               # KL, token rewards, returns, whitening, PPO
         sync generator weights from the learners
         log metrics; checkpoint
+    evaluate; save final/ and the curves
+
+The blocks it drives (model, envs, generators, learners) are built by factories.py (ray_mode.py with Ray).
 
 Determinism and resume: everything random in step N (its tasks, env seeds, sampling seeds) derives
 from (cfg.seed, N), and a checkpoint holds the learners' model and optimizer states. A run killed
