@@ -34,7 +34,7 @@ from mappa_train.checkpoints import resume, save_checkpoint, save_final
 from mappa_train.config import TrainConfig, to_dict
 from mappa_train.evaluation.heldout import has_eval, heldout_metrics
 from mappa_train.experience import ExperienceSource, step_seed
-from mappa_train.factories import check_template, local_experience, make_learners, policy_paths, resolve_model
+from mappa_train.factories import local_experience, make_learners, resolve_checked_model
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
 from mappa_train.learner import Learner, lr_at
 from mappa_train.resume import prepare_out_dir
@@ -112,9 +112,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
     prepare_out_dir(cfg)  # refuses a config the run in out_dir cannot resume with, before anything is written
     use_available_cpus()
     torch.manual_seed(cfg.seed)
-    model_path = resolve_model(cfg)
-    for path in {model_path, *policy_paths(cfg, cfg.model.role_paths, model_path).values()}:
-        check_template(cfg, path)
+    model_path = resolve_checked_model(cfg)  # a bad chat template stops the run before anything starts
     experience = experience or local_experience(cfg, model_path)
     if learners is None:
         learners = make_learners(cfg, model_path, sorted(set(experience.policy_of.values())))
