@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,18 +77,20 @@ def update(cfg: TrainConfig, learners: Mapping[str, Learner], policy_of: Mapping
     metrics.update(logprob_gap(batch.generator_logp, learner_logp, cfg.algo.logprob_gap_warn))
     metrics["no_spread_roles"] = no_spread_roles(batch.reward, batch.role, cfg.algo.std_floor)
     scored = batch.score(learner_logp, ref, cfg.algo)
-    tokens = 0.0
     for name, learner in learners.items():
-        mine = [batch.samples[i] for i in batch.rows(policy_of, name, trained_only=True)]
-        if mine:
-            m = learner.train(mine, lr)
-            tokens += m["tokens"]
+        if rows := batch.rows(policy_of, name, trained_only=True):
+            m = learner.train([batch.samples[i] for i in rows], lr)
             metrics.update({k if len(learners) == 1 else f"{k}/{name}": v for k, v in m.items()})
     metrics.update(scored, lr=lr)
     if len(learners) > 1:  # a token-weighted loss over policies, for the plot
-        weighted = (metrics[f"loss/{n}"] * metrics[f"tokens/{n}"] for n in learners if f"loss/{n}" in metrics)
-        metrics["loss"] = sum(weighted) / tokens
+        metrics["loss"] = _pooled_loss(metrics, learners)
     return metrics
+
+
+def _pooled_loss(metrics: Mapping[str, float], policies: Iterable[str]) -> float:
+    trained = [n for n in policies if f"loss/{n}" in metrics]
+    tokens = sum(metrics[f"tokens/{n}"] for n in trained)
+    return sum(metrics[f"loss/{n}"] * metrics[f"tokens/{n}"] for n in trained) / tokens
 
 
 def _logprobs(learners: Mapping[str, Learner], policy_of: Mapping[str, str], batch: algo.Batch,
