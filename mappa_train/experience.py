@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from mappa_envs.seeding import stride_seed
+
 if TYPE_CHECKING:
     from mappa_train.config import TrainConfig
     from mappa_train.generation import SamplingParams
@@ -34,6 +36,11 @@ class ExperienceSource(Protocol):
         """{policy: state_dict (or a Ray reference to one)}: load new weights into the generators."""
 
     def close(self) -> None: ...
+
+
+def step_seed(cfg: TrainConfig, step: int) -> int:
+    """The seed `collect` plays step N's episodes with (their env and sampling seeds derive from it)."""
+    return stride_seed(cfg.seed, step * 7919) % 2**31
 
 
 def sampling_params(cfg: TrainConfig, evaluation: bool) -> SamplingParams:

@@ -1,6 +1,6 @@
 """The trainer's blocks, built from its config: the model, envs, coach, generators, learners, experience.
 
-    model_path = resolve_model(cfg)                            # a local checkpoint ('tiny' is built)
+    model_path = resolve_checked_model(cfg)                    # a local checkpoint ('tiny' is built)
     experience = local_experience(cfg, model_path)             # envs + generators: an ExperienceSource
     learners = make_learners(cfg, model_path, policy names)    # policy -> Learner
 
@@ -37,6 +37,14 @@ def policy_paths(cfg: TrainConfig, names: Iterable[str], default: Path | str) ->
     paths = cfg.model.role_paths
     return {n: resolve(paths[n], tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed) if n in paths
             else Path(default) for n in names}
+
+
+def resolve_checked_model(cfg: TrainConfig) -> Path:
+    """`resolve_model`, after refusing any policy's starting model whose chat template fails `check_template`."""
+    model_path = resolve_model(cfg)
+    for path in {model_path, *policy_paths(cfg, cfg.model.role_paths, model_path).values()}:
+        check_template(cfg, path)
+    return model_path
 
 
 def check_template(cfg: TrainConfig, model_path: Path | str):

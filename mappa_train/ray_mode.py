@@ -180,12 +180,10 @@ def train_with_ray(cfg: TrainConfig) -> Path:
     """`train.train` with rollout workers and learner ranks as Ray actors."""
     ray = _ray()
 
-    from mappa_train.factories import check_template, pad_id, policy_paths, resolve_model
+    from mappa_train.factories import pad_id, policy_paths, resolve_checked_model
     from mappa_train.train import train
 
-    model_path = str(resolve_model(cfg))
-    for path in {model_path, *map(str, policy_paths(cfg, cfg.model.role_paths, model_path).values())}:
-        check_template(cfg, path)  # before any actor starts
+    model_path = str(resolve_checked_model(cfg))  # before any actor starts
     if not ray.is_initialized():
         ray.init(address=cfg.ray.address or None, include_dashboard=False, log_to_driver=True)
     env_vars = {k: os.environ[k] for k in ("DS_ACCELERATOR", "OMP_NUM_THREADS") if k in os.environ}

@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from mappa_train.checkpoints import latest_checkpoint
 from mappa_train.config import ConfigError, TrainConfig, from_dict, to_dict
 
 # Keys whose change makes the checkpoints unloadable (shapes, parameter sets, one learner per policy).
@@ -40,7 +41,7 @@ def prepare_out_dir(cfg: TrainConfig) -> ResumePoint:
     """Check `cfg` against the run in `cfg.out_dir` (raising ConfigError before touching it), then write
     `config.json`. Call it first thing in `train`."""
     out = Path(cfg.out_dir)
-    step = _checkpointed_step(out)
+    step = latest_checkpoint(out)[0]
     previous = out / CONFIG_FILE
     changed: dict = {}
     if step and previous.is_file():
@@ -79,17 +80,6 @@ def check_changes(cfg: TrainConfig, old: dict, out: Path, step: int) -> dict:
                           "to resume it with these changes pass --allow-config-change (allow_config_change=true), "
                           "or train into another out_dir")
     return changes
-
-
-def _checkpointed_step(out: Path) -> int:
-    """The newest complete checkpoint's step (0 when none): as `train.latest_checkpoint` finds it."""
-    steps = []
-    for state in (out / "checkpoints").glob("step_*/state.json"):
-        try:
-            steps.append(int(json.loads(state.read_text())["step"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a checkpoint cut short is not one to resume from
-    return max(steps, default=0)
 
 
 def _load(path: Path) -> dict:

@@ -1,11 +1,15 @@
 """The MAPPA driver: rollout; update; sync weights into the generator; evaluate every N; checkpoint.
 
+    start = resume(newest checkpoint)                         # learners, a stateful coach (checkpoints.py)
     for step in range(start, cfg.steps):
-        evaluate (every eval_every steps)
+        evaluate (every eval_every steps)                     # held-out sets (evaluation/heldout.py)
         transitions = rollout(tasks of this step)             # B envs, batched generation
         metrics = update(learners, transitions)               # KL, token rewards, returns, whitening, PPO
         sync generator weights from the learners
         log metrics; checkpoint
+    evaluate; save final/ and the curves
+
+The blocks it drives (model, envs, generators, learners) are built by factories.py (ray_mode.py with Ray).
 
 Determinism and resume: everything random in step N (its tasks, env seeds, sampling seeds) derives
 from (cfg.seed, N), and a checkpoint holds the learners' model and optimizer states. A run killed
@@ -15,39 +19,26 @@ run would have.
 """
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoTokenizer
 
-from mappa_envs.coach.stateful import coach_metrics, load_coach_state, plot_run_corrections, save_coach_state
+from mappa_envs.coach.stateful import coach_metrics
 from mappa_envs.seeding import stride_seed
 from mappa_train import algo
+from mappa_train.checkpoints import resume, save_checkpoint, save_final
 from mappa_train.config import TrainConfig, to_dict
-from mappa_train.experience import ExperienceSource
-from mappa_train.factories import (
-    check_template,
-    local_experience,
-    make_learners,
-    policy_paths,
-    resolve_model,
-)
+from mappa_train.evaluation.heldout import has_eval, heldout_metrics
+from mappa_train.experience import ExperienceSource, step_seed
+from mappa_train.factories import local_experience, make_learners, resolve_checked_model
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
 from mappa_train.learner import Learner, lr_at
-from mappa_train.runlog import (
-    METRICS_FILE,
-    MetricsLogger,
-    append_eval_episodes,
-    append_train_episodes,
-    cpu_seconds,
-    plot_curves,
-)
+from mappa_train.resume import prepare_out_dir
+from mappa_train.runlog import MetricsLogger, append_train_episodes, cpu_seconds
 
 if TYPE_CHECKING:
     from mappa_train.rollout import Rollout
@@ -86,18 +77,20 @@ def update(cfg: TrainConfig, learners: Mapping[str, Learner], policy_of: Mapping
     metrics.update(logprob_gap(batch.generator_logp, learner_logp, cfg.algo.logprob_gap_warn))
     metrics["no_spread_roles"] = no_spread_roles(batch.reward, batch.role, cfg.algo.std_floor)
     scored = batch.score(learner_logp, ref, cfg.algo)
-    tokens = 0.0
     for name, learner in learners.items():
-        mine = [batch.samples[i] for i in batch.rows(policy_of, name, trained_only=True)]
-        if mine:
-            m = learner.train(mine, lr)
-            tokens += m["tokens"]
+        if rows := batch.rows(policy_of, name, trained_only=True):
+            m = learner.train([batch.samples[i] for i in rows], lr)
             metrics.update({k if len(learners) == 1 else f"{k}/{name}": v for k, v in m.items()})
     metrics.update(scored, lr=lr)
     if len(learners) > 1:  # a token-weighted loss over policies, for the plot
-        weighted = (metrics[f"loss/{n}"] * metrics[f"tokens/{n}"] for n in learners if f"loss/{n}" in metrics)
-        metrics["loss"] = sum(weighted) / tokens
+        metrics["loss"] = _pooled_loss(metrics, learners)
     return metrics
+
+
+def _pooled_loss(metrics: Mapping[str, float], policies: Iterable[str]) -> float:
+    trained = [n for n in policies if f"loss/{n}" in metrics]
+    tokens = sum(metrics[f"tokens/{n}"] for n in trained)
+    return sum(metrics[f"loss/{n}"] * metrics[f"tokens/{n}"] for n in trained) / tokens
 
 
 def _logprobs(learners: Mapping[str, Learner], policy_of: Mapping[str, str], batch: algo.Batch,
@@ -112,39 +105,16 @@ def _logprobs(learners: Mapping[str, Learner], policy_of: Mapping[str, str], bat
     return out
 
 
-# ---- checkpoints ---------------------------------------------------------------------------------
-
-def latest_checkpoint(out_dir: Path) -> tuple[int, Path | None]:
-    """(finished steps, directory) of the newest complete checkpoint, or (0, None)."""
-    done = [(json.loads((d / "state.json").read_text())["step"], d)
-            for d in (out_dir / "checkpoints").glob("step_*") if (d / "state.json").exists()]
-    return max(done, default=(0, None))
-
-
-def save_checkpoint(out_dir: Path, step: int, learners: Mapping[str, Learner], keep: int, coach=None) -> None:
-    ckpt = out_dir / "checkpoints" / f"step_{step:06d}"
-    for name, learner in learners.items():
-        learner.save_checkpoint(ckpt / name)
-    save_coach_state(coach, ckpt)  # a stateful coach's running statistics and corrections (else nothing)
-    (ckpt / "state.json").write_text(json.dumps({"step": step}))  # written last: marks it complete
-    for old in sorted((out_dir / "checkpoints").glob("step_*"))[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 # ---- the loop -------------------------------------------------------------------------------------
 
 def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
           learners: Mapping[str, Learner] | None = None) -> Path:
     """Run (or resume) training as configured; returns the output directory."""
-    from mappa_train.resume import prepare_out_dir
-
     out = Path(cfg.out_dir)
     prepare_out_dir(cfg)  # refuses a config the run in out_dir cannot resume with, before anything is written
     use_available_cpus()
     torch.manual_seed(cfg.seed)
-    model_path = resolve_model(cfg)
-    for path in {model_path, *policy_paths(cfg, cfg.model.role_paths, model_path).values()}:
-        check_template(cfg, path)
+    model_path = resolve_checked_model(cfg)  # a bad chat template stops the run before anything starts
     experience = experience or local_experience(cfg, model_path)
     if learners is None:
         learners = make_learners(cfg, model_path, sorted(set(experience.policy_of.values())))
@@ -164,7 +134,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
         progress.update(1)
         progress.set_postfix(reward=f"{metrics.get('reward', float('nan')):.2f}", kl=f"{metrics.get('kl', 0):.4f}")
     progress.close()
-    if cfg.eval_every and (start < cfg.steps or not _has_eval(out, cfg.steps)):
+    if cfg.eval_every and (start < cfg.steps or not has_eval(out, cfg.steps)):
         log.log("eval", cfg.steps, heldout_metrics(cfg, experience, cfg.steps, out))
     log.close()
     experience.close()
@@ -172,27 +142,15 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
     return out
 
 
-def resume(cfg: TrainConfig, out: Path, experience: ExperienceSource, learners: Mapping[str, Learner]) -> int:
-    """Load the newest checkpoint, if any, into the learners (and a stateful coach); returns its step."""
-    start, ckpt = latest_checkpoint(out)
-    if ckpt is not None:
-        for name, learner in learners.items():
-            learner.load_checkpoint(ckpt / name)
-        load_coach_state(experience.coach, ckpt)
-    if ckpt is not None or cfg.model.policies == "lora":  # fresh adapters are random too (A; B = 0)
-        experience.sync(_weights(learners))
-    return start
-
-
 def train_step(cfg: TrainConfig, experience: ExperienceSource, learners: Mapping[str, Learner],
                step: int) -> tuple[Rollout, dict[str, float]]:
     """Rollout, update, sync the generators: one step, timed; returns its rollout and metrics."""
     t0, c0 = time.perf_counter(), cpu_seconds()
-    result = experience.collect(tasks_for_step(experience.train_tasks, step, cfg), _seed(cfg, step), None)
+    result = experience.collect(tasks_for_step(experience.train_tasks, step, cfg), step_seed(cfg, step), None)
     t1, c1 = time.perf_counter(), cpu_seconds()
     metrics = update(cfg, learners, experience.policy_of, result.transitions, lr_at(step, cfg.learner, cfg.steps))
     t2, c2 = time.perf_counter(), cpu_seconds()
-    weights = _weights({n: learner for n, learner in learners.items() if not learner.frozen})
+    weights = {name: learner.state_dict() for name, learner in learners.items() if not learner.frozen}
     experience.sync(weights)
     t3, c3 = time.perf_counter(), cpu_seconds()
     if all(isinstance(w, Mapping) for w in weights.values()):  # Ray passes object refs: not sized here
@@ -201,61 +159,6 @@ def train_step(cfg: TrainConfig, experience: ExperienceSource, learners: Mapping
                    time_sync_s=t3 - t2, cpu_rollout_s=c1 - c0, cpu_update_s=c2 - c1, cpu_sync_s=c3 - c2)
     metrics.update({f"time_{k}": v for k, v in result.timing().items()}, **coach_metrics(experience.coach))
     return result, metrics
-
-
-def save_final(cfg: TrainConfig, out: Path, model_path: Path, learners: Mapping[str, Learner],
-               experience: ExperienceSource) -> None:
-    """final/<policy>/ (a model or an adapter, with its tokenizer), the LoRA manifest, the plots."""
-    paths = policy_paths(cfg, learners, model_path)
-    for name, learner in learners.items():
-        learner.save_pretrained(out / "final" / name)
-        if learner.rank == 0:
-            AutoTokenizer.from_pretrained(paths[name]).save_pretrained(out / "final" / name)
-    if cfg.model.policies == "lora":
-        from mappa_train.lora import export_merged, write_manifest
-
-        write_manifest(out / "final", Path(model_path).resolve(), experience.policy_of)
-        if cfg.lora.export_merged:
-            export_merged(out / "final", out / "final" / "merged")
-    if cfg.log.plot:
-        plot_curves(out / METRICS_FILE, out / "curves.png", title=f"MAPPA on {cfg.env.id}")
-        plot_run_corrections(experience.coach, out)  # the stateful coach's offsets over the run (else nothing)
-
-
-def heldout_metrics(cfg: TrainConfig, experience: ExperienceSource, step: int,
-                    out_dir: Path | None = None) -> dict[str, float]:
-    """Accuracy (mean outcome) and coach scores on every eval set, at eval temperature. With `out_dir`,
-    each episode's outcome also goes to its eval_episodes.jsonl, for paired comparisons of steps."""
-    out: dict[str, float] = {}
-    t0, c0 = time.perf_counter(), cpu_seconds()
-    for name, tasks in experience.eval_tasks.items():
-        chosen = [t for t in tasks[:cfg.eval_episodes] for _ in range(cfg.eval_samples)]
-        result = experience.collect(chosen, eval_seed(cfg), name)
-        out.update({f"{name}/{k}": v for k, v in result.episode_metrics().items()})
-        if out_dir is not None:
-            append_eval_episodes(out_dir, step, name, result.episodes, cfg.eval_samples)
-    out.update(time_eval_s=time.perf_counter() - t0, cpu_eval_s=cpu_seconds() - c0)
-    return out
-
-
-def _weights(learners: Mapping[str, Learner]) -> dict[str, dict]:
-    return {name: learner.state_dict() for name, learner in learners.items()}
-
-
-def _seed(cfg: TrainConfig, step: int) -> int:
-    return stride_seed(cfg.seed, step * 7919) % 2**31
-
-
-def eval_seed(cfg: TrainConfig) -> int:
-    """The held-out episodes' seed (env and sampling seeds derive from it): the same at every evaluation,
-    so two evaluations of a run differ by the policy only, not by the dice."""
-    return _seed(cfg, 0) + 7
-
-
-def _has_eval(out: Path, step: int) -> bool:
-    from mappa_train.runlog import read_metrics
-
-    return any(r["kind"] == "eval" and r["step"] == step for r in read_metrics(out / METRICS_FILE))
 
 
 def _progress(cfg: TrainConfig, start: int):

@@ -3,5 +3,6 @@
 
 Modules: `stats` (avg@k, pass@k, maj@k, mean ± SE, paired bootstrap), `runner` (play teams on eval
 sets, resumable transcripts; `evaluate_team`), `report` (results.json), `plots`, `leaderboard`,
-`compare`, `hygiene` (train/eval overlap), `evalsets`, `teams`. Nothing heavy is imported here.
+`compare`, `hygiene` (train/eval overlap), `evalsets`, `teams`, `heldout` (a training run's held-out
+evaluation). Nothing heavy is imported here.
 """

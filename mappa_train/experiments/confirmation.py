@@ -6,7 +6,7 @@ set*. The confirmation set is the next `n` (34) problems of the same seeded eval
 that family's eval pool (82 problems in all). It is evaluated twice only, with the warm start and
 with the final policy, never during training, so no preset choice and no stopping step was picked
 on it; both evaluations play the same problems, k samples each, with the same seeds
-(`train.eval_seed`), so their comparison is paired.
+(`evaluation.heldout.eval_seed`), so their comparison is paired.
 
 "Held out" means, precisely: disjoint *by problem text* (normalised, `evaluation.hygiene`) from the
 training problems and from the dev set; the report counts both overlaps (0 and 0). Answers do recur
@@ -55,9 +55,9 @@ def confirmation_tasks(cfg, dev_kwargs: dict, n: int = DEFAULT_PROBLEMS) -> tupl
 def evaluate(cfg, records: list[dict], model_path: Path, out: Path, step: int) -> None:
     """Play the confirmation set with the policy at `model_path` (k = eval_samples, eval temperature,
     `eval_seed`), appending its episodes to out/eval_episodes.jsonl under set "confirmation", `step`."""
+    from mappa_train.evaluation.heldout import eval_seed
     from mappa_train.factories import local_experience
     from mappa_train.runlog import append_eval_episodes
-    from mappa_train.train import eval_seed
 
     env = dataclasses.replace(cfg.env, eval_sets={CONFIRM: {"split": "eval", "task_source": records}})
     run_cfg = dataclasses.replace(cfg, env=env, model=dataclasses.replace(cfg.model, path=str(model_path)))

@@ -6,10 +6,11 @@ import json
 import pytest
 import torch
 
+from mappa_train.checkpoints import latest_checkpoint
 from mappa_train.config import load_config
 from mappa_train.learner import Sample
 from mappa_train.runlog import read_metrics
-from mappa_train.train import latest_checkpoint, tasks_for_step
+from mappa_train.train import tasks_for_step
 
 TINY = ["model.path=tiny", "env.kwargs={task_source: synthetic, num_tasks: 16, executor_max_actions: 2}",
         "env.eval_sets={heldout: {split: eval, num_tasks: 4}}", "env.sandbox=local",
@@ -170,8 +171,8 @@ def test_every_evaluation_plays_the_same_dice(tmp_path):
     """Held-out episodes get the same env and sampling seeds at every evaluation: the same weights
     evaluated at step 0 and at step 8 sample the very same tokens, so a change between two
     evaluations of a run is the policy's, not the dice's."""
+    from mappa_train.evaluation.heldout import eval_seed, heldout_metrics
     from mappa_train.factories import local_experience, resolve_model
-    from mappa_train.train import eval_seed, heldout_metrics
 
     cfg = load_config(None, TINY + [f"out_dir={tmp_path}", "generation.eval_temperature=1.0"])
     experience = local_experience(cfg, resolve_model(cfg))

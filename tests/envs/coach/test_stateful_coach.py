@@ -175,7 +175,7 @@ def test_corrections_plot(tmp_path):
 
 
 def test_the_trainer_checkpoints_a_stateful_coach(tmp_path):
-    from mappa_train.train import save_checkpoint
+    from mappa_train.checkpoints import save_checkpoint
 
     coach = make_coach("stateful:rule")
     coach.score(_req("regression", True))
