@@ -5,7 +5,7 @@
                                    state.json         {"step": N}, written last: marks it complete
     out_dir/final/<policy>/                       the trained policy with its tokenizer (LoRA: adapters)
 
-Whether a new config may resume the run in out_dir is `mappa_train.resume`'s to say.
+Whether a new config may resume the run in out_dir is `mappa_train.resume_config`'s to say.
 """
 from __future__ import annotations
 

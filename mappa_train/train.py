@@ -37,7 +37,7 @@ from mappa_train.experience import ExperienceSource, step_seed
 from mappa_train.factories import local_experience, make_learners, resolve_checked_model
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
 from mappa_train.learner import Learner, lr_at
-from mappa_train.resume import prepare_out_dir
+from mappa_train.resume_config import prepare_out_dir
 from mappa_train.runlog import MetricsLogger, append_train_episodes, cpu_seconds
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mappa_train.config import ConfigError, load_config, to_dict
-from mappa_train.resume import check_changes, config_changes
+from mappa_train.resume_config import check_changes, config_changes
 from mappa_train.runlog import read_metrics
 from tests.train.test_train import TINY
 
