@@ -13,6 +13,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/ablate", help="output directory (reused: finished runs are kept)")
     parser.add_argument("--arms", default="", help="comma-separated subset of the preset's arms")
     parser.add_argument("--seeds", default="", help="comma-separated seeds instead of the preset's")
+    parser.add_argument("--depths", default="", help="comma-separated subset of the preset's Chain-v0 depths")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="training overrides for every arm")
 
 
@@ -28,13 +29,27 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--arms names {unknown}, not in the preset; its arms: {sorted(arms)}")
         arms = {a: arms[a] for a in chosen}
     if args.seeds:
-        try:
-            cfg.seeds = [int(s) for s in args.seeds.split(",")]
-        except ValueError:
-            raise ConfigError(f"--seeds must be comma-separated integers, e.g. 0,1,2; got {args.seeds!r}") from None
+        cfg.seeds = _integers("--seeds", args.seeds)
+    if args.depths:
+        chosen = _integers("--depths", args.depths)
+        if not set(chosen) <= set(cfg.depths):
+            raise ConfigError(f"--depths {chosen} must be among the preset's depths {cfg.depths}")
+        noisy = [d for d in cfg.noise_depths if d in chosen]
+        if cfg.noise_depths and not noisy:  # the noisy coaches ran only at depths left out: none here
+            cfg.coach_noise = [0.0]
+        cfg.depths, cfg.noise_depths = chosen, noisy
     cfg.overrides = [*cfg.overrides, *args.overrides]
     base_config(cfg, Path(args.out))  # fail now, not after the warm start
     results = ablate(cfg, arms, Path(args.out))
     print(format_table(results))
     print(f"results.json, results.md and accuracy_vs_rollouts.png are in {args.out}")
     return 0
+
+
+def _integers(flag: str, text: str) -> list[int]:
+    from mappa_train.config import ConfigError
+
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"{flag} must be comma-separated integers, e.g. 0,1,2; got {text!r}") from None

@@ -216,7 +216,7 @@ def _starts(cfg: AblateConfig, depth_bases: dict, where: Path) -> dict:
     bases = list(depth_bases.values())
     if not cfg.warm_start:
         return {depth: base.model.path for depth, base in depth_bases.items()}
-    if cfg.start_per_depth and len(depth_bases) > 1:
+    if cfg.start_per_depth and None not in depth_bases:  # start/depthD/, also when --depths keeps one
         return {depth: str(build_start(base, cfg.start, where / f"depth{depth}", [base]))
                 for depth, base in depth_bases.items()}
     shared = str(build_start(bases[0], cfg.start, where, bases))

@@ -212,3 +212,19 @@ def test_start_per_depth_builds_and_uses_one_start_for_each_depth(tmp_path):
             config = json.loads((out / "runs" / f"depth{depth}" / arm / "seed0" / "config.json").read_text())
             assert config["model"]["path"] == str(start)
         assert json.loads((out / "start" / f"preflight_depth{depth}.json").read_text())["episodes"] == 2
+    # --depths keeps a subset: its start is the one built for that depth, and the other depth does not train
+    assert main(["ablate", "--config", str(spec), "--out", str(out), "--depths", "3", "--seeds", "1"]) == 0
+    assert not (out / "start" / "model").exists()
+    assert (out / "runs" / "depth3" / "process" / "seed1" / "final").is_dir()
+    assert not (out / "runs" / "depth2" / "process" / "seed1").exists()
+
+
+def test_depths_outside_the_preset_are_one_line_errors(tmp_path, capsys):
+    from mappa_cli.main import main
+
+    spec = tiny_sweep(tmp_path, seeds=[0], arms={"process": {"reward": "process"}, "outcome": {"reward": "outcome"}})
+    assert main(["ablate", "--config", str(spec), "--out", str(tmp_path / "x"), "--depths", "2,5"]) == 2
+    assert capsys.readouterr().err.strip() == "mappa ablate: --depths [2, 5] must be among the preset's depths [2, 3]"
+    assert main(["ablate", "--config", str(spec), "--out", str(tmp_path / "x"), "--depths", "two"]) == 2
+    assert "--depths must be comma-separated integers" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()  # nothing written
