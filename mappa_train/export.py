@@ -59,7 +59,10 @@ def export_checkpoint(run_dir: str | Path, step: int | None, out: str | Path) ->
     ckpt = run_dir / "checkpoints" / f"step_{step:06d}"
     policies = sorted(p.name for p in ckpt.iterdir() if p.is_dir())
     if cfg.model.policies == "lora":  # one peft adapter per group over the frozen base: merged into it
-        written = {policy: _merge_lora(ckpt / policy, cfg, out / policy) for policy in policies}
+        from mappa_train.factories import resolve_model
+
+        base = resolve_model(cfg)  # resolved once: every adapter merges into the same base
+        written = {policy: _merge_lora(ckpt / policy, base, out / policy) for policy in policies}
     else:
         starts = _starting_models(cfg, policies)
         written = {policy: _export_policy(ckpt / policy, starts[policy], out / policy) for policy in policies}
@@ -75,13 +78,12 @@ def _starting_models(cfg, policies: list[str]) -> dict[str, Path]:
     return policy_paths(cfg, policies, resolve_model(cfg))
 
 
-def _merge_lora(adapter: Path, cfg, target: Path) -> Path:
-    from mappa_train.factories import resolve_model
+def _merge_lora(adapter: Path, base: Path, target: Path) -> Path:
     from mappa_train.lora import ADAPTER_FILE, merge_adapter
 
     if not (adapter / ADAPTER_FILE).is_file():
         raise ExportError(f"{adapter} holds no LoRA adapter ({ADAPTER_FILE}); was the checkpoint cut short?")
-    return merge_adapter(resolve_model(cfg), adapter, target)
+    return merge_adapter(base, adapter, target)
 
 
 def _export_policy(ckpt: Path, start: Path, target: Path) -> Path:
