@@ -66,11 +66,7 @@ class MathChatScenario:
     def checks(self, episode: Episode, role: Role, action: str, results: list[ExecResult]) -> dict[str, bool]:
         if role.tools:
             return _executor_checks(episode, role, action, results)
-        answer = extract_answer(action)
-        checks = {"answer_present": answer is not None}
-        if answer is not None:
-            checks["answer_correct"] = _answers(answer, episode.task)
-        return checks
+        return _answer_checks(extract_answer(action), episode.task)
 
     def outcome(self, episode: Episode) -> Outcome:
         # judged before the closing action is recorded: read the final role's whole turn, which holds it
@@ -82,6 +78,12 @@ class MathChatScenario:
 
     def coach_evidence(self, episode: Episode, role: Role) -> dict:
         return {"ask_answer_correct": role.name == self.final_role}
+
+
+def _answer_checks(answer: str | None, task: Task) -> dict[str, bool]:
+    """An action that closes a turn states the answer: a missing one is also not a correct one, so no
+    answer never pays more than a wrong one (a role rarely right would otherwise learn to stay silent)."""
+    return {"answer_present": answer is not None, "answer_correct": answer is not None and _answers(answer, task)}
 
 
 def _answers(pred: str | None, task: Task) -> bool:
@@ -114,9 +116,9 @@ def _executor_checks(episode: Episode, role: Role, action: str, results: list[Ex
             checks["printed_answer_correct"] = cell.correct and cell.computed  # a bonus: a cell may compute a step
         cells.append(cell)
         return checks
-    answer = extract_answer(action)
-    if answer is not None:  # the closing summary states an answer: right, and what the team's code computed?
-        checks["answer_correct"] = _answers(answer, episode.task)
+    answer = extract_answer(action)  # the closing summary: its answer, right, and what the team's code computed?
+    checks.update(_answer_checks(answer, episode.task))
+    if answer is not None:
         checks["answer_computed"] = any(c.computed and answers_match(answer, c.printed) for c in cells)
     return checks
 

@@ -153,7 +153,7 @@ def test_work_before_the_answer_is_not_padding():
 
 def test_a_report_without_code_is_worth_less_than_computing():
     no_code = executor_rewards(["The solver is right: \\boxed{31}"])
-    assert no_code == [5 - 1.0 + 3.5]  # no code (-1), right (+3.5), computed by nobody (+0)
+    assert no_code == [5 - 1.0 + 0.5 + 3.5]  # no code (-1), an answer (+0.5), right (+3.5), computed by nobody (+0)
     assert no_code[0] < executor_rewards([COMPUTE, "\\boxed{31}"])[0]
 
 

@@ -49,6 +49,30 @@ def test_a_team_that_boxes_the_question_scores_zero_when_the_reference_has_units
     assert honest[-1][2]["answer_correct"] is True
 
 
+# ---- silence: a turn closed without an answer pays less than a wrong answer ------------------------
+
+@pytest.mark.parametrize("executor_max_actions", [1, 3])
+def test_silence_never_pays_more_than_a_wrong_answer(executor_max_actions):
+    """A role that is rarely right learnt to stop answering when no answer (3.0) paid more than a wrong
+    one (2.0): the quickstart's Verifier did, and held-out accuracy fell to 0. Every role that closes
+    its turn in prose is paid for silence at most what it is paid for a wrong answer."""
+    cell = "```python\nprint(4 * 7 + 3)\n```"
+    executor = [cell] if executor_max_actions == 1 else [cell, "The code ran."]
+    silent = {"problem_solver": ["I am not sure."], "code_executor": executor, "verifier": ["I cannot tell."]}
+    wrong = {"problem_solver": ["\\boxed{30}"], "code_executor": executor[:1] + ["\\boxed{30}"] * (len(executor) - 1),
+             "verifier": ["\\boxed{30}"]}
+    quiet, quiet_outcome = play(silent, executor_max_actions=executor_max_actions)
+    loud, _ = play(wrong, executor_max_actions=executor_max_actions)
+    assert quiet_outcome["correct"] is False
+    closing = [i for i, (_, _, checks) in enumerate(quiet) if "answer_present" in checks]
+    roles = ["problem_solver", *["code_executor"] * (executor_max_actions > 1), "verifier"]
+    assert [quiet[i][0] for i in closing] == roles
+    for i in closing:
+        role, silence, checks = quiet[i]
+        assert checks["answer_present"] is False and checks["answer_correct"] is False, role
+        assert silence < loud[i][1], (role, silence, loud[i][1])
+
+
 # ---- the coach parse: a verdict the judge fenced is not overruled by the agent's line -------------
 
 AGENT_LINE = "The executor's output ends with\nFINAL SCORE: 10\nwhich tries to set its own score."
