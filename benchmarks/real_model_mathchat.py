@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from mappa_envs.core.tools import extract_code_blocks  # noqa: E402
+
 TRAIN_PROBLEMS = 512
 
 
@@ -60,6 +64,45 @@ def start_spec(args: argparse.Namespace):
     short = args.warm_start_steps * 3 // 4
     return StartConfig(sft_episodes=400, sft_short_steps=short, sft_steps=args.warm_start_steps - short,
                        sft_batch=8, sft_lr=args.sft_lr)
+
+
+BROKEN = re.compile(r"^result\s*=.*\n\s*print\(answer\)\s*$", re.M)  # the teacher's NameError template
+PRINTS = re.compile(r"^print\([^\n]*\)\s*$")  # its working one: the expression printed at once
+
+
+def template(text: str) -> str:
+    """Which of the warm start's two code templates a Code Executor action follows."""
+    blocks = extract_code_blocks(text)
+    if not blocks:
+        return "no code"
+    code = blocks[-1].strip()
+    return "broken" if BROKEN.search(code) else "print" if PRINTS.match(code) else "other code"
+
+
+def play_transcripts(cfg, args: argparse.Namespace, models: dict[str, str]) -> dict[str, dict]:
+    """The held-out problems played with each team spec of `models` (name -> spec), writing its
+    transcripts to OUT/transcripts/NAME/; returns per name the accuracy and the Code Executor's templates."""
+    from collections import Counter
+
+    from mappa_train.evaluation.runner import EvalSet, run_eval
+    from mappa_train.evaluation.teams import make_team
+    from mappa_train.experiments.quickstart import heldout_kwargs
+    from mappa_train.generation import SamplingParams
+
+    es = EvalSet("heldout", cfg.env.id, heldout_kwargs(cfg), max_problems=args.heldout)
+    sampling = SamplingParams(temperature=args.eval_temperature, max_new_tokens=args.max_new_tokens)
+    played = {}
+    for name, spec in models.items():
+        records, _ = run_eval(make_team(spec, args.seed, sampling), [es], args.out / "transcripts" / name, k=args.k,
+                              seed=args.seed, batch_size=args.episodes_per_step, identity={"team": spec},
+                              env_kwargs={"sandbox": "local", "coach": "rule"})
+        episodes = records["heldout"]
+        cells = Counter(template(next((a["text"] for a in r["actions"] if a["role"] == "code_executor"), ""))
+                        for r in episodes)  # each episode's first Code Executor action: its cell, if any
+        played[name] = {"team": spec, "episodes": len(episodes),
+                        "accuracy": sum(bool((r.get("outcome") or {}).get("correct")) for r in episodes) / len(episodes),
+                        "code_executor_templates": dict(sorted(cells.items()))}
+    return played
 
 
 def report(out: Path, args: argparse.Namespace, wall_s: float, cpu_s: float, start: dict | None = None) -> dict:
@@ -114,6 +157,11 @@ def markdown(r: dict) -> str:
             f"{role} {b:.2f} -> {r['coach_after'].get(role, float('nan')):.2f}"
             for role, b in r["coach_before"].items()) or "none (no coach calls under the outcome reward)."),
         "",
+        *([f"Transcripts (OUT/transcripts/NAME/transcripts.jsonl), the Code Executor's cells by the warm start's "
+           f"templates (broken: `result = ...` then `print(answer)`; print: the expression printed at once):", "",
+           *(f"- {name}: accuracy {p['accuracy']:.3f} on {p['episodes']} episodes; " + ", ".join(
+               f"{k} {v}" for k, v in p["code_executor_templates"].items()) for name, p in r["transcripts"].items()),
+           ""] if r.get("transcripts") else []),
     ])
 
 
@@ -128,7 +176,6 @@ def even_int(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, str(ROOT))
     from mappa_cli.args import non_negative_float, non_negative_int, positive_int
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -182,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     if earlier.exists():  # a finished run, reused: its report keeps the times of the run that did the work
         wall_s, cpu_s = (json.loads(earlier.read_text())[k] for k in ("wall_s", "cpu_s"))
     r = report(args.out, args, wall_s, cpu_s, start)
+    r["transcripts"] = play_transcripts(load_config(preset, overrides(args, model)), args, {
+        "before": f"{args.backend}:{model}", "after": f"run:{args.out}@{args.backend}"})
     (args.out / "report.json").write_text(json.dumps(r, indent=2))
     text = markdown(r)
     (args.out / "report.md").write_text(text)

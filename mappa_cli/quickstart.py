@@ -6,6 +6,7 @@ from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from mappa_cli.args import non_negative_int, positive_int
     from mappa_train.experiments.confirmation import DEFAULT_PROBLEMS
     from mappa_train.experiments.quickstart import PRESET
     from mappa_train.experiments.warm_start import StartConfig
@@ -13,11 +14,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     d = StartConfig()
     parser.add_argument("--out", default="runs/quickstart", help="output directory (reused: an existing run resumes)")
     parser.add_argument("--config", default=str(PRESET), help="the training preset")
-    parser.add_argument("--sft-episodes", type=int, default=d.sft_episodes, help="scripted episodes for the warm start")
-    parser.add_argument("--sft-short-steps", type=int, default=d.sft_short_steps,
+    parser.add_argument("--sft-episodes", type=positive_int, default=d.sft_episodes, help="scripted episodes for the warm start")
+    parser.add_argument("--sft-short-steps", type=non_negative_int, default=d.sft_short_steps,
                         help="warm-start steps on conversations without their system prompts (cheaper)")
-    parser.add_argument("--sft-steps", type=int, default=d.sft_steps,
+    parser.add_argument("--sft-steps", type=non_negative_int, default=d.sft_steps,
                         help="then warm-start steps on full conversations")
+    parser.add_argument("--sft-batch", type=positive_int, default=d.sft_batch, help="conversations per warm-start step")
     parser.add_argument("--teacher-code-skill", type=float, default=d.code_skill,
                         help="how often the teacher's code runs; the rest raises NameError")
     parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for the interval")
@@ -36,9 +38,11 @@ def run(args: argparse.Namespace) -> int:
     from mappa_train.experiments.warm_start import StartConfig
 
     spec = StartConfig(sft_episodes=args.sft_episodes, sft_short_steps=args.sft_short_steps, sft_steps=args.sft_steps,
-                       code_skill=args.teacher_code_skill)
+                       sft_batch=args.sft_batch, code_skill=args.teacher_code_skill)
     if not 0 <= spec.code_skill <= 1:
         raise ConfigError(f"--teacher-code-skill must be in [0, 1], got {spec.code_skill}")
+    if spec.sft_short_steps + spec.sft_steps < 1:
+        raise ConfigError("the warm start needs at least one step: raise --sft-short-steps or --sft-steps")
     if args.confirmation_problems < 0:
         raise ConfigError(f"--confirmation-problems must be >= 0, got {args.confirmation_problems}")
     if not args.seeds:

@@ -22,10 +22,10 @@ class StartConfig:
 
     hidden_size: int = doc(128, "tiny model width")
     layers: int = doc(2, "tiny model depth")
-    sft_episodes: int = doc(1200, "scripted episodes for the warm start")
-    sft_short_steps: int = doc(600, "first supervised steps, on the conversations without their system prompts")
+    sft_episodes: int = doc(800, "scripted episodes for the warm start")
+    sft_short_steps: int = doc(450, "first supervised steps, on the conversations without their system prompts")
     sft_steps: int = doc(150, "then supervised steps on the conversations exactly as the agents see them")
-    sft_batch: int = doc(32, "conversations per supervised step")
+    sft_batch: int = doc(16, "conversations per supervised step (the warm start's cost is about linear in it)")
     sft_lr: float = doc(3e-3, "peak learning rate of the warm start (20 warm-up steps, linear decay to 10%)")
     solver_skill: float = doc(0.0, "how often the teacher's Problem Solver is right")
     code_skill: float = doc(0.5, "how often the teacher's code runs (else it raises NameError)")

@@ -88,3 +88,29 @@ def test_real_model_bench_bad_input_is_one_line_before_any_model_loads(tmp_path,
     assert exit_.value.code == 2
     assert says in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_template_count_tells_the_teachers_working_code_from_its_broken_code():
+    from mappa_envs.mathchat.scripted import _broken
+
+    bench = _bench()
+    working = "Let me compute it.\n```python\nprint(47 * 85 + 12)\n```"
+    broken = f"Let me compute it.\n```python\n{_broken('print(47 * 85 + 12)')}\n```"
+    assert bench.template(working) == "print"
+    assert bench.template(broken) == "broken"
+    assert bench.template("```python\nx = 47 * 85\nprint(x + 12)\n```") == "other code"
+    assert bench.template("The code printed 4007.\n\\boxed{4007}") == "no code"
+
+
+def test_transcripts_are_played_and_their_templates_counted(tmp_path):
+    """The scripted team at code_skill 0.5 (scripted:0.5 breaks its code half the time) through the
+    benchmark's transcript pass: real envs, the local sandbox, the rule coach, transcripts on disk."""
+    bench = _bench()
+    args = _args(tmp_path, heldout=6, k=2, episodes_per_step=4)
+    cfg = load_config(ROOT / "configs" / "quickstart.yaml", bench.overrides(args, tmp_path / "model"))
+    played = bench.play_transcripts(cfg, args, {"teacher": "scripted:0.5"})["teacher"]
+    assert played["episodes"] == 12
+    assert (tmp_path / "transcripts" / "teacher" / "transcripts.jsonl").is_file()
+    cells = played["code_executor_templates"]
+    assert set(cells) <= {"print", "broken"} and sum(cells.values()) == 12  # one cell an episode
+    assert cells.get("print", 0) > 0 and cells.get("broken", 0) > 0
