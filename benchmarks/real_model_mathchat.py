@@ -99,8 +99,8 @@ def play_transcripts(cfg, args: argparse.Namespace, models: dict[str, str]) -> d
         episodes = records["heldout"]
         cells = Counter(template(next((a["text"] for a in r["actions"] if a["role"] == "code_executor"), ""))
                         for r in episodes)  # each episode's first Code Executor action: its cell, if any
-        played[name] = {"team": spec, "episodes": len(episodes),
-                        "accuracy": sum(bool((r.get("outcome") or {}).get("correct")) for r in episodes) / len(episodes),
+        right = sum(bool((r.get("outcome") or {}).get("correct")) for r in episodes)
+        played[name] = {"team": spec, "episodes": len(episodes), "accuracy": right / len(episodes),
                         "code_executor_templates": dict(sorted(cells.items()))}
     return played
 
@@ -157,8 +157,8 @@ def markdown(r: dict) -> str:
             f"{role} {b:.2f} -> {r['coach_after'].get(role, float('nan')):.2f}"
             for role, b in r["coach_before"].items()) or "none (no coach calls under the outcome reward)."),
         "",
-        *([f"Transcripts (OUT/transcripts/NAME/transcripts.jsonl), the Code Executor's cells by the warm start's "
-           f"templates (broken: `result = ...` then `print(answer)`; print: the expression printed at once):", "",
+        *(["Transcripts (OUT/transcripts/NAME/transcripts.jsonl), the Code Executor's cells by the warm start's "
+           "templates (broken: `result = ...` then `print(answer)`; print: the expression printed at once):", "",
            *(f"- {name}: accuracy {p['accuracy']:.3f} on {p['episodes']} episodes; " + ", ".join(
                f"{k} {v}" for k, v in p["code_executor_templates"].items()) for name, p in r["transcripts"].items()),
            ""] if r.get("transcripts") else []),

@@ -14,7 +14,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     d = StartConfig()
     parser.add_argument("--out", default="runs/quickstart", help="output directory (reused: an existing run resumes)")
     parser.add_argument("--config", default=str(PRESET), help="the training preset")
-    parser.add_argument("--sft-episodes", type=positive_int, default=d.sft_episodes, help="scripted episodes for the warm start")
+    parser.add_argument("--sft-episodes", type=positive_int, default=d.sft_episodes,
+                        help="scripted episodes for the warm start")
     parser.add_argument("--sft-short-steps", type=non_negative_int, default=d.sft_short_steps,
                         help="warm-start steps on conversations without their system prompts (cheaper)")
     parser.add_argument("--sft-steps", type=non_negative_int, default=d.sft_steps,
