@@ -37,10 +37,10 @@ What it rewards (start at 5, clip to [0, 10]):
 
 With these weights the honest MathChat executor is strictly best at every step: a cell that computes
 the answer (9.5) beats one that prints a copied number (7.5); then the report of the computed answer
-(10) beats another cell (2.5) and a report of a number no code computed (9.0). A turn closed without an
-answer is also not a correct one: 0, below a wrong answer (2.0), so silence never pays more. These comparisons are
-per action (the trainer's default return scope, "action"); summed over a turn (scope "agent"), any
-extra action with a positive score adds, which no 0-10 weighting undoes.
+(10) beats another cell (2.5) and a report of a number no code computed (9.0). A turn closed without
+an answer is also not a correct one: 0, below a wrong answer (2.0), so silence never pays more. These
+comparisons are per action (the trainer's default return scope, "action"); summed over a turn (scope
+"agent"), any extra action with a positive score adds, which no 0-10 weighting undoes.
 
 It never reads the prose: two actions with the same signals get the same score. That makes it a
 reproducible offline default and a floor to compare LLM coaches against, not a substitute for them.
