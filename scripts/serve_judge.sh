@@ -17,7 +17,12 @@ VENV_PYTHON="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"
 if [ -z "${PYTHON:-}" ]; then
     if [ -x "$VENV_PYTHON" ]; then PYTHON="$VENV_PYTHON"; else PYTHON=python3; fi
 fi
-MODEL="$("$PYTHON" -c "from mappa_train.model_source import resolve_model; print(resolve_model('smollm2-135m'))")"
+# The first call converts the GGUF, and a library it loads (DeepSpeed) logs to stdout: keep the path alone there.
+MODEL="$("$PYTHON" -c "import contextlib, sys
+from mappa_train.model_source import resolve_model
+with contextlib.redirect_stdout(sys.stderr):
+    path = resolve_model('smollm2-135m')
+print(path)")"
 export VLLM_TARGET_DEVICE=cpu
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"
 exec "$PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL" --served-model-name smollm2 \

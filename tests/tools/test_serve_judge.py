@@ -3,6 +3,7 @@ and scores an action (issue 27: the earlier command reserved 0.92 of memory and 
 Runs the script exactly as docs/coach.md says, on loopback, and measures the server's peak memory."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -76,7 +77,8 @@ def test_the_documented_judge_starts_within_a_24_gb_machine_and_scores(tmp_path)
         assert 0 <= verdict.score <= 10
         assert peak < LIMIT_GIB
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # it may have exited already: keep that failure
+            os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(60)
         except subprocess.TimeoutExpired:

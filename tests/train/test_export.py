@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.test_train import TINY
+from tests.train.test_train import SPREAD_SCORES, TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -145,7 +145,7 @@ def test_an_intermediate_checkpoint_exports_as_the_model_it_was(tmp_path):
     from safetensors.torch import load_file
 
     out = tmp_path / "run"
-    trained = run_cli("train", *TINY, f"out_dir={out}", "steps=2", "eval_every=0", "keep_checkpoints=2",
+    trained = run_cli("train", *TINY, SPREAD_SCORES, f"out_dir={out}", "steps=2", "eval_every=0", "keep_checkpoints=2",
                       "log.tensorboard=false", "log.plot=false")
     assert trained.returncode == 0, trained.stderr[-3000:]
     newest = run_cli("export", "checkpoint", str(out), "--out", str(tmp_path / "step2"))

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from mappa_train.config import load_config
 from mappa_train.runlog import read_metrics
-from tests.train.test_train import TINY
+from tests.train.test_train import SPREAD_SCORES, TINY
 
 pytestmark = pytest.mark.slow
 
@@ -22,9 +22,9 @@ def test_ray_mode_trains_and_matches_the_episode_count(tmp_path, monkeypatch):
     # address="local": a fresh cluster of our own, never one another process left running on this machine
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
-        cfg = load_config(None, TINY + [f"out_dir={tmp_path}", "steps=1", "eval_every=1", "ray.enabled=true",
-                                        "ray.rollout_workers=2", "ray.learner_ranks=2", "ray.cpus_per_worker=1",
-                                        "rollout.prompts_per_step=3", "log.tensorboard=false"])
+        cfg = load_config(None, TINY + [SPREAD_SCORES, f"out_dir={tmp_path}", "steps=1", "eval_every=1",
+                                        "ray.enabled=true", "ray.rollout_workers=2", "ray.learner_ranks=2",
+                                        "ray.cpus_per_worker=1", "rollout.prompts_per_step=3", "log.tensorboard=false"])
         out = train_with_ray(cfg)
     finally:
         ray.shutdown()

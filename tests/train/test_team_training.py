@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from mappa_train.runlog import read_metrics
+from tests.train.test_train import SPREAD_SCORES
 
 
 @pytest.mark.slow
@@ -57,7 +58,7 @@ def test_training_on_a_user_spec_feeds_each_roles_rewards_to_its_learner(tmp_pat
     cfg = load_config(None, [
         "model.path=tiny", "env.id=Team-v0", f"env.kwargs={{spec: {spec}, scenario_args: {{num_tasks: 4}}}}",
         "env.eval_sets={heldout: {scenario_args: {split: eval, num_tasks: 2}}}",
-        "env.coach=rule:noise=1.0,mode=random",  # a tiny random model's actions all score alike: spread them
+        SPREAD_SCORES,
         "env.sandbox=local", "env.sandbox_kwargs={preimport: []}", "generation.max_new_tokens=8",
         "generation.max_prompt_tokens=1024", "rollout.num_envs=2", "rollout.prompts_per_step=2",
         "rollout.samples_per_prompt=1", "learner.lr=1e-2", "log.progress=false", "algo.mask_length_cut=false",
