@@ -2,8 +2,11 @@
 
 A task is a start value and `depth` steps ("multiply by 3", "add 4", ...). Agent `step_k` sees the
 task and the output of `step_{k-1}` only (the value handed on, not the whole history: prompts stay
-short at depth 32), may check its arithmetic in the sandbox (```python blocks, `max_actions` per
-turn), and ends its turn with the new value as \\boxed{VALUE}. The team is a generated chain spec
+short at depth 32). With `view="all"` the task is the start value and every step, and the agent picks
+its own line; with `view="own"` it is shown only its own step (and step_1 the start value), which
+leaves a small model the arithmetic and the hand-off to learn, not finding line k of a list. It may
+check its arithmetic in the sandbox (```python blocks, `max_actions` per turn), and ends its turn
+with the new value as \\boxed{VALUE}. The team is a generated chain spec
 (`chain_spec`), so the same family runs under `Team-v0` with any other order.
 
 Checks, per action (the rule coach scores them):
@@ -51,6 +54,7 @@ def apply(op: str, k: int, value: int) -> int:
 
 
 SPLITS = ("train", "eval")
+VIEWS = ("all", "own")
 
 
 def chain_tasks(depth: int, num_tasks: int, seed: int, split: str = "train") -> list[Task]:
@@ -111,6 +115,7 @@ def _computes(blocks: list[str], results: list[ExecResult], value: int, operands
 @dataclass
 class ChainScenario:
     task_list: Sequence[Task]
+    view: str = "all"
     env_id: str = "Chain-v0"
     preimport: tuple[str, ...] = ()
     roles: tuple[Role, ...] = field(default=())  # the team comes from the spec (bind)
@@ -127,6 +132,14 @@ class ChainScenario:
 
     def task_prompt(self, task: Task) -> str:
         return task.prompt
+
+    def task_prompt_for(self, task: Task, role: Role) -> str:
+        if self.view == "all":
+            return task.prompt
+        k = self.order.index(role.name)
+        op, n = task.meta["steps"][k]
+        start = f"Start value: {task.meta['start']}\n" if k == 0 else ""
+        return f"{start}Your step (step {k + 1} of {len(self.order)}): {OPS[op].format(k=n)}"
 
     def handed(self, episode: Episode, role: str) -> int | None:
         """The value `role` was handed: the start value, or the last one its predecessor stated."""
@@ -177,7 +190,8 @@ class ChainScenario:
         return {}
 
 
-def make_scenario(depth: int = 4, num_tasks: int = 256, task_seed: int = 0, split: str = "train") -> ChainScenario:
+def make_scenario(depth: int = 4, num_tasks: int = 256, task_seed: int = 0, split: str = "train",
+                  view: str = "all") -> ChainScenario:
     for name, value, low, high in (("depth", depth, 1, MAX_DEPTH), ("num_tasks", num_tasks, 1, 1_000_000)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise EnvArgumentError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
@@ -185,7 +199,10 @@ def make_scenario(depth: int = 4, num_tasks: int = 256, task_seed: int = 0, spli
         raise EnvArgumentError(f"task_seed must be an integer, got {task_seed!r}")
     if split not in SPLITS:
         raise EnvArgumentError(f"split={split!r} is not one of {SPLITS}")
-    return ChainScenario(chain_tasks(depth, num_tasks, task_seed, split))
+    if view not in VIEWS:
+        raise EnvArgumentError(f"view={view!r} is not one of {VIEWS}: 'all' shows every agent every step, "
+                               "'own' only its own")
+    return ChainScenario(chain_tasks(depth, num_tasks, task_seed, split), view=view)
 
 
 class ChainEnv(PipelineEnv):
@@ -195,17 +212,19 @@ class ChainEnv(PipelineEnv):
         depth: how many agents (and steps), 1 to 128.
         num_tasks, task_seed: how many problems, and their seed.
         split: "train" or "eval" (disjoint: even and odd start values).
+        view: "all" (each agent is shown every step) or "own" (only its own step).
         max_actions: most actions per agent's turn (code, then the value).
         limits: default: room for every agent's full turn.
         Everything else goes to `PipelineEnv` (coach, sandbox, reward_mode, render_mode, ...).
     """
 
     def __init__(self, depth: int = 4, num_tasks: int = 256, task_seed: int = 0, split: str = "train",
-                 max_actions: int = 2, limits: EpisodeLimits | dict | None = None, **kwargs: Any):
+                 view: str = "all", max_actions: int = 2, limits: EpisodeLimits | dict | None = None,
+                 **kwargs: Any):
         if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions < 1:
             raise EnvArgumentError(f"max_actions must be an integer >= 1, got {max_actions!r}")
         no_team_argument("Chain-v0", "mappa_envs.chain.env:make_scenario", kwargs)
-        scenario = make_scenario(depth, num_tasks, task_seed, split)
+        scenario = make_scenario(depth, num_tasks, task_seed, split, view)
         if limits is None:
             limits = {"max_total_actions": depth * max_actions + 1}
         super().__init__(scenario, team=chain_spec(depth, max_actions), limits=limits, **kwargs)

@@ -1,9 +1,10 @@
 """A scripted Chain-v0 team with a skill per agent: for warm starts, evaluation and depth studies.
 
-Agent `step_k` reads its step from the task, takes the value it was handed (the previous agent's
-\\boxed{} value, or the start value), applies the step and states the result. With probability
-`1 - skill[k]` it slips: the result is off by 1 to 9. With `code_rate > 0` it first computes the
-value in a ```python block at that rate and states what the code printed in its next action.
+Agent `step_k` reads its step from its prompt (line k of the task, or its own step in the "own" view),
+takes the value it was handed (the previous agent's \\boxed{} value, or the start value), applies the
+step and states the result. With probability `1 - skill[k]` it slips: the result is off by 1 to 9.
+With `code_rate > 0` it first computes the value in a ```python block at that rate and states what
+the code printed in its next action.
 """
 from __future__ import annotations
 
@@ -12,27 +13,27 @@ import re
 from collections.abc import Mapping, Sequence
 
 from mappa_envs.chain.env import OPS, apply
-from mappa_envs.core.records import Task
 from mappa_envs.errors import InputError
 from mappa_envs.mathchat.answers import extract_answer
 from mappa_envs.policy import action_rngs
 
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*"}
 _PRINTED = re.compile(r"^\[cell \d+\] ok\n {4}(-?\d+)\s*$", re.MULTILINE)
+_OP = {template.split(" {")[0]: op for op, template in OPS.items()}  # "multiply by" -> "mul"
+_STEP = re.compile(rf"({'|'.join(_OP)}) (\d+)$")
+_START = re.compile(r"^Start value: (-?\d+)$", re.MULTILINE)
 
 
 class ScriptedChainPolicy:
     """A `TextPolicy` for Chain-v0's roles `step_1` ... `step_N`.
 
     Args:
-        tasks: the env's tasks (looked up by prompt text).
         skill: one probability for every agent, a list (agent k gets skill[k-1]) or {role: p}.
         code_rate: how often an agent computes in the sandbox before stating its value.
     """
 
-    def __init__(self, tasks: Sequence[Task], skill: float | Sequence[float] | Mapping[str, float] = 1.0,
-                 seed: int = 0, code_rate: float = 0.0):
-        self.by_prompt = {t.prompt: t for t in tasks}
+    def __init__(self, skill: float | Sequence[float] | Mapping[str, float] = 1.0, seed: int = 0,
+                 code_rate: float = 0.0):
         self.skill, self.code_rate, self.seed, self.rng = skill, code_rate, seed, random.Random(seed)
         for p in self._all_skills() + [code_rate]:
             if not 0 <= p <= 1:
@@ -58,16 +59,16 @@ class ScriptedChainPolicy:
 
     def _act(self, conversation: list[dict], role: str, rng: random.Random) -> str:
         opening = next(m["content"] for m in conversation if m["role"] == "user")
-        task = self.by_prompt.get(opening.split("\n\n## ", 1)[0])
-        if task is None:
-            return "I cannot find my task. \\boxed{0}"
         k = int(role.rsplit("_", 1)[1])
-        op, n = task.meta["steps"][k - 1]
+        step = _own_step(opening.split("\n\n## ", 1)[0], k)
+        if step is None:
+            return "I cannot find my step. \\boxed{0}"
+        op, n, start = step
         if conversation[-1]["role"] == "user" and conversation[-1]["content"].startswith("Output of your code"):
             printed = _PRINTED.findall(conversation[-1]["content"])
             value = printed[-1] if printed else "0"
             return f"The code printed {value}.\n\\boxed{{{value}}}"
-        handed = task.meta["start"] if k == 1 else _handed(opening, f"step_{k - 1}")
+        handed = start if k == 1 else _handed(opening, f"step_{k - 1}")
         if handed is None:
             return "The previous agent handed on no value. \\boxed{0}"
         result = apply(op, n, handed)
@@ -78,6 +79,17 @@ class ScriptedChainPolicy:
             slip = result - apply(op, n, handed)
             return f"Step {k}: {OPS[op].format(k=n)}.\n```python\nprint({expr}{f' + {slip}' if slip else ''})\n```"
         return f"Step {k}: {OPS[op].format(k=n)}, applied to {handed}.\n\\boxed{{{result}}}"
+
+
+def _own_step(task_text: str, k: int) -> tuple[str, int, int | None] | None:
+    """(op, operand, start value) of agent k, read from the task as its prompt shows it."""
+    own = re.search(r"^Your step \(step \d+ of \d+\): (.+)$", task_text, re.MULTILINE)
+    line = own or re.search(rf"^{k}\. (.+)$", task_text, re.MULTILINE)
+    step = _STEP.match(line.group(1)) if line else None
+    if step is None:
+        return None
+    start = _START.search(task_text)
+    return _OP[step.group(1)], int(step.group(2)), int(start.group(1)) if start else None
 
 
 def _handed(opening: str, previous: str) -> int | None:
@@ -91,5 +103,5 @@ def _handed(opening: str, previous: str) -> int | None:
 
 def for_env(env, skill: float | Sequence[float] | Mapping[str, float] = 1.0, seed: int = 0,
             code_rate: float = 0.0) -> ScriptedChainPolicy:
-    """The scripted team for a Chain env (it plays that env's tasks)."""
-    return ScriptedChainPolicy(env.unwrapped.tasks, skill=skill, seed=seed, code_rate=code_rate)
+    """The scripted team for a Chain env (it reads each step from the prompt, in either view)."""
+    return ScriptedChainPolicy(skill=skill, seed=seed, code_rate=code_rate)

@@ -339,12 +339,16 @@ class PipelineEnv(AECEnv):
             return tasks[options["task_index"]]  # checked in range by check_reset_options
         return tasks[int(self._rng.integers(len(tasks)))]
 
+    def _task_view(self, task: Task, role: Role) -> str:
+        view = getattr(self.scenario, "task_prompt_for", None)  # optional: a task each role sees its own way
+        return view(task, role) if view else self.scenario.task_prompt(task)
+
     def _begin_turn(self, agent: str) -> None:
         role = self.roles[agent]
         ep = self.episode
         self._messages[agent] = [
             {"role": "system", "content": role.duties},
-            {"role": "user", "content": turn_prompt(self.scenario.task_prompt(ep.task), role, ep, self._schedule)},
+            {"role": "user", "content": turn_prompt(self._task_view(ep.task, role), role, ep, self._schedule)},
         ]
         self._turn_actions = 0
         self.infos[agent] = {"task_id": ep.task.id, "messages": list(self._messages[agent])}

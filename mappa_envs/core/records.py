@@ -116,8 +116,9 @@ class Scenario(Protocol):
     `roles` is the team used when the env is given none (a chain in that order); with a team spec
     (`core.team`) the spec's roles act instead. A scenario may also have `bind(team)`, called once
     with the env's `Team` (to learn role names and the order, or to refuse a team it cannot judge
-    with a `SpecError`), and `preimport: tuple[str, ...]`, the modules the default sandbox's kernels
-    import before the first cell (absent: the backend's data-science default).
+    with a `SpecError`), `task_prompt_for(task, role)`, the task as that role is shown it (absent:
+    `task_prompt(task)` for every role), and `preimport: tuple[str, ...]`, the modules the default
+    sandbox's kernels import before the first cell (absent: the backend's data-science default).
     """
 
     env_id: str

@@ -202,7 +202,7 @@ def faulty_team(env_id: str, env, fault: str):
         from mappa_envs.chain.scripted import ScriptedChainPolicy
 
         faulty = FAULTS[env_id][fault]
-        return ScriptedChainPolicy(env.unwrapped.tasks, skill={faulty: 0.0} if faulty else 1.0)
+        return ScriptedChainPolicy(skill={faulty: 0.0} if faulty else 1.0)
     return MathTeam(env.unwrapped.tasks, fault) if env_id == "MathChat-v0" else DSTeam(env, fault)
 
 

@@ -5,7 +5,7 @@ import random
 import pytest
 
 import mappa_envs
-from mappa_envs.chain.env import apply, chain_tasks
+from mappa_envs.chain.env import OPS, apply, chain_tasks
 from mappa_envs.coach import CoachRequest
 from mappa_envs.coach.config import CoachConfigError
 from mappa_envs.coach.factory import make_coach
@@ -34,13 +34,27 @@ def actions(episode):
     return episode["transcript"]["actions"]
 
 
-def test_perfect_team_always_succeeds_with_every_step_correct():
-    episodes = play("Chain-v0", {"depth": 8, "num_tasks": 10}, {"skill": 1.0, "code_rate": 0.5}, 6)
+@pytest.mark.parametrize("view", ["all", "own"])
+def test_perfect_team_always_succeeds_with_every_step_correct(view):
+    episodes = play("Chain-v0", {"depth": 8, "num_tasks": 10, "view": view}, {"skill": 1.0, "code_rate": 0.5}, 6)
     assert all(e["transcript"]["outcome"]["correct"] for e in episodes)
     closing = [a for e in episodes for a in actions(e) if "step_correct" in a["checks"]]
     assert len(closing) == 6 * 8  # one value per agent per episode
     assert all(a["checks"]["step_correct"] for a in closing)
     assert any(a["tool_results"] for e in episodes for a in actions(e))  # the sandbox ran some steps
+
+
+def test_the_own_view_shows_each_agent_its_step_and_nothing_of_the_others():
+    (episode,) = play("Chain-v0", {"depth": 3, "num_tasks": 4, "view": "own"}, {"skill": 1.0}, 1)
+    task = {t.id: t for t in chain_tasks(3, 4, seed=0)}[episode["transcript"]["task_id"]]
+    steps = [OPS[op].format(k=n) for op, n in task.meta["steps"]]
+    openings = {s["agent"]: s["messages"][1]["content"] for s in episode["steps"]}
+    assert openings["step_1"] == f"Start value: {task.meta['start']}\nYour step (step 1 of 3): {steps[0]}"
+    for k in (2, 3):
+        task_part = openings[f"step_{k}"].split("\n\n## ", 1)[0]
+        assert task_part == f"Your step (step {k} of 3): {steps[k - 1]}"
+        assert "Output of the step_" + str(k - 1) in openings[f"step_{k}"]  # the value handed on still comes
+    assert episode["transcript"]["outcome"]["correct"]
 
 
 def test_one_bad_agent_is_blamed_locally():
@@ -97,7 +111,7 @@ def test_guessing_does_not_pass_a_step():
 
 def test_bad_arguments():
     for kwargs, message in (({"depth": 0}, "depth must be"), ({"depth": 2.5}, "depth must be"),
-                            ({"max_actions": 0}, "max_actions must be")):
+                            ({"max_actions": 0}, "max_actions must be"), ({"view": "mine"}, "view='mine'")):
         with pytest.raises(EnvArgumentError, match=message):
             mappa_envs.make("Chain-v0", **kwargs)
 
