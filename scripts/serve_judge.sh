@@ -17,12 +17,9 @@ VENV_PYTHON="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"
 if [ -z "${PYTHON:-}" ]; then
     if [ -x "$VENV_PYTHON" ]; then PYTHON="$VENV_PYTHON"; else PYTHON=python3; fi
 fi
-# The first call converts the GGUF, and a library it loads (DeepSpeed) logs to stdout: keep the path alone there.
-MODEL="$("$PYTHON" -c "import contextlib, sys
-from mappa_train.model_source import resolve_model
-with contextlib.redirect_stdout(sys.stderr):
-    path = resolve_model('smollm2-135m')
-print(path)")"
+# The first call converts the GGUF, and a library it loads (DeepSpeed) logs to stdout: everything but the
+# path goes to stderr.
+MODEL="$("$PYTHON" -c "import sys; out, sys.stdout = sys.stdout, sys.stderr; from mappa_train.model_source import resolve_model; print(resolve_model('smollm2-135m'), file=out)")"
 export VLLM_TARGET_DEVICE=cpu
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"
 exec "$PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL" --served-model-name smollm2 \
