@@ -56,6 +56,37 @@ def apply(op: str, k: int, value: int) -> int:
 SPLITS = ("train", "eval")
 VIEWS = ("all", "own")
 
+# The task's wording, written here and read back by `read_step` (the scripted team): one format.
+START_LINE = "Start value: {start}"
+OWN_STEP_LINE = "Your step (step {k} of {n}): {step}"
+_OP_OF = {template.split(" {")[0]: op for op, template in OPS.items()}  # "multiply by" -> "mul"
+_STEP = re.compile(rf"({'|'.join(_OP_OF)}) (\d+)$")
+_START = re.compile(r"^Start value: (-?\d+)$", re.MULTILINE)
+_OWN = re.compile(r"^Your step \(step \d+ of \d+\): (.+)$", re.MULTILINE)
+
+
+def task_text(start: int, steps: Sequence[tuple[str, int]]) -> str:
+    """The whole task, as the "all" view shows it."""
+    lines = "\n".join(f"{j}. {OPS[op].format(k=k)}" for j, (op, k) in enumerate(steps, 1))
+    return f"{START_LINE.format(start=start)}\nSteps (agent k applies step k to the value it is handed):\n{lines}"
+
+
+def own_step_text(start: int, steps: Sequence[tuple[str, int]], k: int) -> str:
+    """Agent k's step alone (1-based), as the "own" view shows it; step 1 also gets the start value."""
+    op, n = steps[k - 1]
+    line = OWN_STEP_LINE.format(k=k, n=len(steps), step=OPS[op].format(k=n))
+    return f"{START_LINE.format(start=start)}\n{line}" if k == 1 else line
+
+
+def read_step(text: str, k: int) -> tuple[str, int, int | None] | None:
+    """(op, operand, start value or None) of agent k, read back from the task in either view."""
+    line = _OWN.search(text) or re.search(rf"^{k}\. (.+)$", text, re.MULTILINE)
+    step = _STEP.match(line.group(1)) if line else None
+    if step is None:
+        return None
+    start = _START.search(text)
+    return _OP_OF[step.group(1)], int(step.group(2)), int(start.group(1)) if start else None
+
 
 def chain_tasks(depth: int, num_tasks: int, seed: int, split: str = "train") -> list[Task]:
     """`num_tasks` problems of `depth` steps; values stay integers in [0, 10_000 + 9 * depth]. The splits
@@ -74,9 +105,7 @@ def chain_tasks(depth: int, num_tasks: int, seed: int, split: str = "train") -> 
             value = apply(op, k, value)
             steps.append((op, k))
             values.append(value)
-        lines = "\n".join(f"{j}. {OPS[op].format(k=k)}" for j, (op, k) in enumerate(steps, 1))
-        prompt = f"Start value: {start}\nSteps (agent k applies step k to the value it is handed):\n{lines}"
-        tasks.append(Task(f"chain{depth}-{seed}-{split}-{i}", prompt, answer=str(value),
+        tasks.append(Task(f"chain{depth}-{seed}-{split}-{i}", task_text(start, steps), answer=str(value),
                           meta={"start": start, "steps": steps, "values": values}))
     return tasks
 
@@ -136,10 +165,7 @@ class ChainScenario:
     def task_prompt_for(self, task: Task, role: Role) -> str:
         if self.view == "all":
             return task.prompt
-        k = self.order.index(role.name)
-        op, n = task.meta["steps"][k]
-        start = f"Start value: {task.meta['start']}\n" if k == 0 else ""
-        return f"{start}Your step (step {k + 1} of {len(self.order)}): {OPS[op].format(k=n)}"
+        return own_step_text(task.meta["start"], task.meta["steps"], self.order.index(role.name) + 1)
 
     def handed(self, episode: Episode, role: str) -> int | None:
         """The value `role` was handed: the start value, or the last one its predecessor stated."""

@@ -12,16 +12,13 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 
-from mappa_envs.chain.env import OPS, apply
+from mappa_envs.chain.env import OPS, apply, read_step
 from mappa_envs.errors import InputError
 from mappa_envs.mathchat.answers import extract_answer
 from mappa_envs.policy import action_rngs
 
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*"}
 _PRINTED = re.compile(r"^\[cell \d+\] ok\n {4}(-?\d+)\s*$", re.MULTILINE)
-_OP = {template.split(" {")[0]: op for op, template in OPS.items()}  # "multiply by" -> "mul"
-_STEP = re.compile(rf"({'|'.join(_OP)}) (\d+)$")
-_START = re.compile(r"^Start value: (-?\d+)$", re.MULTILINE)
 
 
 class ScriptedChainPolicy:
@@ -60,7 +57,7 @@ class ScriptedChainPolicy:
     def _act(self, conversation: list[dict], role: str, rng: random.Random) -> str:
         opening = next(m["content"] for m in conversation if m["role"] == "user")
         k = int(role.rsplit("_", 1)[1])
-        step = _own_step(opening.split("\n\n## ", 1)[0], k)
+        step = read_step(opening.split("\n\n## ", 1)[0], k)
         if step is None:
             return "I cannot find my step. \\boxed{0}"
         op, n, start = step
@@ -79,17 +76,6 @@ class ScriptedChainPolicy:
             slip = result - apply(op, n, handed)
             return f"Step {k}: {OPS[op].format(k=n)}.\n```python\nprint({expr}{f' + {slip}' if slip else ''})\n```"
         return f"Step {k}: {OPS[op].format(k=n)}, applied to {handed}.\n\\boxed{{{result}}}"
-
-
-def _own_step(task_text: str, k: int) -> tuple[str, int, int | None] | None:
-    """(op, operand, start value) of agent k, read from the task as its prompt shows it."""
-    own = re.search(r"^Your step \(step \d+ of \d+\): (.+)$", task_text, re.MULTILINE)
-    line = own or re.search(rf"^{k}\. (.+)$", task_text, re.MULTILINE)
-    step = _STEP.match(line.group(1)) if line else None
-    if step is None:
-        return None
-    start = _START.search(task_text)
-    return _OP[step.group(1)], int(step.group(2)), int(start.group(1)) if start else None
 
 
 def _handed(opening: str, previous: str) -> int | None:
