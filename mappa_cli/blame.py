@@ -13,6 +13,42 @@ ENVS = ["Chain-v0", "CodeTest-v0", "DSBench-v0", "MathChat-v0"]
 SPEC_HELP = ("a team spec to measure as Team-v0 (repeatable): a YAML file or a shipped spec name, as make('Team-v0', "
              "spec=...) takes; its scripted team, with one role always wrong per fault, plays the first --num-tasks "
              "tasks of its scenario")
+ENV_SET_HELP = "a keyword for every --env env (repeatable; the value is read as YAML), e.g. view=own for Chain-v0"
+
+
+def make_coaches(specs: list[str] | None, coach_set: list[str]) -> dict:
+    """The --coach specs (default: rule) built, the --coach-set settings going to the LLM coaches: the rule
+    coach, noisy (`rule:noise=EPS`) or not, takes none."""
+    from mappa_envs.coach import make_coach
+
+    settings = key_values(coach_set, "--coach-set", "structured_output=true")
+    return {spec: make_coach(spec, None if spec == "rule" or spec.startswith("rule:") else settings)
+            for spec in (specs or ["rule"])}
+
+
+def env_settings(pairs: list[str], envs: list[str] | None) -> dict[str, dict]:
+    """`--env-set KEY=VALUE` pairs as extra keywords per named env, each env built with them now: a bad
+    keyword fails before anything is played."""
+    if not pairs:
+        return {}
+    if not envs:
+        raise UsageError("--env-set needs --env: name the env(s) whose keywords it sets, e.g. "
+                         "--env Chain-v0 --env-set view=own")
+    import yaml
+
+    from mappa_envs.errors import EnvArgumentError
+    from mappa_train.evaluation.blame import DEFAULT_KWARGS, make_env
+
+    try:
+        extra = {key: yaml.safe_load(value) for key, value in key_values(pairs, "--env-set", "view=own").items()}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--env-set {pairs}: a value is not valid YAML ({str(exc).splitlines()[0]})") from None
+    for env in envs:
+        try:
+            make_env(env, **{**DEFAULT_KWARGS.get(env, {}), **extra}).close()
+        except EnvArgumentError as exc:
+            raise UsageError(f"--env-set for {env}: {exc}") from None
+    return dict.fromkeys(envs, extra)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="env(s) to measure (default: all of them, unless --spec is given)")
     parser.add_argument("--spec", action="append", default=[], metavar="PATH",
                         help=SPEC_HELP)
+    parser.add_argument("--env-set", action="append", default=[], metavar="KEY=VALUE", help=ENV_SET_HELP)
     parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
     parser.add_argument("--coach-set", action="append", default=[], metavar="KEY=VALUE",
                         help="an LLMCoachConfig setting for every LLM coach (repeatable), e.g. structured_output=true")
@@ -35,15 +72,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mappa_envs.coach import make_coach
     from mappa_train.evaluation.blame import FAULTS, markdown, measure, spec_targets
 
     if args.num_tasks < 1 or args.batch < 1 or args.concurrency < 1 or args.tolerance < 0:
         raise UsageError("--num-tasks, --batch and --concurrency must be >= 1 and --tolerance >= 0")
-    settings = key_values(args.coach_set, "--coach-set", "structured_output=true")
-    coaches = {spec: make_coach(spec, None if spec == "rule" else settings) for spec in (args.coach or ["rule"])}
+    coaches = make_coaches(args.coach, args.coach_set)
     specs = spec_targets(args.spec, args.num_tasks)  # a bad spec fails here, before anything is played
-    env_kwargs = {name: {"num_tasks": args.num_tasks} for name in ("MathChat-v0", "Chain-v0", "CodeTest-v0")}
+    extra = env_settings(args.env_set, args.env)
+    env_kwargs = {name: {"num_tasks": args.num_tasks, **extra.get(name, {})}
+                  for name in ("MathChat-v0", "Chain-v0", "CodeTest-v0")}
     env_kwargs.update(specs)
     if args.dsbench_tasks is not None:
         from mappa_envs.dsbench import builtin_tasks
@@ -52,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
         if not 1 <= args.dsbench_tasks <= len(tasks):
             raise UsageError(f"--dsbench-tasks must be between 1 and {len(tasks)} (the built-in tasks), "
                              f"got {args.dsbench_tasks}")
-        env_kwargs["DSBench-v0"] = {"tasks": tasks[:args.dsbench_tasks]}
+        env_kwargs["DSBench-v0"] = {"tasks": tasks[:args.dsbench_tasks], **extra.get("DSBench-v0", {})}
+    elif "DSBench-v0" in extra:
+        env_kwargs["DSBench-v0"] = extra["DSBench-v0"]
     targets = (args.env or ([] if specs else sorted(FAULTS))) + list(specs)
     rows = measure(targets, coaches, args.tolerance, args.batch, args.concurrency, env_kwargs,
                    say=lambda m: print(m, flush=True))

@@ -5,8 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mappa_cli.args import key_values
-from mappa_cli.blame import ENVS, SPEC_HELP
+from mappa_cli.blame import ENV_SET_HELP, ENVS, SPEC_HELP, env_settings, make_coaches
 from mappa_cli.errors import UsageError
 
 
@@ -16,6 +15,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="an LLMCoachConfig setting for every LLM coach (repeatable), e.g. max_tokens=256")
     parser.add_argument("--env", action="append", choices=ENVS,
                         help="env(s) to measure (default: all of them, unless --spec is given)")
+    parser.add_argument("--env-set", action="append", default=[], metavar="KEY=VALUE", help=ENV_SET_HELP)
     parser.add_argument("--spec", action="append", default=[], metavar="PATH", help=SPEC_HELP)
     parser.add_argument("--num-tasks", type=int, default=10,
                         help="MathChat: synthetic eval problems per fault; --spec: its scenario's first N tasks")
@@ -32,7 +32,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mappa_envs.coach import make_coach
     from mappa_envs.dsbench import builtin_tasks
     from mappa_train.evaluation.blame import spec_targets
     from mappa_train.evaluation.coacheval import evaluate, markdown, record_all, write_plots
@@ -43,11 +42,12 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.dsbench_tasks <= len(tasks):
         raise UsageError(f"--dsbench-tasks must be between 1 and {len(tasks)} (the built-in tasks), "
                          f"got {args.dsbench_tasks}")
-    settings = key_values(args.coach_set, "--coach-set", "structured_output=true")
-    coaches = {spec: make_coach(spec, None if spec == "rule" else settings) for spec in (args.coach or ["rule"])}
+    coaches = make_coaches(args.coach, args.coach_set)
     specs = spec_targets(args.spec, args.num_tasks)  # a bad spec fails here, before anything is played
     env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}, "DSBench-v0": {"tasks": tasks[:args.dsbench_tasks]},
                   **specs}
+    for env, extra in env_settings(args.env_set, args.env).items():
+        env_kwargs[env] = {**env_kwargs.get(env, {}), **extra}
     say = lambda m: print(m, flush=True)  # noqa: E731
     targets = (args.env or ([] if specs else ENVS)) + list(specs)
     episodes = record_all(targets, env_kwargs, args.probe_tasks, args.batch, say=say)

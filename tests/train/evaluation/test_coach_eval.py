@@ -207,3 +207,46 @@ def test_coach_eval_on_user_written_fan_in_and_loop_specs(tmp_path, capsys):
     assert rule["master_key_rate"] == 0.0
     assert rule["master_key_n"] == 5 * (3 + 2)  # five probes in every role of both teams, one task each
     assert rule["unscored"] == back["unscored"] == 0
+
+
+def test_env_set_reaches_the_env_and_a_bad_one_is_one_line(tmp_path, capsys):
+    """`--env-set KEY=VALUE` (coach-eval and blame): keywords for the --env envs, so a coach can be measured
+    in the setting it trains in (Chain-v0's own view, issue 25). A bad keyword or value is one line, before
+    anything is played or written."""
+    from mappa_cli.main import main
+
+    for argv, message in [
+        (["--env-set", "view=own"], "--env-set needs --env"),
+        (["--env", "Chain-v0", "--env-set", "view=mine"], "--env-set for Chain-v0: view='mine' is not one of"),
+        (["--env", "Chain-v0", "--env-set", "colour=1"], "unknown keyword argument(s) ['colour']"),
+        (["--env", "Chain-v0", "--env-set", "view"], "expected KEY=VALUE"),
+    ]:
+        for command in ("coach-eval", "blame"):
+            assert main([command, *argv, "--out", str(tmp_path / "bad")]) == 2
+            err = capsys.readouterr().err.strip()
+            assert message in err
+            assert "\n" not in err
+    assert not (tmp_path / "bad").exists()
+    out = tmp_path / "card"
+    assert main(["coach-eval", "--env", "Chain-v0", "--env-set", "view=own", "--env-set", "num_tasks=1",
+                 "--probe-tasks", "1", "--no-backprop", "--out", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["episodes"] == 4 + 5 * 4  # 4 faults, 5 probes x 4 roles
+
+
+def test_the_own_view_reaches_the_coach():
+    eps = {view: record_all(["Chain-v0"], {"Chain-v0": {"num_tasks": 1, "view": view}}, probe_tasks=1, batch=1,
+                            say=lambda m: None) for view in ("all", "own")}
+    last = {view: e[0].requests[-1].context for view, e in eps.items()}
+    assert "Start value:" in last["all"]
+    assert "Start value:" not in last["own"]
+    assert "Your step (step 4 of 4)" in last["own"]
+
+
+def test_coach_set_goes_to_the_llm_coaches_not_the_noisy_rule_coach():
+    # `--coach rule:noise=0.2 --coach qwen@URL --coach-set max_tokens=200` once failed: the settings went to
+    # every coach but the plain rule one, and the noisy rule coach takes none.
+    from mappa_cli.blame import make_coaches
+
+    coaches = make_coaches(["rule", "rule:noise=0.2", "qwen@http://127.0.0.1:9/v1"], ["max_tokens=200"])
+    assert coaches["qwen@http://127.0.0.1:9/v1"].config.max_tokens == 200
+    assert coaches["rule:noise=0.2"].epsilon == 0.2
