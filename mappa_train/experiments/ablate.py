@@ -112,21 +112,41 @@ def run_dir(out: Path, cond: Condition, name: str, arm: Arm, seed: int) -> Path:
 
 
 def load_ablation(path: str | Path) -> tuple[AblateConfig, dict[str, Arm]]:
-    import yaml
-
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"ablation preset {path} does not exist (presets: configs/ablate/*.yaml)")
-    data = yaml.safe_load(path.read_text()) or {}
-    cfg = load_section(AblateConfig, data, str(path))
+    cfg = load_section(AblateConfig, _read_preset(path), str(path))
     if not cfg.arms or not all(isinstance(v, dict) for v in cfg.arms.values()):
         raise ConfigError(f"{path}: arms must map arm names to their fields (reward, whiten, stop_below, overrides)")
     arms = {name: load_section(Arm, spec, f"{path}: arms.{name}") for name, spec in cfg.arms.items()}
     if len(cfg.seeds) < 1 or not all(isinstance(s, int) for s in cfg.seeds):
         raise ConfigError(f"{path}: seeds must be a non-empty list of integers, got {cfg.seeds!r}")
-    cfg.train_config = str((path.parent / cfg.train_config).resolve())
     _check_sweep(cfg, arms, path)
     return cfg, arms
+
+
+def _read_preset(path: Path, children: tuple[Path, ...] = ()) -> dict:
+    """A preset's fields, on top of those of the preset it `extends` (a path relative to it): mappings
+    (`arms`, `start`) are merged key by key, anything else replaced; `train_config` is resolved against
+    the file that names it."""
+    import yaml
+
+    if not path.is_file():
+        where = f" (extended by {children[-1]})" if children else ""
+        raise ConfigError(f"ablation preset {path}{where} does not exist (presets: configs/ablate/*.yaml)")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: an ablation preset is a mapping of fields, got {type(data).__name__}")
+    if "train_config" in data:
+        data["train_config"] = str((path.parent / str(data["train_config"])).resolve())
+    parent = data.pop("extends", None)
+    if parent is None:
+        data.setdefault("train_config", str((path.parent / AblateConfig.train_config).resolve()))
+        return data
+    base_path = (path.parent / str(parent)).resolve()
+    if base_path in (*children, path.resolve()):
+        raise ConfigError(f"{path}: extends {parent!r}, which extends it back (a cycle)")
+    base = _read_preset(base_path, (*children, path.resolve()))
+    return {key: {**base[key], **value} if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+            for key, value in {**base, **data}.items()}
 
 
 def _check_sweep(cfg: AblateConfig, arms: dict[str, Arm], path: Path) -> None:

@@ -72,6 +72,35 @@ def test_bad_presets_say_what_is_wrong(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_ablation(tmp_path / "missing.yaml")
 
+def test_a_preset_extends_another(tmp_path):
+    """`extends:` a preset relative to the file: mappings (arms, start) merge key by key, anything else is
+    replaced, and each train_config is read against the file that names it."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "base.yaml").write_text("train_config: ../chain.yaml\nseeds: [0, 1, 2]\noverrides: [steps=8]\n"
+                                        "start: {sft_steps: 5, sft_batch: 4}\n"
+                                        "arms: {process: {reward: process}, outcome: {reward: outcome}}\n")
+    child = tmp_path / "sub" / "child.yaml"
+    child.write_text("extends: ../base.yaml\nseeds: [7]\nstart: {sft_batch: 2}\n"
+                     "arms: {outcome: {reward: outcome, whiten: per_role}, judge: {reward: process}}\n")
+    cfg, arms = load_ablation(child)
+    assert cfg.train_config == str((tmp_path.parent / "chain.yaml").resolve())
+    assert (cfg.seeds, cfg.overrides) == ([7], ["steps=8"])
+    assert (cfg.start.sft_steps, cfg.start.sft_batch) == (5, 2)
+    assert list(arms) == ["process", "outcome", "judge"]
+    assert arms["outcome"].whiten == "per_role"
+    (tmp_path / "sub" / "own.yaml").write_text("extends: child.yaml\ntrain_config: mine.yaml\n")
+    assert load_ablation(tmp_path / "sub" / "own.yaml")[0].train_config == str(tmp_path / "sub" / "mine.yaml")
+    (tmp_path / "base.yaml").write_text("extends: sub/child.yaml\n")
+    with pytest.raises(ConfigError, match="which extends it back"):
+        load_ablation(child)
+    child.write_text("extends: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match=r"nowhere.yaml \(extended by .*child.yaml\) does not exist"):
+        load_ablation(child)
+    child.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="a mapping of fields"):
+        load_ablation(child)
+
+
 def test_ablate_cli_bad_arm_is_one_line(capsys):
     from mappa_cli.main import main
 
