@@ -58,6 +58,10 @@ class EmptySteps:
     def check(self, step: int, metrics: Mapping[str, float], result, before_stop: Callable[[], object]) -> None:
         self.in_a_row = 0 if metrics["actions"] else self.in_a_row + 1
         if not self.in_a_row:
+            if result.dropped:  # some actions trained, some lost: say why, or a failing coach thins the batch silently
+                warnings.warn(f"step {step}: {result.dropped} actions lost to coach failures were left out of the "
+                              f"update ({_first_errors(result)}); check the coach (env.coach, env.coach_kwargs)",
+                              stacklevel=2)
             return
         reason, fix = nothing_trained(self.cfg, metrics, result)
         limit = self.cfg.max_empty_steps
@@ -82,7 +86,7 @@ def nothing_trained(cfg, metrics: Mapping[str, float], result) -> tuple[str, str
                 "see the episode errors warned above")
     causes, fixes = [], []
     if result.dropped:
-        causes.append(f"{result.dropped} lost to coach failures")
+        causes.append(f"{result.dropped} lost to coach failures: {_first_errors(result)}")
         fixes.append("check the coach (env.coach, env.coach_kwargs) and its warnings")
     if metrics.get("length_cut") and cfg.algo.mask_length_cut:
         causes.append(f"{int(metrics['length_cut'])} cut at generation.max_new_tokens={cfg.generation.max_new_tokens}")
@@ -96,6 +100,11 @@ def nothing_trained(cfg, metrics: Mapping[str, float], result) -> tuple[str, str
         fixes.append("see the env's limits on action text")
     return f"trained on 0 of {n} actions ({'; '.join(causes) or 'no cause counted'})", "; ".join(fixes) or \
         "see the step's metrics"
+
+
+def _first_errors(result) -> str:
+    errors = getattr(result, "coach_errors", [])
+    return f"first {'errors' if len(errors) > 1 else 'error'}: {' | '.join(errors)}" if errors else "no error text"
 
 
 def logprob_gap(generator: Sequence[torch.Tensor], learner: Sequence[torch.Tensor],

@@ -81,6 +81,7 @@ class Rollout:
     env_busy_s: float  # summed time of every reset/step; env_busy_s / wall_s is the overlap achieved
     wall_s: float
     failed: int = 0  # episodes that raised: counted, logged, skipped
+    coach_errors: list[str] = field(default_factory=list)  # the first few distinct reasons for `dropped`
 
     @classmethod
     def empty(cls) -> Rollout:
@@ -96,6 +97,7 @@ class Rollout:
             merged.dropped += p.dropped
             merged.overflow += p.overflow
             merged.failed += p.failed
+            merged.note_coach_errors(p.coach_errors)
             merged.rounds = max(merged.rounds, p.rounds)
             for k, v in p.generate_calls.items():
                 merged.generate_calls[k] = merged.generate_calls.get(k, 0) + v
@@ -103,6 +105,12 @@ class Rollout:
             merged.env_busy_s = max(merged.env_busy_s, p.env_busy_s)
             merged.wall_s = max(merged.wall_s, p.wall_s)
         return merged
+
+    def note_coach_errors(self, errors: Sequence[str], keep: int = 3) -> None:
+        """Keep the first `keep` distinct coach errors: a step that loses actions to the coach says why."""
+        for error in errors:
+            if error not in self.coach_errors and len(self.coach_errors) < keep:
+                self.coach_errors.append(error)
 
     def timing(self) -> dict[str, float]:
         return {"generate_s": self.generate_s, "env_busy_s": self.env_busy_s, "wall_s": self.wall_s}
@@ -299,6 +307,8 @@ def _bank(result: EpisodeResult, episode_id: int, route: Mapping[str, str], out:
     if result.error is None:
         out.transitions += transitions
         out.dropped += dropped
+        out.note_coach_errors([str(t.record.coach.error) for t in result.turns
+                               if t.record.coach is not None and not t.record.coach.ok])
     return EpisodeStats(episode_id, str(result.task_id or ""), None if outcome is None else outcome.score,
                         None if outcome is None else outcome.correct, len(result.turns), dropped, result.truncated,
                         result.error, result.stopped, _answer(outcome))

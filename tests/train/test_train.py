@@ -235,3 +235,27 @@ def test_max_empty_steps_zero_warns_every_step_and_finishes(tmp_path):
         assert _quickstart_on_a_random_model(tmp_path, "steps=2", "max_empty_steps=0") == 0
     assert sorted({str(w.message).split(" trained")[0] for w in caught if "trained on nothing" in str(w.message)}) \
         == ["step 1", "step 2"]
+
+
+@pytest.mark.slow
+def test_actions_lost_to_the_coach_are_warned_with_its_error(tmp_path):
+    """A judge that fails on some actions (here every step_2 action, over real HTTP) thins the update; the
+    step says how many were lost and the coach's own error, and a step that loses them all stops with it."""
+    from mappa_train.health import NothingTrained
+    from mappa_train.train import train
+    from tests.openai_stub import StubServer
+
+    def respond(body: dict) -> str:
+        return "I would rather not say." if "You are step_2" in json.dumps(body) else "SCORE: 7"
+
+    chain = ["model.path=tiny", "steps=1", "eval_every=0", "generation.max_new_tokens=12", "algo.mask_length_cut=false",
+             "env.kwargs={depth: 2, num_tasks: 4, max_actions: 1}", "rollout.num_envs=2",
+             "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1", "log.progress=false", "max_empty_steps=1"]
+    with StubServer(respond=respond) as stub:
+        coach = [f"env.coach=judge@{stub.url}", "env.coach_kwargs={max_retries: 0}"]
+        with pytest.warns(UserWarning, match=r"step 1: 2 actions lost to coach failures were left out of the update "
+                                             r"\(first error: .*score"):
+            train(load_config("configs/chain.yaml", [*chain, *coach, f"out_dir={tmp_path / 'some'}"]))
+        stub.respond = lambda body: "I would rather not say."
+        with pytest.raises(NothingTrained, match=r"4 lost to coach failures: first error: .*score"):
+            train(load_config("configs/chain.yaml", [*chain, *coach, f"out_dir={tmp_path / 'all'}"]))
