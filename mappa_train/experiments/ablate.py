@@ -18,6 +18,10 @@ coach, so its noise-free runs stand for it at every ε). A `preflight_episodes` 
 start before any arm trains and stops the ablation if too few of its actions pass their checks: a
 start that is never right cannot learn from either reward.
 
+A preset may `extends:` another (a path relative to it) and change only what differs: its mappings
+(`arms`, `start`) merge into the other's key by key, any other field replaces the other's
+(configs/ablate/credit_llm_coach.yaml adds one arm to credit_cpu.yaml).
+
 Written to --out: `runs/[<condition>/]<arm>/seed<N>/` (each a resumable `mappa train` run: a re-run
 only trains what is missing), `results.json`, `results.md` and plots (experiments/ablate_report.py):
 per arm, held-out accuracy against rollouts (mean and a 95% Student-t interval over seeds) and the

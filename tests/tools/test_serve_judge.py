@@ -44,38 +44,37 @@ def _group_rss_gib(pgid: int) -> float:
     return total / 2**30
 
 
-def test_the_documented_judge_starts_within_a_24_gb_machine_and_scores(tmp_path):
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    """The judge started exactly as docs/coach.md says, on a free loopback port: (its URL, its log, a
+    function giving the peak resident memory seen so far)."""
     assert "bash scripts/serve_judge.sh 8123 &" in (ROOT / "docs" / "coach.md").read_text()
-    port = _free_port()
-    log = open(tmp_path / "server.log", "w")
+    port, logs = _free_port(), tmp_path_factory.mktemp("judge")
+    log_path = logs / "server.log"
+    log = open(log_path, "w")
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen(["bash", str(SCRIPT), str(port)], cwd=ROOT, env=env, stdout=log,
                               stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/v1"
-    peak = 0.0
+    peak = [0.0]
+
+    def measure() -> float:
+        peak[0] = max(peak[0], _group_rss_gib(server.pid))
+        return peak[0]
+
     try:
         deadline = time.monotonic() + 1200
         while True:
-            peak = max(peak, _group_rss_gib(server.pid))
+            measure()
             if server.poll() is not None:
-                tail = (tmp_path / "server.log").read_text()[-3000:]
-                pytest.fail(f"the judge exited with {server.returncode}:\n{tail}")
+                pytest.fail(f"the judge exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
             try:
                 urllib.request.urlopen(f"{url}/models", timeout=2)
                 break
             except OSError:
-                assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
                 time.sleep(2)
-        coach = LLMCoach(LLMCoachConfig(model="smollm2", base_url=url, api_key_env=None, max_tokens=200,
-                                        structured_output=True, timeout_s=600, max_retries=1))
-        verdict = coach.score(CoachRequest(env_id="MathChat-v0", role="verifier", role_duties="Check; box one answer.",
-                                           task="What is 6 x 7?", action="Both agree. \\boxed{42}",
-                                           ground_truth="42"))
-        peak = max(peak, _group_rss_gib(server.pid))
-        print(f"judge peak resident memory: {peak:.2f} GiB")
-        assert verdict.ok, verdict.error
-        assert 0 <= verdict.score <= 10
-        assert peak < LIMIT_GIB
+        yield url, log_path, measure
     finally:
         with contextlib.suppress(ProcessLookupError):  # it may have exited already: keep that failure
             os.killpg(server.pid, signal.SIGTERM)
@@ -85,3 +84,42 @@ def test_the_documented_judge_starts_within_a_24_gb_machine_and_scores(tmp_path)
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         log.close()
+
+
+def test_the_documented_judge_starts_within_a_24_gb_machine_and_scores(judge):
+    url, _, measure = judge
+    coach = LLMCoach(LLMCoachConfig(model="smollm2", base_url=url, api_key_env=None, max_tokens=200,
+                                    structured_output=True, timeout_s=600, max_retries=1))
+    verdict = coach.score(CoachRequest(env_id="MathChat-v0", role="verifier", role_duties="Check; box one answer.",
+                                       task="What is 6 x 7?", action="Both agree. \\boxed{42}",
+                                       ground_truth="42"))
+    peak = measure()
+    print(f"judge peak resident memory: {peak:.2f} GiB")
+    assert verdict.ok, verdict.error
+    assert 0 <= verdict.score <= 10
+    assert peak < LIMIT_GIB
+
+
+def test_a_chain_run_trains_on_the_judges_scores(judge, tmp_path):
+    """The LLM-coach arm of configs/ablate/credit_llm_coach.yaml, one step: a Chain-v0 run whose process
+    rewards come from the served judge (every coach call reaches it and none fails)."""
+    import json
+
+    from mappa_train.config import load_config
+    from mappa_train.train import train
+
+    url, log_path, _ = judge
+    posts = lambda: log_path.read_text().count("POST /v1/chat/completions")  # noqa: E731
+    before = posts()
+    train(load_config(ROOT / "configs" / "chain.yaml", [
+        f"out_dir={tmp_path}", "model.path=tiny", "steps=1", "eval_every=0",
+        "env.kwargs={depth: 2, num_tasks: 8, max_actions: 2, view: own}", f"env.coach=smollm2@{url}",
+        "env.coach_kwargs={structured_output: true, max_tokens: 300, timeout_s: 600}",
+        "rollout.num_envs=2", "rollout.prompts_per_step=1", "rollout.samples_per_prompt=2",
+        "algo.mask_length_cut=false", "algo.mask_excused=false",  # a random tiny model: train on every action
+        "learner.train_batch_size=8", "learner.micro_batch_size=8", "log.progress=false"]))
+    step = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    step = next(m for m in step if m.get("kind") == "train")
+    assert step["coach_failures"] == 0
+    assert step["actions"] >= 2
+    assert posts() - before >= step["actions"]
