@@ -79,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
     coaches = make_coaches(args.coach, args.coach_set)
     specs = spec_targets(args.spec, args.num_tasks)  # a bad spec fails here, before anything is played
     extra = env_settings(args.env_set, args.env)
-    env_kwargs = {name: {"num_tasks": args.num_tasks, **extra.get(name, {})}
-                  for name in ("MathChat-v0", "Chain-v0", "CodeTest-v0")}
+    env_kwargs = {name: {"num_tasks": args.num_tasks} for name in ("MathChat-v0", "Chain-v0", "CodeTest-v0")}
     env_kwargs.update(specs)
     if args.dsbench_tasks is not None:
         from mappa_envs.dsbench import builtin_tasks
@@ -89,9 +88,9 @@ def run(args: argparse.Namespace) -> int:
         if not 1 <= args.dsbench_tasks <= len(tasks):
             raise UsageError(f"--dsbench-tasks must be between 1 and {len(tasks)} (the built-in tasks), "
                              f"got {args.dsbench_tasks}")
-        env_kwargs["DSBench-v0"] = {"tasks": tasks[:args.dsbench_tasks], **extra.get("DSBench-v0", {})}
-    elif "DSBench-v0" in extra:
-        env_kwargs["DSBench-v0"] = extra["DSBench-v0"]
+        env_kwargs["DSBench-v0"] = {"tasks": tasks[:args.dsbench_tasks]}
+    for env, keywords in extra.items():
+        env_kwargs[env] = {**env_kwargs.get(env, {}), **keywords}
     targets = (args.env or ([] if specs else sorted(FAULTS))) + list(specs)
     rows = measure(targets, coaches, args.tolerance, args.batch, args.concurrency, env_kwargs,
                    say=lambda m: print(m, flush=True))

@@ -103,7 +103,7 @@ def nothing_trained(cfg, metrics: Mapping[str, float], result) -> tuple[str, str
 
 
 def _first_errors(result) -> str:
-    errors = getattr(result, "coach_errors", [])
+    errors = result.coach_errors
     return f"first {'errors' if len(errors) > 1 else 'error'}: {' | '.join(errors)}" if errors else "no error text"
 
 
