@@ -38,6 +38,7 @@ from mappa_envs.mathchat.answers import extract_answer
 from mappa_envs.sandbox.types import ExecResult
 
 MAX_DEPTH = 128
+MIN_MAX_VALUE = 20  # the largest start value
 OPS = {"add": "add {k}", "sub": "subtract {k}", "mul": "multiply by {k}"}
 ROLE_PROMPT = """You are {name}, agent {k} of {n} in a chain that solves a multi-step arithmetic problem.
 Apply step {k} of the task (and only that step) to the value the previous agent handed you{first}.
@@ -88,11 +89,14 @@ def read_step(text: str, k: int) -> tuple[str, int, int | None] | None:
     return _OP_OF[step.group(1)], int(step.group(2)), int(start.group(1)) if start else None
 
 
-def chain_tasks(depth: int, num_tasks: int, seed: int, split: str = "train") -> list[Task]:
-    """`num_tasks` problems of `depth` steps; values stay integers in [0, 10_000 + 9 * depth]. The splits
-    are disjoint by construction, whatever their sizes and seeds: "train" starts from even values, "eval"
-    from odd ones."""
+def chain_tasks(depth: int, num_tasks: int, seed: int, split: str = "train",
+                max_value: int | None = None) -> list[Task]:
+    """`num_tasks` problems of `depth` steps; values stay integers in [0, 10_000 + 9 * depth], or with
+    `max_value` in [0, max_value]: later steps then handle numbers as small as earlier ones, so a step is
+    as hard at depth 8 as at depth 2 (without it the values grow along the chain). The splits are disjoint
+    by construction, whatever their sizes and seeds: "train" starts from even values, "eval" from odd ones."""
     rng = random.Random(f"chain/{depth}/{seed}/{split}")
+    ceiling = 10_000 if max_value is None else max_value
     tasks: list[Task] = []
     for i in range(num_tasks):
         value = start = rng.randrange(3 if split == "eval" else 2, 21, 2)
@@ -100,8 +104,10 @@ def chain_tasks(depth: int, num_tasks: int, seed: int, split: str = "train") -> 
         for _ in range(depth):
             op = rng.choice(("add", "sub", "mul"))
             k = rng.randint(2, 4) if op == "mul" else rng.randint(1, 9)
-            if (op == "mul" and value * k > 10_000) or (op == "sub" and value - k < 0):
+            if (op == "mul" and value * k > ceiling) or (op == "sub" and value - k < 0):
                 op, k = "add", rng.randint(1, 9)
+            if max_value is not None and op == "add" and value + k > max_value:
+                op = "sub"  # value <= max_value and max_value >= MIN_MAX_VALUE, so it stays >= 0
             value = apply(op, k, value)
             steps.append((op, k))
             values.append(value)
@@ -217,8 +223,11 @@ class ChainScenario:
 
 
 def make_scenario(depth: int = 4, num_tasks: int = 256, task_seed: int = 0, split: str = "train",
-                  view: str = "all") -> ChainScenario:
-    for name, value, low, high in (("depth", depth, 1, MAX_DEPTH), ("num_tasks", num_tasks, 1, 1_000_000)):
+                  view: str = "all", max_value: int | None = None) -> ChainScenario:
+    bounds = [("depth", depth, 1, MAX_DEPTH), ("num_tasks", num_tasks, 1, 1_000_000)]
+    if max_value is not None:
+        bounds.append(("max_value", max_value, MIN_MAX_VALUE, 10_000))
+    for name, value, low, high in bounds:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise EnvArgumentError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
     if isinstance(task_seed, bool) or not isinstance(task_seed, int):
@@ -228,7 +237,7 @@ def make_scenario(depth: int = 4, num_tasks: int = 256, task_seed: int = 0, spli
     if view not in VIEWS:
         raise EnvArgumentError(f"view={view!r} is not one of {VIEWS}: 'all' shows every agent every step, "
                                "'own' only its own")
-    return ChainScenario(chain_tasks(depth, num_tasks, task_seed, split), view=view)
+    return ChainScenario(chain_tasks(depth, num_tasks, task_seed, split, max_value), view=view)
 
 
 class ChainEnv(PipelineEnv):
@@ -239,18 +248,19 @@ class ChainEnv(PipelineEnv):
         num_tasks, task_seed: how many problems, and their seed.
         split: "train" or "eval" (disjoint: even and odd start values).
         view: "all" (each agent is shown every step) or "own" (only its own step).
+        max_value: keep every value in [0, max_value] (20 to 10,000; default: let them grow along the chain).
         max_actions: most actions per agent's turn (code, then the value).
         limits: default: room for every agent's full turn.
         Everything else goes to `PipelineEnv` (coach, sandbox, reward_mode, render_mode, ...).
     """
 
     def __init__(self, depth: int = 4, num_tasks: int = 256, task_seed: int = 0, split: str = "train",
-                 view: str = "all", max_actions: int = 2, limits: EpisodeLimits | dict | None = None,
-                 **kwargs: Any):
+                 view: str = "all", max_value: int | None = None, max_actions: int = 2,
+                 limits: EpisodeLimits | dict | None = None, **kwargs: Any):
         if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions < 1:
             raise EnvArgumentError(f"max_actions must be an integer >= 1, got {max_actions!r}")
         no_team_argument("Chain-v0", "mappa_envs.chain.env:make_scenario", kwargs)
-        scenario = make_scenario(depth, num_tasks, task_seed, split, view)
+        scenario = make_scenario(depth, num_tasks, task_seed, split, view, max_value)
         if limits is None:
             limits = {"max_total_actions": depth * max_actions + 1}
         super().__init__(scenario, team=chain_spec(depth, max_actions), limits=limits, **kwargs)

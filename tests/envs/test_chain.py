@@ -5,7 +5,7 @@ import random
 import pytest
 
 import mappa_envs
-from mappa_envs.chain.env import OPS, apply, chain_tasks
+from mappa_envs.chain.env import OPS, SPLITS, apply, chain_tasks
 from mappa_envs.coach import CoachRequest
 from mappa_envs.coach.config import CoachConfigError
 from mappa_envs.coach.factory import make_coach
@@ -28,6 +28,24 @@ def test_tasks_are_what_they_say():
             value = apply(op, k, value)
             assert value >= 0
         assert str(value) == task.answer
+
+
+def test_max_value_keeps_every_step_as_small_as_the_first():
+    """Without it the values grow along the chain (a depth-8 chain's last step multiplies thousands); with it
+    every step of every depth handles numbers in [0, max_value], and the default tasks stay as they were."""
+    assert [t.answer for t in chain_tasks(8, 4, seed=3)] == ["2676", "2412", "718", "1280"]
+    for split in SPLITS:
+        for task in chain_tasks(8, 200, seed=3, split=split, max_value=99):
+            value = task.meta["start"]
+            for (op, k), stated in zip(task.meta["steps"], task.meta["values"]):
+                value = apply(op, k, value)
+                assert value == stated
+                assert 0 <= value <= 99
+    env = mappa_envs.make("Chain-v0", depth=8, max_value=20, sandbox="local")
+    assert all(0 <= v <= 20 for t in env.unwrapped.scenario.tasks() for v in t.meta["values"])
+    for bad in (19, 10_001, 50.0, True, "99"):
+        with pytest.raises(EnvArgumentError, match=r"max_value must be an integer in \[20, 10000\]"):
+            mappa_envs.make("Chain-v0", max_value=bad)
 
 
 def actions(episode):
