@@ -254,7 +254,8 @@ def _preflight(cfg: AblateConfig, base, start: str, path: Path, progress) -> Non
     report = check_start(base, Path(start), cfg.preflight_episodes, cfg.preflight_min_right, path)
     depth = base.env.kwargs.get("depth")
     progress(f"pre-flight{'' if depth is None else f' at depth {depth}'}: {report['right_share']:.0%} of the "
-             f"start's actions right, team success {report['team_success']:.0%} over {report['episodes']} episodes")
+             f"start's actions right, team success {report['team_success']:.0%} over {report['episodes']} episodes"
+             + "".join(f"; {role} {share:.0%}" for role, share in report.get("right_share_by_role", {}).items()))
 
 
 def _train(cfg) -> None:

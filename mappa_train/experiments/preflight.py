@@ -51,10 +51,17 @@ def play_start(cfg, start: Path, episodes: int) -> dict:
         for env in envs:
             env.close()
         sandbox.close()
-    checked = [t.info.get("checks", {}) for r in results for t in r.turns]
-    checked = [{k: v for k, v in c.items() if k != INPUTS_READY} for c in checked]
-    right = [all(c.values()) for c in checked if c]
-    return {"episodes": len(results), "actions": len(checked), "checked_actions": len(right),
+    by_role: dict[str, list[bool]] = {}
+    actions = 0
+    for turn in (t for r in results for t in r.turns):
+        actions += 1
+        checks = {k: v for k, v in turn.info.get("checks", {}).items() if k != INPUTS_READY}
+        if checks:
+            by_role.setdefault(turn.role, []).append(all(checks.values()))
+    right = [ok for oks in by_role.values() for ok in oks]
+    return {"episodes": len(results), "actions": actions, "checked_actions": len(right),
             "right_share": sum(right) / len(right) if right else 0.0,
+            # per role: is a deep chain's last step as learnable as its first?
+            "right_share_by_role": {role: round(sum(oks) / len(oks), 3) for role, oks in by_role.items()},
             "team_success": sum(bool(r.outcome and r.outcome.correct) for r in results) / max(1, len(results)),
             "temperature": cfg.generation.temperature}

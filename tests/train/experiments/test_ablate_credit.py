@@ -211,7 +211,9 @@ def test_start_per_depth_builds_and_uses_one_start_for_each_depth(tmp_path):
         for arm in ("process", "outcome"):
             config = json.loads((out / "runs" / f"depth{depth}" / arm / "seed0" / "config.json").read_text())
             assert config["model"]["path"] == str(start)
-        assert json.loads((out / "start" / f"preflight_depth{depth}.json").read_text())["episodes"] == 2
+        preflight = json.loads((out / "start" / f"preflight_depth{depth}.json").read_text())
+        assert preflight["episodes"] == 2
+        assert set(preflight["right_share_by_role"]) == {f"step_{k}" for k in range(1, depth + 1)}
     # --depths keeps a subset: its start is the one built for that depth, and the other depth does not train
     assert main(["ablate", "--config", str(spec), "--out", str(out), "--depths", "3", "--seeds", "1"]) == 0
     assert not (out / "start" / "model").exists()
