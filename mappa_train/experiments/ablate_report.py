@@ -30,10 +30,14 @@ def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, 
     return mean, mean - half, mean + half
 
 
+TIE = 1e-9
+
+
 def sign_test(diffs: list[float]) -> dict:
     """Two-sided exact sign test of "the median difference is 0": zero differences are dropped, and p is
-    twice the binomial(n, 1/2) tail at the rarer sign (at most 1)."""
-    pos, neg = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    twice the binomial(n, 1/2) tail at the rarer sign (at most 1). A difference within TIE of 0 is a tie:
+    equal accuracies averaged in another order differ by float rounding (2.8e-17), not by a problem."""
+    pos, neg = sum(d > TIE for d in diffs), sum(d < -TIE for d in diffs)
     n = pos + neg
     p = min(1.0, 2 * sum(math.comb(n, k) for k in range(min(pos, neg) + 1)) / 2**n) if n else 1.0
     return {"positive": pos, "negative": neg, "ties": len(diffs) - n, "p": p}

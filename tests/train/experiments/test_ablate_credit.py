@@ -120,6 +120,11 @@ def test_sign_test_against_its_closed_form(diffs, p):
     assert sign_test(diffs)["p"] == pytest.approx(_brute_sign_p(diffs))
 
 
+def test_a_float_rounding_difference_is_a_tie():
+    equal = (0.25 + 0.16666666666666666) / 2 - (0.16666666666666666 + 0.25) / 2 + 2.7755575615628914e-17
+    assert sign_test([equal, 0.06, -0.08])["ties"] == 1
+
+
 def test_preflight_stops_a_start_that_gets_nothing_right(tmp_path):
     from mappa_train.experiments.preflight import check_start
 
