@@ -44,6 +44,7 @@ class LLMCoachConfig:
     on_failure: OnFailure = "skip"
     neutral_score: float = 5.0  # the placeholder `on_failure="neutral"` puts in an ok=False score
     structured_output: bool = False  # ask for JSON via response_format=json_schema (OpenAI, Gemini, vLLM)
+    rationale_chars: int = 800  # the schema's cap on the rationale: a small judge that loops reaches its score sooner
     reasoning_effort: str | None = None  # passed through when set (Gemini 2.5 / OpenAI reasoning models)
     extra_body: dict | None = None  # endpoint-specific request fields, e.g. vLLM {"structured_outputs": {"regex": ...}}
     price_prompt_per_mtok: float = 0.0  # USD per million prompt tokens, for cost accounting
@@ -58,8 +59,8 @@ class LLMCoachConfig:
             problems.append(f"base_url {self.base_url!r} must start with http:// or https://")
         if self.on_failure not in ("raise", "skip", "neutral"):
             problems.append(f"on_failure {self.on_failure!r} must be 'raise', 'skip' or 'neutral'")
-        if self.concurrency < 1 or self.max_retries < 0 or self.max_tokens < 1:
-            problems.append("concurrency and max_tokens must be >= 1 and max_retries >= 0")
+        if self.concurrency < 1 or self.max_retries < 0 or self.max_tokens < 1 or self.rationale_chars < 1:
+            problems.append("concurrency, max_tokens and rationale_chars must be >= 1 and max_retries >= 0")
         if self.timeout_s <= 0 or (self.rpm is not None and self.rpm <= 0):
             problems.append("timeout_s and rpm must be > 0 (rpm=None for no limit)")
         if not 0.0 <= self.neutral_score <= 10.0:

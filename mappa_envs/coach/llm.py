@@ -98,6 +98,7 @@ class LLMCoach:
                            "format": FORMAT_VERSION,
                            "temperature": c.temperature, "max_tokens": c.max_tokens,
                            "structured": c.structured_output, "reasoning_effort": c.reasoning_effort,
+                           "rationale_chars": c.rationale_chars if c.structured_output else None,
                            "extra_body": c.extra_body}, sort_keys=True)
 
     def score(self, request: CoachRequest) -> CoachScore:
@@ -228,7 +229,7 @@ class _Call:
         kwargs: dict[str, Any] = dict(model=c.model, messages=messages, temperature=c.temperature,
                                       max_tokens=c.max_tokens)
         if c.structured_output:
-            kwargs["response_format"] = json_schema(self.request.ask_answer_correct)
+            kwargs["response_format"] = json_schema(self.request.ask_answer_correct, c.rationale_chars)
         if c.reasoning_effort is not None:
             kwargs["reasoning_effort"] = c.reasoning_effort
         if c.extra_body:

@@ -100,21 +100,40 @@ def test_the_documented_judge_starts_within_a_24_gb_machine_and_scores(judge):
     assert peak < LIMIT_GIB
 
 
+def test_a_capped_rationale_reaches_the_score_within_few_tokens(judge):
+    """The served judge honours the schema's rationale cap: with rationale_chars=60 a reply ends in its
+    score within 60 tokens, where the default 800-character rationale can loop past 300 (docs/results.md)."""
+    url, _, _ = judge
+    coach = LLMCoach(LLMCoachConfig(model="smollm2", base_url=url, api_key_env=None, max_tokens=60,
+                                    rationale_chars=60, structured_output=True, timeout_s=600, max_retries=1,
+                                    format_retry=False))
+    verdicts = [coach.score(CoachRequest(env_id="Chain-v0", role=f"step_{k}", role_duties="Apply your step.",
+                                         task=f"Start at {k}; add 4.", action=f"\\boxed{{{k + 4}}}",
+                                         ground_truth=str(k + 4))) for k in (1, 2, 3)]
+    assert all(v.ok for v in verdicts), [v.error for v in verdicts]
+    assert all(len(v.rationale) <= 60 for v in verdicts), [v.rationale for v in verdicts]
+
+
 def test_a_chain_run_trains_on_the_judges_scores(judge, tmp_path):
     """The LLM-coach arm of configs/ablate/credit_llm_coach.yaml, one step: a Chain-v0 run whose process
     rewards come from the served judge (every coach call reaches it and none fails)."""
     import json
 
+    import yaml
+
     from mappa_train.config import load_config
     from mappa_train.train import train
 
+    arm = yaml.safe_load((ROOT / "configs" / "ablate" / "credit_llm_coach.yaml").read_text())["arms"]["process_smollm2"]
+    key = "env.coach_kwargs="
+    judge_kwargs = next(yaml.safe_load(o.removeprefix(key)) for o in arm["overrides"] if o.startswith(key))
     url, log_path, _ = judge
     posts = lambda: log_path.read_text().count("POST /v1/chat/completions")  # noqa: E731
     before = posts()
     train(load_config(ROOT / "configs" / "chain.yaml", [
         f"out_dir={tmp_path}", "model.path=tiny", "steps=1", "eval_every=0",
         "env.kwargs={depth: 2, num_tasks: 8, max_actions: 2, view: own}", f"env.coach=smollm2@{url}",
-        "env.coach_kwargs={structured_output: true, max_tokens: 300, timeout_s: 600}",
+        f"env.coach_kwargs={json.dumps({**judge_kwargs, 'timeout_s': 600})}",  # the arm's judge settings
         "rollout.num_envs=2", "rollout.prompts_per_step=1", "rollout.samples_per_prompt=2",
         "algo.mask_length_cut=false", "algo.mask_excused=false",  # a random tiny model: train on every action
         "learner.train_batch_size=8", "learner.micro_batch_size=8", "log.progress=false"]))

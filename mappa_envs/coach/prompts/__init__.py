@@ -77,9 +77,10 @@ def reply_format(ask_answer_correct: bool, structured: bool) -> str:
     return "Reply in exactly this format, with nothing after the SCORE line:\n" + "\n".join(lines)
 
 
-def json_schema(ask_answer_correct: bool) -> dict:
-    """The `response_format` for structured output: the same fields as the text format."""
-    props: dict = {"rationale": {"type": "string", "maxLength": 800}}
+def json_schema(ask_answer_correct: bool, rationale_chars: int = 800) -> dict:
+    """The `response_format` for structured output: the same fields as the text format, the rationale
+    first (the judge reasons before it scores) and at most `rationale_chars` long."""
+    props: dict = {"rationale": {"type": "string", "maxLength": rationale_chars}}
     if ask_answer_correct:
         props["answer_correct"] = {"type": "boolean"}
     props["score"] = {"type": "number", "minimum": 0, "maximum": 10}

@@ -214,6 +214,18 @@ def test_structured_output_sends_a_json_schema(stub):
     assert fmt["type"] == "json_schema"
     assert list(fmt["json_schema"]["schema"]["properties"]) == ["rationale", "answer_correct", "score"]
     assert score.rationale == "fine"  # the field, not the raw JSON
+    assert fmt["json_schema"]["schema"]["properties"]["rationale"]["maxLength"] == 800
+
+
+def test_rationale_cap_reaches_the_schema_and_the_cache_identity(stub):
+    capped = stub_coach(stub, structured_output=True, rationale_chars=120)
+    stub.reply = '{"rationale": "fine", "score": 8}'
+    capped.score(request())
+    assert stub.requests[0]["response_format"]["json_schema"]["schema"]["properties"]["rationale"]["maxLength"] == 120
+    default = stub_coach(stub, structured_output=True)
+    assert capped.cache_identity(request()) != default.cache_identity(request())  # a capped verdict is not reused
+    with pytest.raises(ValueError, match="rationale_chars must be >= 1"):
+        stub_coach(stub, structured_output=True, rationale_chars=0)
 
 
 def test_structured_output_failure_names_the_schema(stub):
