@@ -243,7 +243,9 @@ def plot(results: dict, out_png: Path) -> Path:
 
 def plot_differences(results: dict, out: Path) -> list[Path]:
     """The paired difference (arm − baseline, mean after the start, 95% CI) vs depth (plain coach) and vs the
-    coach's error rate (one line per depth the noise sweep ran at)."""
+    coach's error rate (one line per depth the noise sweep ran at). A plot is written only when it has a
+    line of two points or more (a stale one from an earlier sweep in `out` is removed): one point is a
+    table row, not a trend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -253,13 +255,15 @@ def plot_differences(results: dict, out: Path) -> list[Path]:
     made = []
     for name, x_key, keep in (("difference_vs_depth.png", "depth", lambda r: not r["coach_noise"]),
                               ("difference_vs_noise.png", "coach_noise", lambda r: True)):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
         groups: dict = {}
         for r in filter(keep, rows):
             label = r["arm"] if x_key == "depth" else f"{r['arm']}, depth {r['depth']}"
             groups.setdefault(label, []).append(r)
-        if x_key == "coach_noise":  # a line needs more than the noise-free point
-            groups = {k: v for k, v in groups.items() if len(v) > 1}
+        groups = {k: v for k, v in groups.items() if len(v) > 1}
+        (out / name).unlink(missing_ok=True)
+        if not groups:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.5))
         for label, rs in groups.items():
             rs = sorted(rs, key=lambda r: r[x_key])
             x = [r[x_key] for r in rs]
@@ -270,8 +274,7 @@ def plot_differences(results: dict, out: Path) -> list[Path]:
         ax.set_xlabel("chain depth" if x_key == "depth" else "coach error rate ε")
         ax.set_ylabel(f"{results['eval_set']} accuracy after the start, arm − {results['baseline']}")
         ax.set_title(f"paired over {len(results['seeds'])} seeds, 95% t-interval")
-        if groups:
-            ax.legend(fontsize=8)
+        ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / name, dpi=100)
         plt.close(fig)

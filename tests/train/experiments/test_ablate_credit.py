@@ -13,7 +13,7 @@ import pytest
 
 from mappa_train.config import ConfigError, load_config
 from mappa_train.experiments.ablate import AblateConfig, Arm, Condition, arms_at, conditions, load_ablation, run_dir
-from mappa_train.experiments.ablate_report import sign_test, summarise
+from mappa_train.experiments.ablate_report import plot_differences, sign_test, summarise
 
 ROOT = Path(__file__).parents[3]
 ARMS = {"process": Arm(reward="process", whiten="per_role"), "outcome": Arm(reward="outcome", whiten="per_role"),
@@ -123,6 +123,18 @@ def test_sign_test_against_its_closed_form(diffs, p):
 def test_a_float_rounding_difference_is_a_tie():
     equal = 2.7755575615628914e-17  # two equal mean accuracies, averaged in different orders (a real residue)
     assert sign_test([equal, 0.06, -0.08])["ties"] == 1
+
+
+def test_a_difference_plot_needs_two_points_and_a_stale_one_is_removed(tmp_path):
+    row = lambda depth, noise: dict(depth=depth, coach_noise=noise, arm="process", auc_diff=0.1,  # noqa: E731
+                                    ci95=[0.0, 0.2])
+    results = dict(eval_set="heldout", baseline="outcome", seeds=[0, 1])
+    (tmp_path / "difference_vs_noise.png").write_bytes(b"an earlier sweep's plot")
+    made = plot_differences({**results, "paired": [row(2, 0.0), row(8, 0.0)]}, tmp_path)
+    assert made == [tmp_path / "difference_vs_depth.png"]  # one noise level: no line, so no plot
+    assert not (tmp_path / "difference_vs_noise.png").exists()
+    assert plot_differences({**results, "paired": [row(8, 0.0)]}, tmp_path) == []  # one depth: no trend
+    assert not (tmp_path / "difference_vs_depth.png").exists()
 
 
 def test_preflight_stops_a_start_that_gets_nothing_right(tmp_path):
