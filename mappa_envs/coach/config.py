@@ -19,6 +19,7 @@ from mappa_envs.errors import MappaError
 
 OnFailure = Literal["raise", "skip", "neutral"]
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai/"
+RATIONALE_CHARS = 800  # the structured reply's default cap on the rationale
 
 
 class CoachConfigError(MappaError, ValueError):
@@ -44,7 +45,7 @@ class LLMCoachConfig:
     on_failure: OnFailure = "skip"
     neutral_score: float = 5.0  # the placeholder `on_failure="neutral"` puts in an ok=False score
     structured_output: bool = False  # ask for JSON via response_format=json_schema (OpenAI, Gemini, vLLM)
-    rationale_chars: int = 800  # the schema's cap on the rationale: a small judge that loops reaches its score sooner
+    rationale_chars: int = RATIONALE_CHARS  # the schema's rationale cap: a small judge that loops reaches its score
     reasoning_effort: str | None = None  # passed through when set (Gemini 2.5 / OpenAI reasoning models)
     extra_body: dict | None = None  # endpoint-specific request fields, e.g. vLLM {"structured_outputs": {"regex": ...}}
     price_prompt_per_mtok: float = 0.0  # USD per million prompt tokens, for cost accounting
@@ -63,6 +64,9 @@ class LLMCoachConfig:
             problems.append("concurrency, max_tokens and rationale_chars must be >= 1 and max_retries >= 0")
         if self.timeout_s <= 0 or (self.rpm is not None and self.rpm <= 0):
             problems.append("timeout_s and rpm must be > 0 (rpm=None for no limit)")
+        if self.rationale_chars != RATIONALE_CHARS and not self.structured_output:  # the text format has no cap
+            problems.append(f"rationale_chars={self.rationale_chars} caps the JSON schema's rationale and has no "
+                            "effect without structured_output=true: set that too, or drop rationale_chars")
         if not 0.0 <= self.neutral_score <= 10.0:
             problems.append("neutral_score must lie in [0, 10]")
         if problems:

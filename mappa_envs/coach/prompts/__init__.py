@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mappa_envs.coach.config import RATIONALE_CHARS
 from mappa_envs.coach.types import CoachRequest
 from mappa_envs.core.untrusted import clip, fence_mark, fenced, one_line, safe_text
 from mappa_envs.errors import InputError
@@ -77,7 +78,7 @@ def reply_format(ask_answer_correct: bool, structured: bool) -> str:
     return "Reply in exactly this format, with nothing after the SCORE line:\n" + "\n".join(lines)
 
 
-def json_schema(ask_answer_correct: bool, rationale_chars: int = 800) -> dict:
+def json_schema(ask_answer_correct: bool, rationale_chars: int = RATIONALE_CHARS) -> dict:
     """The `response_format` for structured output: the same fields as the text format, the rationale
     first (the judge reasons before it scores) and at most `rationale_chars` long."""
     props: dict = {"rationale": {"type": "string", "maxLength": rationale_chars}}

@@ -226,6 +226,8 @@ def test_rationale_cap_reaches_the_schema_and_the_cache_identity(stub):
     assert capped.cache_identity(request()) != default.cache_identity(request())  # a capped verdict is not reused
     with pytest.raises(ValueError, match="rationale_chars must be >= 1"):
         stub_coach(stub, structured_output=True, rationale_chars=0)
+    with pytest.raises(ValueError, match="no effect without structured_output=true"):
+        stub_coach(stub, rationale_chars=120)  # the text format would ignore it silently
 
 
 def test_structured_output_failure_names_the_schema(stub):
