@@ -33,7 +33,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from mappa_envs.coach.config import CoachConfigError, LLMCoachConfig, llm_config
+from mappa_envs.coach.config import RATIONALE_CHARS, CoachConfigError, LLMCoachConfig, llm_config
 from mappa_envs.coach.parse import parse_reply
 from mappa_envs.coach.prompts import FORMAT_VERSION, coach_messages, json_schema, load_template
 from mappa_envs.coach.types import CoachRequest, CoachScore
@@ -94,12 +94,12 @@ class LLMCoach:
     def cache_identity(self, request: CoachRequest) -> str:
         """What, besides the request, determines this coach's verdict (the CachedCoach key)."""
         c = self.config
-        return json.dumps({"model": c.model, "template": load_template(request.env_id).version,
-                           "format": FORMAT_VERSION,
-                           "temperature": c.temperature, "max_tokens": c.max_tokens,
-                           "structured": c.structured_output, "reasoning_effort": c.reasoning_effort,
-                           "rationale_chars": c.rationale_chars if c.structured_output else None,
-                           "extra_body": c.extra_body}, sort_keys=True)
+        identity = {"model": c.model, "template": load_template(request.env_id).version, "format": FORMAT_VERSION,
+                    "temperature": c.temperature, "max_tokens": c.max_tokens, "structured": c.structured_output,
+                    "reasoning_effort": c.reasoning_effort, "extra_body": c.extra_body}
+        if c.rationale_chars != RATIONALE_CHARS:  # only a cap that changes the schema: existing caches keep their keys
+            identity["rationale_chars"] = c.rationale_chars
+        return json.dumps(identity, sort_keys=True)
 
     def score(self, request: CoachRequest) -> CoachScore:
         call = _Call(self, request)
