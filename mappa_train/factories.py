@@ -58,18 +58,22 @@ def pad_id(model_path: Path | str) -> int:
     return AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
 
 
-def make_coach(cfg: TrainConfig):
-    """The configured coach, through the one factory training and `mappa eval` share."""
+def make_coach(cfg: TrainConfig, evaluation: bool = False):
+    """The configured coach, through the one factory training and `mappa eval` share; for evaluation envs
+    `env.eval_coach` when it is set (built from its spec alone: the settings are the training coach's)."""
     from mappa_envs.coach import make_coach as build
 
+    if evaluation and cfg.env.eval_coach:
+        return build(cfg.env.eval_coach)
     return build(cfg.env.coach, cfg.env.coach_kwargs, cfg.env.coach_cache)
 
 
-def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = None, sandbox: Any = None) -> list:
-    """`n` envs as configured; they share one coach and (when given) one sandbox."""
+def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = None, sandbox: Any = None,
+              evaluation: bool = False) -> list:
+    """`n` envs as configured (`evaluation`: held-out envs); they share one coach and (when given) one sandbox."""
     import mappa_envs
 
-    coach = make_coach(cfg)
+    coach = make_coach(cfg, evaluation)
     kwargs = {**cfg.env.kwargs, **(overrides or {})}
     return [mappa_envs.make(cfg.env.id, coach=coach, sandbox=sandbox or cfg.env.sandbox, **kwargs) for _ in range(n)]
 
@@ -148,7 +152,7 @@ def local_experience(cfg: TrainConfig, model_path: Path | str) -> LocalExperienc
     sandbox = make_sandbox(cfg.env.sandbox, **cfg.env.sandbox_kwargs)
     envs = {None: make_envs(cfg, cfg.rollout.num_envs, sandbox=sandbox)}
     for name, overrides in cfg.env.eval_sets.items():
-        envs[name] = make_envs(cfg, cfg.rollout.num_envs, overrides, sandbox=sandbox)
+        envs[name] = make_envs(cfg, cfg.rollout.num_envs, overrides, sandbox=sandbox, evaluation=True)
     roles = envs[None][0].possible_agents
     policy_of = policy_map(cfg, roles)
     generators = make_generators(cfg, model_path, sorted(set(policy_of.values())))

@@ -83,6 +83,9 @@ class EnvConfig:
     coach_kwargs: dict = doc({}, "LLMCoachConfig settings on top of the spec (structured_output, max_tokens, "
                                  "on_failure, ...)")
     coach_cache: str | None = doc(None, "SQLite file caching the coach's verdicts, so re-runs replay them at no cost")
+    eval_coach: str = doc("", "coach for the held-out evaluations ('': the training coach, its settings and cache); "
+                              "e.g. rule, so a judge paid per call scores only the actions trained on (accuracy is "
+                              "the team's outcome either way)")
     sandbox: SandboxBackend = doc("local", "where agents' code runs")
     sandbox_kwargs: dict = doc({}, "sandbox limits/options for make_sandbox, shared by all envs (e.g. preimport: [])")
 

@@ -109,6 +109,13 @@ def _check_env_kwargs(env: EnvConfig) -> None:
         typed_settings(settings)
     except MappaError as e:
         raise ConfigError(f"env.coach_kwargs: {e}") from None
+    if env.eval_coach:
+        from mappa_envs.coach import make_coach
+
+        try:
+            make_coach(env.eval_coach)
+        except MappaError as e:
+            raise ConfigError(f"env.eval_coach {env.eval_coach!r}: {e}") from None
     from mappa_envs.sandbox.factory import accepted_arguments
 
     unknown = sorted(set(env.sandbox_kwargs) - accepted_arguments(env.sandbox))

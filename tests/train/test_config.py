@@ -123,6 +123,22 @@ def test_a_coach_spec_and_its_settings_load():
     assert (cfg.env.coach, cfg.env.coach_kwargs) == ("judge@http://127.0.0.1:9/v1", {"structured_output": True})
 
 
+def test_the_eval_coach_scores_only_the_heldout_envs_and_a_bad_one_fails_at_load_time():
+    from mappa_envs.coach.noisy import NoisyCoach
+    from mappa_envs.coach.rule import RuleCoach
+    from mappa_train.factories import make_envs
+
+    cfg = load_config(Path(__file__).parents[2] / "configs" / "chain.yaml",
+                      ["env.coach=rule:noise=0.5,seed=1", "env.eval_coach=rule"])
+    assert isinstance(make_envs(cfg, 1)[0].unwrapped.coach, NoisyCoach)
+    assert type(make_envs(cfg, 1, evaluation=True)[0].unwrapped.coach) is RuleCoach
+    same = load_config(Path(__file__).parents[2] / "configs" / "chain.yaml", ["env.coach=rule:noise=0.5,seed=1"])
+    assert isinstance(make_envs(same, 1, evaluation=True)[0].unwrapped.coach, NoisyCoach)  # unset: the training coach
+    with pytest.raises(ConfigError, match="env.eval_coach 'rul': unknown coach 'rul'; use 'rule'") as info:
+        load_config(None, ["env.eval_coach=rul"])
+    assert "\n" not in str(info.value)
+
+
 def test_role_paths_need_per_role_and_known_roles():
     with pytest.raises(ConfigError, match="model.role_paths gives roles their own models, which needs "
                                           "model.policies=per_role"):
