@@ -241,11 +241,26 @@ def plot(results: dict, out_png: Path) -> Path:
     return out_png
 
 
+def difference_lines(rows: list[dict], x_key: str) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+    """The paired rows of one difference plot: lines of two points or more by label, and on the noise axis
+    references, an arm trained only with the plain coach at a depth the noise sweep ran at (a real judge's
+    arm), drawn across the plot to be read against the curve. One point is a table row, not a trend."""
+    groups: dict = {}
+    for r in rows:
+        if x_key == "depth" and r["coach_noise"]:
+            continue
+        label = r["arm"] if x_key == "depth" else f"{r['arm']}, depth {r['depth']}"
+        groups.setdefault(label, []).append(r)
+    lines = {k: sorted(v, key=lambda r: r[x_key]) for k, v in groups.items() if len(v) > 1}
+    swept = {rs[0]["depth"] for rs in lines.values()} if x_key == "coach_noise" else set()
+    references = {k: v[0] for k, v in groups.items() if len(v) == 1 and v[0]["depth"] in swept}
+    return lines, references
+
+
 def plot_differences(results: dict, out: Path) -> list[Path]:
     """The paired difference (arm − baseline, mean after the start, 95% CI) vs depth (plain coach) and vs the
-    coach's error rate (one line per depth the noise sweep ran at). A plot is written only when it has a
-    line of two points or more (a stale one from an earlier sweep in `out` is removed): one point is a
-    table row, not a trend."""
+    coach's error rate (one line per depth the noise sweep ran at, and `difference_lines`' references). A
+    plot is written only when it has a line (a stale one from an earlier sweep in `out` is removed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -253,23 +268,20 @@ def plot_differences(results: dict, out: Path) -> list[Path]:
 
     rows = [r for r in results["paired"] if r["depth"] is not None]
     made = []
-    for name, x_key, keep in (("difference_vs_depth.png", "depth", lambda r: not r["coach_noise"]),
-                              ("difference_vs_noise.png", "coach_noise", lambda r: True)):
-        groups: dict = {}
-        for r in filter(keep, rows):
-            label = r["arm"] if x_key == "depth" else f"{r['arm']}, depth {r['depth']}"
-            groups.setdefault(label, []).append(r)
-        groups = {k: v for k, v in groups.items() if len(v) > 1}
+    for name, x_key in (("difference_vs_depth.png", "depth"), ("difference_vs_noise.png", "coach_noise")):
+        lines, references = difference_lines(rows, x_key)
         (out / name).unlink(missing_ok=True)
-        if not groups:
+        if not lines:
             continue
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for label, rs in groups.items():
-            rs = sorted(rs, key=lambda r: r[x_key])
+        for label, rs in lines.items():
             x = [r[x_key] for r in rs]
             y = [r["auc_diff"] for r in rs]
             err = [[r["auc_diff"] - r["ci95"][0] for r in rs], [r["ci95"][1] - r["auc_diff"] for r in rs]]
             ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=label)
+        for i, (label, r) in enumerate(references.items(), start=len(lines)):  # colours go on after the lines'
+            ax.axhline(r["auc_diff"], color=f"C{i}", linestyle="--", label=f"{label} (no noise sweep)")
+            ax.axhspan(*r["ci95"], color=f"C{i}", alpha=0.12)
         ax.axhline(0, color="grey", linewidth=1)
         ax.set_xlabel("chain depth" if x_key == "depth" else "coach error rate ε")
         ax.set_ylabel(f"{results['eval_set']} accuracy after the start, arm − {results['baseline']}")

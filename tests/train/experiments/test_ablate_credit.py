@@ -137,6 +137,25 @@ def test_a_difference_plot_needs_two_points_and_a_stale_one_is_removed(tmp_path)
     assert not (tmp_path / "difference_vs_depth.png").exists()
 
 
+def test_an_arm_without_a_noise_sweep_is_a_reference_on_the_noise_plot(tmp_path):
+    from mappa_train.experiments.ablate_report import difference_lines
+
+    row = lambda arm, depth, noise, d: dict(depth=depth, coach_noise=noise, arm=arm, auc_diff=d,  # noqa: E731
+                                            ci95=[d - 0.1, d + 0.1])
+    rows = [row("process", 2, 0.0, 0.08), row("process", 2, 0.4, 0.01), row("process", 2, 0.1, 0.05),
+            row("process_judge", 2, 0.0, 0.02), row("process_judge", 8, 0.0, 0.03), row("process", 8, 0.0, 0.06)]
+    lines, references = difference_lines(rows, "coach_noise")
+    assert [r["coach_noise"] for r in lines["process, depth 2"]] == [0.0, 0.1, 0.4]  # sorted along the axis
+    assert set(lines) == {"process, depth 2"}
+    assert references == {"process_judge, depth 2": rows[3]}  # depth 8 had no sweep: nothing to read it against
+    lines, references = difference_lines(rows, "depth")
+    assert {k: [r["depth"] for r in v] for k, v in lines.items()} == {"process": [2, 8], "process_judge": [2, 8]}
+    assert references == {}
+    results = dict(eval_set="heldout", baseline="outcome", seeds=[0, 1], paired=rows)
+    assert plot_differences(results, tmp_path) == [tmp_path / "difference_vs_depth.png",
+                                                   tmp_path / "difference_vs_noise.png"]
+
+
 def test_preflight_stops_a_start_that_gets_nothing_right(tmp_path):
     from mappa_train.experiments.preflight import check_start
 
