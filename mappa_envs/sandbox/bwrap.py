@@ -26,7 +26,8 @@ def bwrap_path() -> str | None:
 
 def _python_roots(python: str) -> list[str]:
     """Directories the interpreter needs (its prefix, base prefix and real location), outside /usr."""
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
+    # the same spelling, not the same file: a venv's python is a link to the base one, with other prefixes
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     else:
         out = subprocess.run([python, "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
@@ -62,13 +63,14 @@ def bwrap_argv(bwrap: str, limits: Limits, python: str, root: bool, hide: tuple[
              "--size", small, "--perms", "1777", "--tmpfs", "/tmp",  # before the Python binds: a venv in /tmp goes over
              "--size", str(limits.workspace_mb << 20), "--perms", "0755", "--tmpfs", "/workspace"]
     made: set[str] = set()
-    for r in _python_roots(python):
+    roots = _python_roots(python)
+    for r in roots:
         for parent in [str(p) for p in reversed(PurePosixPath(r).parents) if str(p) != "/"]:
             if parent not in made and not parent.startswith("/usr"):  # bwrap makes missing parents 0700: unpassable
                 argv += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
         argv += ["--ro-bind", r, r]
-    return argv + hide_argv(hide) + ["--remount-ro", "/", "--chdir", "/workspace"]
+    return argv + hide_argv(hide, roots) + ["--remount-ro", "/", "--chdir", "/workspace"]
 
 
 def probe(argv: list[str]) -> str | None:
