@@ -12,13 +12,23 @@ into the base (`mappa_train.lora.merge_adapter`, as `lora.export_merged` does fo
 
 Transcripts (`mappa run`, `mappa eval`, `TranscriptRecorder` files) become one row per action: the
 episode's env, task, seed and outcome, the role and its action, what the agent saw (`seen`: its last
-prompt message; `messages`: the whole chat, where the file has it), the tool results and coach
-verdict as JSON text, the reward. Flat typed columns, so the dataset has one Arrow schema however
-the records vary.
+prompt message; `messages`: the whole chat it answered, which every writer of this project records;
+empty for a file written before they did), the tool results and coach verdict as JSON text, the
+reward. Flat typed columns, so the dataset has one Arrow schema however the records vary; a row
+whose fields have other types is refused with its line number.
+
+Either export writes into a new folder only (`--out` absent or empty), and atomically: everything
+goes into a hidden temporary folder beside it, renamed to `--out` once complete, so a failed export
+leaves nothing and an existing folder (a checkpoint, an earlier export) is never written into.
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mappa_train.config import ConfigError
@@ -54,21 +64,44 @@ def export_checkpoint(run_dir: str | Path, step: int | None, out: str | Path) ->
         raise ExportError(f"{run_dir} has no checkpoint of step {step}; it has steps {steps} "
                           "(keep_checkpoints decides how many stay)")
     cfg = from_dict(json.loads((run_dir / "config.json").read_text()))
-    if out.exists() and any(out.iterdir()):
-        raise ExportError(f"{out} exists and is not empty; choose another --out")
     ckpt = run_dir / "checkpoints" / f"step_{step:06d}"
     policies = sorted(p.name for p in ckpt.iterdir() if p.is_dir())
-    if cfg.model.policies == "lora":  # one peft adapter per group over the frozen base: merged into it
-        from mappa_train.factories import resolve_model
+    with new_folder(out) as tmp:
+        if cfg.model.policies == "lora":  # one peft adapter per group over the frozen base: merged into it
+            from mappa_train.factories import resolve_model
 
-        base = resolve_model(cfg)  # resolved once: every adapter merges into the same base
-        written = {policy: _merge_lora(ckpt / policy, base, out / policy) for policy in policies}
-    else:
-        starts = _starting_models(cfg, policies)
-        written = {policy: _export_policy(ckpt / policy, starts[policy], out / policy) for policy in policies}
-    (out / "export.json").write_text(json.dumps({"run": str(run_dir.resolve()), "step": step,
-                                                 "policies": policies}, indent=2))
-    return written
+            base = resolve_model(cfg)  # resolved once: every adapter merges into the same base
+            for policy in policies:
+                _merge_lora(ckpt / policy, base, tmp / policy)
+        else:
+            starts = _starting_models(cfg, policies)
+            for policy in policies:
+                _export_policy(ckpt / policy, starts[policy], tmp / policy)
+        (tmp / "export.json").write_text(json.dumps({"run": str(run_dir.resolve()), "step": step,
+                                                     "policies": policies}, indent=2))
+    return {policy: out / policy for policy in policies}
+
+
+@contextmanager
+def new_folder(out: Path) -> Iterator[Path]:
+    """A temporary folder beside `out` to write into; renamed to `out` when the block ends, removed if it
+    raises. `out` must not exist or be an empty folder: an export never writes into existing files."""
+    _check_new(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        yield tmp
+        _check_new(out)  # something may have appeared there meanwhile
+        os.rename(tmp, out)  # atomic; replaces an empty folder, refuses a non-empty one
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _check_new(out: Path) -> None:
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise ExportError(f"--out {out} already exists and is not an empty folder; an export writes a new folder "
+                          "only: choose another --out")
 
 
 def _starting_models(cfg, policies: list[str]) -> dict[str, Path]:
@@ -121,12 +154,12 @@ def _weights(ckpt: Path) -> dict:
     return dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt), tag="state"))
 
 
-def transcript_rows(path: str | Path):
+def transcript_rows(path: str | Path) -> Iterator[dict]:
     """One flat row per action of every episode in a transcripts JSON-lines file."""
     path = Path(path)
     if not path.is_file():
-        raise ExportError(f"{path} does not exist; give a transcripts .jsonl written by mappa run or mappa eval")
-    with path.open(encoding="utf-8") as lines:
+        raise ExportError(f"{path} is not a file; give a transcripts .jsonl written by mappa run or mappa eval")
+    with path.open(encoding="utf-8", errors="replace") as lines:  # a bad byte is data, not a reason to fail
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -139,23 +172,84 @@ def transcript_rows(path: str | Path):
                         "team and writes transcripts.jsonl") if path.name in (TRAIN_EPISODES_FILE,
                                                                               EVAL_EPISODES_FILE) else ""
                 raise ExportError(f"{path}: line {number} is not an episode record (no 'actions' list){hint}")
-            outcome = record.get("outcome") or {}
-            episode = {"env_id": str(record.get("env_id", "")), "task_id": str(record.get("task_id", "")),
-                       "task": str(record.get("task", "")), "set": str(record.get("set", "")),
-                       "episode": int(record.get("episode", number - 1)), "seed": record.get("seed"),
-                       "sample": int(record.get("sample", 0)), "outcome_score": _float(outcome.get("score")),
-                       "correct": outcome.get("correct"), "outcome": json.dumps(outcome, default=str)}
-            for i, action in enumerate(record["actions"]):
-                coach = action.get("coach") or {}
-                messages = action.get("messages") or []
-                yield {**episode, "action_index": i, "role": str(action.get("role", "")),
-                       "messages": [{"role": str(m.get("role", "")), "content": str(m.get("content", ""))}
-                                    for m in messages if isinstance(m, dict)],
-                       "seen": str(action.get("seen") or (messages[-1].get("content", "") if messages else "")),
-                       "text": str(action.get("text", "")), "reward": _float(action.get("reward")),
-                       "coach_score": _float(coach.get("score")), "coach_ok": coach.get("ok"),
-                       "tool_results": json.dumps(action.get("tool_results") or [], default=str),
-                       "checks": json.dumps(action.get("checks") or {}, default=str)}
+            try:
+                yield from _episode_rows(record, number - 1)
+            except _Malformed as e:
+                raise ExportError(f"{path}: line {number}: {e}; is this a transcripts file of mappa run, "
+                                  "mappa eval or TranscriptRecorder?") from None
+
+
+class _Malformed(Exception):
+    """A field of a transcript record of the wrong type (the message names it)."""
+
+
+def _episode_rows(record: dict, default_episode: int) -> Iterator[dict]:
+    outcome = _field(record, "outcome", dict) or {}
+    episode = {"env_id": _text(record, "env_id"), "task_id": _text(record, "task_id"), "task": _text(record, "task"),
+               "set": _text(record, "set"), "episode": _int(record, "episode", default_episode),
+               "seed": _int(record, "seed", None), "sample": _int(record, "sample", 0),
+               "outcome_score": _number(outcome, "score", "outcome.score"),
+               "correct": _field(outcome, "correct", bool, "outcome.correct"),
+               "outcome": json.dumps(outcome, default=str)}
+    for i, action in enumerate(record["actions"]):
+        where = f"actions[{i}]"
+        if not isinstance(action, dict):
+            raise _Malformed(f"{where} is {type(action).__name__}, not an object")
+        # TranscriptRecorder keeps the text as "action" and the env's record (coach, tools, checks) as "record"
+        done = _field(action, "record", dict, f"{where}.record") or action
+        coach = _field(done, "coach", dict, f"{where}.coach") or {}
+        messages = _field(action, "messages", list, f"{where}.messages") or []
+        if not all(isinstance(m, dict) for m in messages):
+            raise _Malformed(f"{where}.messages holds something other than {{role, content}} objects")
+        chat = [{"role": str(m.get("role", "")), "content": str(m.get("content", ""))} for m in messages]
+        text = action.get("text", action.get("action"))
+        yield {**episode, "action_index": i, "role": _text(action, "role"), "messages": chat,
+               "seen": str(action.get("seen") or (chat[-1]["content"] if chat else "")),
+               "text": "" if text is None else str(text), "reward": _number(action, "reward", f"{where}.reward"),
+               "coach_score": _number(coach, "score", f"{where}.coach.score"),
+               "coach_ok": _field(coach, "ok", bool, f"{where}.coach.ok"),
+               "tool_results": json.dumps(done.get("tool_results") or [], default=str),
+               "checks": json.dumps(done.get("checks") or {}, default=str)}
+
+
+def _field(obj: dict, key: str, kind: type, name: str | None = None):
+    value = obj.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise _Malformed(f"{name or key} is {type(value).__name__} {_short(value)}, expected {kind.__name__} or null")
+    return value
+
+
+def _text(obj: dict, key: str) -> str:
+    value = obj.get(key)
+    if isinstance(value, (dict, list)):
+        raise _Malformed(f"{key} is {type(value).__name__} {_short(value)}, expected text")
+    return "" if value is None else str(value)
+
+
+def _int(obj: dict, key: str, default: int | None) -> int | None:
+    value = obj.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not -2**63 <= value < 2**63:
+        raise _Malformed(f"{key} is {_short(value)}, expected an integer")
+    return value
+
+
+def _number(obj: dict, key: str, name: str) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Malformed(f"{name} is {_short(value)}, expected a number")
+    try:
+        return float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise _Malformed(f"{name} is {_short(value)}, too large for a number") from None
+
+
+def _short(value) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def export_transcripts(path: str | Path, out: str | Path):
@@ -164,11 +258,10 @@ def export_transcripts(path: str | Path, out: str | Path):
         import datasets
     except ImportError:
         raise ExportError("exporting transcripts needs the datasets package: pip install 'mappa[data]'") from None
+    _check_new(Path(out))  # before reading a long file
     rows = list(transcript_rows(path))
     if not rows:
         raise ExportError(f"{path} holds no actions to export")
-    for row in rows:
-        row["seed"] = None if row["seed"] is None else int(row["seed"])
     features = datasets.Features({
         **{k: datasets.Value("string") for k in ("env_id", "task_id", "task", "set", "outcome", "role", "seen",
                                                  "text", "tool_results", "checks")},
@@ -178,9 +271,6 @@ def export_transcripts(path: str | Path, out: str | Path):
         "messages": [{"role": datasets.Value("string"), "content": datasets.Value("string")}],
     })
     dataset = datasets.Dataset.from_list(rows, features=features)
-    dataset.save_to_disk(str(out))
+    with new_folder(Path(out)) as tmp:
+        dataset.save_to_disk(str(tmp))
     return dataset
-
-
-def _float(value) -> float | None:
-    return None if value is None else float(value)

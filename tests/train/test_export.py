@@ -85,6 +85,10 @@ def test_recorder_transcripts_keep_the_whole_chat(tmp_path):
     row = datasets.load_from_disk(str(tmp_path / "ds"))[0]
     assert row["messages"] == [{"role": m["role"], "content": m["content"]} for m in record["actions"][0]["messages"]]
     assert row["seen"] == record["actions"][0]["messages"][-1]["content"]
+    # the recorder keeps the text as "action" and the env's record under "record": both reach the row
+    assert row["text"] == "The answer is \\boxed{3}."
+    assert row["coach_score"] == record["actions"][0]["record"]["coach"]["score"] is not None
+    assert json.loads(row["checks"]) == record["actions"][0]["record"]["checks"]
 
 
 def test_a_torn_transcript_line_is_named(tmp_path):
@@ -93,6 +97,85 @@ def test_a_torn_transcript_line_is_named(tmp_path):
     result = run_cli("export", "transcripts", str(path), "--out", str(tmp_path / "ds"))
     assert result.returncode == 2
     assert "line 2 is not JSON" in last_line(result)
+
+
+GOOD = {"env_id": "MathChat-v0", "task_id": "t0", "seed": 3, "outcome": {"score": 1.0, "correct": True},
+        "actions": [{"role": "solver", "text": "x", "reward": 1.0, "coach": {"score": 7.0, "ok": True},
+                     "messages": [{"role": "user", "content": "q"}]}]}
+MALFORMED = {  # a field of another type -> the line and the field, never a traceback
+    "action_not_object": ({"actions": [1]}, "actions[0] is int, not an object"),
+    "outcome_not_object": ({"outcome": "won"}, "outcome is str"),
+    "episode_text": ({"episode": "x"}, 'episode is "x", expected an integer'),
+    "seed_float": ({"seed": 1.5}, "seed is 1.5, expected an integer"),
+    "reward_text": ({"actions": [{"role": "a", "reward": "high"}]}, 'actions[0].reward is "high", expected a number'),
+    "coach_list": ({"actions": [{"coach": [1]}]}, "actions[0].coach is list"),
+    "correct_text": ({"outcome": {"correct": "yes"}}, "outcome.correct is str"),
+    "messages_text": ({"actions": [{"messages": "hi"}]}, "actions[0].messages is str"),
+    "message_not_object": ({"actions": [{"messages": ["hi"]}]}, "actions[0].messages holds something other"),
+    "huge_score": ({"outcome": {"score": 10**400}}, "outcome.score is"),
+}
+
+
+def export_main(*argv: str) -> tuple[int, str]:
+    """`mappa export ...` in this process: (exit status, last line of stderr)."""
+    import contextlib
+    import io
+
+    from mappa_cli.main import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(["export", *argv])
+    return status, err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else ""
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_transcript_row_is_one_line_naming_its_field(tmp_path, case):
+    pytest.importorskip("datasets")
+    change, expected = MALFORMED[case]
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, **change}) + "\n")
+    status, line = export_main("transcripts", str(path), "--out", str(tmp_path / "ds"))
+    assert status == 2
+    assert line.startswith(f"mappa export: {path}: line 2: {expected}"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]  # nothing written
+
+
+def test_an_export_never_writes_into_an_existing_folder(tmp_path):
+    """Pointed at a checkpoint (or any folder holding files), an export refuses and changes nothing."""
+    pytest.importorskip("datasets")
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "state.json").write_text('{"step": 3}')
+    status, line = export_main("transcripts", str(path), "--out", str(ckpt))
+    assert status == 2
+    assert line == (f"mappa export: --out {ckpt} already exists and is not an empty folder; an export writes a new "
+                    "folder only: choose another --out")
+    assert [p.name for p in ckpt.iterdir()] == ["state.json"]
+    assert (ckpt / "state.json").read_text() == '{"step": 3}'
+    assert export_main("transcripts", str(path), "--out", str(path))[0] == 2  # a file is no folder either
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "t.jsonl"]
+    (tmp_path / "empty").mkdir()  # an empty folder (made for it) is fine
+    assert export_main("transcripts", str(path), "--out", str(tmp_path / "empty"))[0] == 0
+    assert (tmp_path / "empty" / "dataset_info.json").is_file()
+
+
+def test_an_export_that_fails_midway_leaves_nothing(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+
+    def save_then_fail(self, folder, **kwargs):
+        Path(folder, "data-00000-of-00001.arrow").write_bytes(b"half")
+        raise OSError(28, "No space left on device", folder)
+
+    monkeypatch.setattr(datasets.Dataset, "save_to_disk", save_then_fail)
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n")
+    status, line = export_main("transcripts", str(path), "--out", str(tmp_path / "ds"))
+    assert status == 2
+    assert "no space left on device" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]  # neither ds nor its temporary folder
 
 
 def test_a_training_episode_log_says_where_transcripts_come_from(tmp_path):
