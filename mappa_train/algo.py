@@ -11,7 +11,10 @@ What is implemented (the paper, arXiv 2601.23228):
 3. the undiscounted return-to-go A_i = Σ_{j≥i} r_j (γ = 1);
 4. whitening of A over every action token of the batch, all agents together: Â = (A − μ)/σ (a group
    whose rewards are all equal is not whitened: below);
-5. the PPO clipped surrogate, ε = 0.2, averaged over all action tokens of the batch.
+5. the PPO clipped surrogate, ε = 0.2, averaged over all action tokens of the batch. The clip acts only
+   from a batch's second optimizer step on (ceil(actions / learner.train_batch_size) × `algo.epochs` steps):
+   the first sees π = π_old, ratio 1. With one mini-batch and one epoch, as in the CPU presets and every
+   figure in docs/results.md, the update is plain REINFORCE++ and `clip_bound` is 0 (docs/training.md).
 
 At the end, the same steps over a training step's actions: `Batch` decides which actions enter the
 loss and numbers their roles, episodes and tasks for steps 1–4 (`Batch.score`); `micro_loss` is
@@ -21,6 +24,13 @@ Options a researcher will want (defaults are the paper's):
 - `scope` of the return: "action" sums within one action (the paper's reference code); "agent" also
   adds the rewards of the same agent's later actions in the episode; "episode" adds every later
   action's rewards in the episode, whoever took it. Rows are ordered by `Transition.action_index`.
+- how an outcome reaches the actions (`outcome_credit`; reward modes outcome, process+outcome): what the env
+  pays an agent when the episode ends is the team's result, and "every_action" (the default, as outcome-
+  reward RL runs it) adds it to the return of every action of that agent, once, whatever the scope: the
+  cell that computed and the action that answered share the team's result. "last_action" puts it on the
+  agent's last action as a reward like a coach score and lets `scope` carry it back; with scope "action"
+  the agent's earlier actions get none of it (and per-role whitening then pushes them below the role's
+  mean whenever that mean is positive): the weak outcome arm, kept as a labelled ablation only.
 - KL in the reward (REINFORCE++, the paper) or in the loss (`kl_in_loss`: β·k3 added to the policy
   loss, GRPO-style, since k1's gradient is zero in expectation).
 - the advantage normalisation of step 4 (`normalize`): "global" (the paper's text), "per_role" (the
@@ -30,11 +40,16 @@ Where this departs from the paper: σ is the population standard deviation (no B
 Whether a group (the batch, or a role's actions, ... as `normalize` groups them) has a signal to
 whiten is decided from its *rewards*, not from the KL-shifted returns: a group whose reward-only
 returns (`signal`, the returns with β = 0) spread by σ ≤ `std_floor` — a floor in reward units,
-coach score × `reward_scale`, 1e-4 by default — has no reward signal. Its advantage is A − μ, not
-divided by anything: the reward part is exactly 0 and the KL part stays at its own size β·Σkl (with
-`kl_in_loss` the advantage is exactly 0 and the KL acts through the loss's own term). Whitening it
-instead would blow that β·Σkl up to unit variance and train on KL noise as if it were the coach's
-verdict (an all-fail batch then has advantage std 1 and correlation 1 with −Σkl). Groups with a
+coach score × `reward_scale`, 1e-4 by default — has no reward signal. Its advantage is A − μ_signal,
+not divided by anything: the reward part is exactly 0 and the KL part is −β·Σkl, at its own size and
+not centred (with `kl_in_loss` the advantage is exactly 0 and the KL acts through the loss's own term).
+Whitening it instead would blow β·Σkl up to unit variance and train on KL noise as if it were the
+coach's verdict (an all-fail batch then has advantage std 1 and correlation 1 with −Σkl). Centring
+it would leave a policy that collapsed onto one action (every sample the same empty action, every
+reward 0: the tiny model at lr 3e-3 within 4–6 steps) with advantage exactly 0, so nothing pulled it
+back; uncentred, the KL penalises the collapsed tokens in proportion to how far they moved from the
+reference (tests/train/test_algo.py). The pull is β-sized: β is in scaled-reward units, so against the
+coach's 0–10 score it weighs β / `reward_scale` per nat; raise `beta` or use `kl_in_loss` for more. Groups with a
 reward spread are whitened exactly as above, dividing by max(σ, std_floor).
 The PPO log-ratio is clamped to ±MAX_LOG_RATIO before exp, so a stale or corrupted old log-prob (−inf,
 +95) cannot overflow to inf/NaN (the clamped tokens get no gradient);
@@ -49,13 +64,14 @@ from typing import TYPE_CHECKING, get_args
 
 import torch
 
-from mappa_train.config.schema import Normalization, Scope
+from mappa_train.config.schema import Normalization, OutcomeCredit, Scope
 
 if TYPE_CHECKING:
     from mappa_train.config import AlgoConfig
     from mappa_train.rollout import Transition
 
 SCOPES = get_args(Scope)
+OUTCOME_CREDITS = get_args(OutcomeCredit)
 MAX_LOG_RATIO = 20.0  # |log π/π_old| beyond this is clamped: exp(20) ≈ 5e8 is finite in fp32, exp(89) is not
 NORMALIZATIONS = get_args(Normalization)
 
@@ -102,11 +118,11 @@ def returns_to_go(rewards: torch.Tensor, mask: torch.Tensor, group: torch.Tensor
 
 
 def _stats(x: torch.Tensor, signal: torch.Tensor, std_floor: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(μ, divisor) of the values `x` [n] of one group: divisor max(σ, std_floor), or 1 when the group's
-    reward-only values `signal` [n] spread by σ ≤ std_floor (no reward signal: nothing to whiten)."""
+    """(μ, divisor) of the values `x` [n] of one group: divisor max(σ, std_floor); or, when the group's
+    reward-only values `signal` [n] spread by σ ≤ std_floor (no reward signal), the signal's μ and 1."""
     mean, std = x.mean(), x.std(unbiased=False)
-    if signal.std(unbiased=False) <= std_floor:
-        return mean, torch.ones_like(std)
+    if signal.std(unbiased=False) <= std_floor:  # the KL part stays uncentred: see the module docstring
+        return signal.mean(), torch.ones_like(std)
     return mean, std.clamp(min=std_floor)
 
 
@@ -115,7 +131,7 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = Non
     """(x − μ)/max(σ, std_floor), μ and σ over all masked entries of the batch (or of each `group` [B]). -> [B, T].
 
     `signal` [B, T] is the reward-only part of x (the returns without KL; x itself when None): a group
-    whose signal spreads by σ ≤ std_floor gets x − μ, unscaled (see the module docstring).
+    whose signal spreads by σ ≤ std_floor gets x − μ_signal, unscaled (see the module docstring).
     """
     signal = x if signal is None else signal
     if group is None:
@@ -206,30 +222,53 @@ def kl_loss(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, beta
     return beta * (kl_k3(logp, ref_logp) * mask).sum() / (mask.sum() if n_tokens is None else n_tokens)
 
 
+def outcome_returns(outcome: torch.Tensor, episode: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
+    """`outcome_credit` "every_action": what each row's agent was paid at the end of its episode. [B] -> [B].
+
+    `outcome` [B] holds an end payment on each agent's last row (0 elsewhere); every row of the same
+    (episode, agent) gets their sum, once, so no action counts an outcome twice whatever the scope."""
+    same = (episode[:, None] == episode[None, :]) & (agent[:, None] == agent[None, :])  # [B, B]
+    return same.to(outcome.dtype) @ outcome
+
+
 def advantages(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, reward: torch.Tensor, *,
                beta: float = 0.01, kl_in_loss: bool = False, scope: Scope = "action",
                episode: torch.Tensor | None = None, agent: torch.Tensor | None = None,
                order: torch.Tensor | None = None, normalization: Normalization = "global",
                turn: torch.Tensor | None = None, task: torch.Tensor | None = None,
-               std_floor: float = 1e-4) -> torch.Tensor:
+               std_floor: float = 1e-4, outcome: torch.Tensor | None = None,
+               outcome_credit: OutcomeCredit = "every_action") -> torch.Tensor:
     """Steps 1–4 for a whole batch: normalised returns [B, T] from per-action rewards [B] (already scaled).
 
-    `episode`, `agent` and `order` ([B] integer ids) are needed for scopes "agent" and "episode";
-    `normalization` picks step 4 (`normalize`), which reads `agent` as the role id, `turn` and `task`.
+    `outcome` [B] is the part of `reward` that the env paid at the episode's end (on each agent's last
+    row); `outcome_credit` decides which actions it reaches (module docstring). `episode`, `agent` and
+    `order` ([B] integer ids) are needed for scopes "agent" and "episode" and for an outcome credited to
+    every action; `normalization` picks step 4 (`normalize`), which reads `agent` as the role id, `turn`
+    and `task`.
     """
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+    if outcome_credit not in OUTCOME_CREDITS:
+        raise ValueError(f"outcome_credit must be one of {OUTCOME_CREDITS}, got {outcome_credit!r}")
     kl = kl_k1(old_logp, ref_logp)
-    rewards = token_rewards(reward, kl, mask, beta=0.0 if kl_in_loss else beta)
+    spread = torch.zeros_like(reward)  # [B]: the outcome each row's return gets outside the scope
+    if outcome is not None and outcome_credit == "every_action" and bool(outcome.any()):
+        if episode is None or agent is None:
+            raise ValueError("an outcome credited to every action needs episode and agent ids")
+        reward, spread = reward - outcome, outcome_returns(outcome, episode, agent)
     group = None
     if scope != "action":
         if episode is None or order is None or (scope == "agent" and agent is None):
             raise ValueError(f"scope {scope!r} needs episode and order ids (and agent ids for 'agent')")
         group = episode if scope == "episode" else episode * (int(agent.max()) + 1) + agent
+
+    def returns(beta: float) -> torch.Tensor:
+        rewards = token_rewards(reward, kl, mask, beta=beta)
+        return returns_to_go(rewards, mask, group, order) + spread[:, None] * mask
+
     # the reward-only returns decide which groups have a signal: KL differences alone are not one
-    signal = returns_to_go(token_rewards(reward, kl, mask, beta=0.0), mask, group, order)
-    return normalize(returns_to_go(rewards, mask, group, order), mask, normalization, role=agent, turn=turn,
-                     task=task, std_floor=std_floor, signal=signal)
+    return normalize(returns(0.0 if kl_in_loss else beta), mask, normalization, role=agent, turn=turn,
+                     task=task, std_floor=std_floor, signal=returns(0.0))
 
 
 # ---- the batch: which of a step's actions enter the loss, and their rows ----------------------------
@@ -265,6 +304,7 @@ class Batch:
     trained: list[bool]  # enters the loss
     generator_logp: list[torch.Tensor]  # [n_action] each: the sampling policy's log-probs
     reward: torch.Tensor  # reward_scale × (coach score + what the env paid at the end)
+    outcome: torch.Tensor  # reward_scale × what the env paid at the end (on each role's last action; else 0)
     role: torch.Tensor  # integer ids: role, episode, position in the episode and in the role's turn, task
     episode: torch.Tensor
     order: torch.Tensor
@@ -287,6 +327,7 @@ class Batch:
             roles=[t.role for t in kept], trained=trained,
             generator_logp=[torch.tensor(t.logprobs[:n], dtype=torch.float32) for t, n in zip(kept, judged)],
             reward=torch.tensor([cfg.reward_scale * (t.coach_reward + t.end_reward) for t in kept]),
+            outcome=torch.tensor([cfg.reward_scale * t.end_reward for t in kept]),
             role=torch.tensor([roles.index(t.role) for t in kept]),
             episode=torch.tensor([episodes.index(str(t.episode_id)) for t in kept]),
             order=torch.tensor([t.action_index for t in kept]), turn=torch.tensor([t.turn_index for t in kept]),
@@ -311,7 +352,8 @@ class Batch:
         old_t, ref_t = _pad(old), _pad(ref_logp)
         adv = advantages(old_t, ref_t, mask, self.reward, beta=cfg.beta, kl_in_loss=cfg.kl_in_loss, scope=cfg.scope,
                          episode=self.episode, agent=self.role, order=self.order, normalization=cfg.whiten,
-                         turn=self.turn, task=self.task, std_floor=cfg.std_floor)
+                         turn=self.turn, task=self.task, std_floor=cfg.std_floor, outcome=self.outcome,
+                         outcome_credit=cfg.outcome_credit)
         for i, s in enumerate(self.samples):
             n = len(s.action_ids)
             s.old_logp, s.ref_logp, s.advantages = old_t[i, :n], ref_t[i, :n], adv[i, :n]

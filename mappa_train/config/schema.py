@@ -21,6 +21,7 @@ class ConfigError(MappaError, ValueError):
 # the RL choices, named once; mappa_train.algo implements them
 Scope = Literal["action", "agent", "episode"]
 Normalization = Literal["global", "per_role", "per_role_turn", "per_agent"]
+OutcomeCredit = Literal["every_action", "last_action"]
 
 Rule = Callable[[Any], "str | None"]  # value -> what is wrong with it ("must be > 0"), or None
 
@@ -98,7 +99,8 @@ class GenerationConfig:
     max_prompt_tokens: int = doc(4096, "prompts longer than this get an empty action (not trained on, counted as "
                                        "prompt overflows)", positive)
     temperature: float = doc(1.0, "sampling temperature for training rollouts", non_negative)
-    top_p: float = doc(1.0, "nucleus sampling for training rollouts", within(0, 1))
+    top_p: float = doc(1.0, "nucleus sampling for training rollouts: must stay 1, since the learner scores log-probs "
+                            "under the full softmax (a lower value is refused as off-policy)", within(0, 1))
     eval_temperature: float = doc(0.6, "sampling temperature for evaluation", non_negative)
     vllm_gpu_memory_utilization: float = doc(0.6, "vLLM: fraction of a GPU's memory for all the engines it holds, "
                                                    "split evenly between them (weights + KV cache)", within(0, 1))
@@ -121,10 +123,18 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class AlgoConfig:
-    beta: float = doc(0.01, "KL coefficient β", non_negative)
-    clip_eps: float = doc(0.2, "PPO clip ε", within(0, 1, hi_open=True))
+    beta: float = doc(0.01, "KL coefficient β, in scaled-reward units (against the coach's 0–10 score it weighs "
+                            "β / reward_scale per nat)", non_negative)
+    clip_eps: float = doc(0.2, "PPO clip ε; it binds only from a batch's second optimizer step on (with one "
+                               "mini-batch and epochs=1 the update is plain REINFORCE++, docs/training.md)",
+                          within(0, 1, hi_open=True))
     scope: Scope = doc("action", "return-to-go over the action, the agent's later "
                                                                  "actions, or the rest of the episode")
+    outcome_credit: OutcomeCredit = doc(
+        "every_action", "which actions the team's outcome (env.kwargs.reward_mode outcome, process+outcome) reaches: "
+                        "every action of each agent, once, whatever the scope (outcome-reward RL as usually run), or "
+                        "each agent's last action only, carried back by `scope` (with scope action: a weak ablation "
+                        "whose earlier actions get nothing); see mappa_train.algo")
     kl_in_loss: bool = doc(False, "put β·k3 KL in the loss instead of −β·k1 in the reward")
     reward_scale: float = doc(1.0, "multiplies the env's rewards (the coach's 0–10 score; the outcome bonus of "
                                    "env.kwargs.reward_mode outcome / process+outcome) before they enter the RL reward",
@@ -135,7 +145,8 @@ class AlgoConfig:
     old_logprobs: Literal["learner", "generator"] = doc(
         "learner", "PPO's old log-probs: recomputed by the learner, or the generator's own (the learner's are "
                    "computed either way, for logprob_gap)")
-    epochs: int = doc(1, "passes over each batch of experience", positive)
+    epochs: int = doc(1, "passes over each batch of experience (each mini-batch of learner.train_batch_size "
+                         "actions is one optimizer step; the clip acts from the second)", positive)
     std_floor: float = doc(1e-4, "reward units: a whitening group whose (scaled) rewards spread by σ <= this has no "
                                  "signal and is not whitened (reward advantage 0, KL at its own size); others divide "
                                  "by max(σ, std_floor); see mappa_train.algo", positive)

@@ -34,9 +34,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if stop and cfg.env.kwargs.get("reward_mode") in ("outcome", "backprop"):  # no per-action scores
         raise ConfigError("rollout.stop_below reads per-action coach scores, which env.kwargs.reward_mode=outcome "
                           "and backprop do not compute; drop one of them")
-    if cfg.algo.old_logprobs == "generator" and g.top_p < 1:
-        raise ConfigError("algo.old_logprobs=generator needs generation.top_p=1: top-p changes the sampling "
-                          "distribution, so the generator's log-probs are not the policy's")
+    if g.top_p < 1:  # the learner scores every action under the full softmax (mappa_train.learner)
+        raise ConfigError(f"generation.top_p={g.top_p:g} would train off-policy: rollouts would be sampled from the "
+                          "top-p truncated distribution while the learner scores log-probs (PPO ratio, KL) under the "
+                          "full one; set generation.top_p=1 (evaluation samples without it anyway)")
     _check_env_kwargs(cfg.env)
     paths = cfg.model.role_paths
     if paths and cfg.model.policies != "per_role":

@@ -220,7 +220,7 @@ def test_an_all_fail_batch_gets_the_kl_at_its_own_size_not_unit_variance():
     adv = algo.advantages(OLD, REF, KMASK, reward)
     kl_ret = _kl_returns()
     m = KMASK.bool()
-    expected = torch.where(m, kl_ret - kl_ret[m].mean(), 0.0)  # the reward part is 0, the KL part unscaled
+    expected = torch.where(m, kl_ret, 0.0)  # the reward part is 0, the KL part unscaled and not centred
     assert torch.allclose(adv, expected, atol=1e-7)
     assert float(adv[m].std(unbiased=False)) < 0.02  # β-sized; whitening the returns made it exactly 1
     returns = algo.returns_to_go(algo.token_rewards(reward, KL, KMASK), KMASK)
@@ -254,8 +254,8 @@ def test_per_role_a_role_without_spread_gets_no_advantage_the_other_is_whitened_
     returns = algo.returns_to_go(algo.token_rewards(reward, kl, mask), mask)
     m0 = mask[:2].bool()
     # μ: per role over tokens; per agent over actions (each action's return at its first token)
-    mean = returns[:2][m0].mean() if how == "per_role" else returns[:2, 0].mean()
-    assert torch.allclose(adv[:2], torch.where(m0, returns[:2] - mean, 0.0), atol=1e-7)
+    # no spread: the reward part (0.2, the same for both) is taken away, the KL part is left as it is
+    assert torch.allclose(adv[:2], torch.where(m0, returns[:2] - 0.2, 0.0), atol=1e-7)
     reference = (algo.normalize_per_role if how == "per_role" else algo.normalize_per_agent)(returns, mask, role)
     assert torch.allclose(adv[2:], reference[2:], atol=1e-6)  # the reference formula where rewards differ
     assert adv[2:][mask[2:].bool()].abs().max() > 0.5 > adv[:2].abs().max()
@@ -266,4 +266,114 @@ def test_per_role_turn_a_group_of_one_multi_token_action_is_not_blown_up():
     adv = algo.advantages(OLD, REF, KMASK, torch.tensor([0.2, 0.5, 0.9]), normalization="per_role_turn",
                           agent=torch.tensor([0, 1, 2]), turn=torch.zeros(3, dtype=torch.long),
                           task=torch.zeros(3, dtype=torch.long))
-    assert adv.abs().max() < 0.02
+    assert torch.allclose(adv, torch.where(KMASK.bool(), _kl_returns(), 0.0), atol=1e-7)  # β-sized, not ±hundreds
+
+
+# ---- the outcome reaches every action of its agent (issue 39) ----------------------------------------
+# two episodes of one token per action: agent A acts twice (a cell, then the value; order 0, 1), then agent
+# B once (order 2). Episode 0 succeeds: the env pays each agent 10 × 1 × reward_scale 0.1 = 1.0 at the end,
+# on its last action (A's second, B's). Episode 1 fails: 0. β = 0 (old = ref), no coach score.
+OUT_EPISODE = torch.tensor([0, 0, 0, 1, 1, 1])
+OUT_AGENT = torch.tensor([0, 0, 1, 0, 0, 1])
+OUT_ORDER = torch.tensor([0, 1, 2, 0, 1, 2])
+OUT_PAID = torch.tensor([0.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+
+
+def _outcome_advantages(scope, credit, coach=None, normalization="global"):
+    reward = OUT_PAID if coach is None else OUT_PAID + coach
+    z = torch.zeros(6, 1)
+    return algo.advantages(z, z, torch.ones(6, 1), reward, beta=0.0, scope=scope, episode=OUT_EPISODE,
+                           agent=OUT_AGENT, order=OUT_ORDER, normalization=normalization, outcome=OUT_PAID,
+                           outcome_credit=credit)[:, 0]
+
+
+def _whitened(returns):
+    x = torch.tensor(returns)
+    return (x - x.mean()) / x.std(unbiased=False)
+
+
+@pytest.mark.parametrize("scope", ["action", "agent", "episode"])
+def test_the_outcome_reaches_an_agents_earlier_action_under_every_scope(scope):
+    # returns 1, 1, 1 | 0, 0, 0: the cell that computed shares the team's result, once (never 2 at scope episode)
+    adv = _outcome_advantages(scope, "every_action")
+    assert torch.allclose(adv, torch.tensor([1.0, 1.0, 1.0, -1.0, -1.0, -1.0]), atol=1e-6)
+    assert torch.allclose(_outcome_advantages(scope, "every_action", normalization="per_role"), adv, atol=1e-6)
+
+
+def test_the_last_action_ablation_leaves_the_earlier_action_out_or_counts_the_outcome_twice():
+    # scope action: returns 0, 1, 1 | 0, 0, 0, so the successful team's cell sits below the mean, with the
+    # failed team's: −(1/3)/(√2/3) = −1/√2
+    adv = _outcome_advantages("action", "last_action")
+    assert torch.allclose(adv, _whitened([0.0, 1, 1, 0, 0, 0]), atol=1e-6)
+    assert adv[0] == pytest.approx(-1 / math.sqrt(2), abs=1e-6)
+    assert adv[0] == pytest.approx(float(adv[3]))
+    # per role: A's values 0, 1 | 0, 0 → the successful cell at (0 − 1/4)/√(3/16) = −1/√3
+    per_role = _outcome_advantages("action", "last_action", normalization="per_role")
+    assert per_role[0] == pytest.approx(-1 / math.sqrt(3), abs=1e-6)
+    # scope agent carries A's payment back: the same as every_action
+    assert torch.allclose(_outcome_advantages("agent", "last_action"), _outcome_advantages("agent", "every_action"))
+    # scope episode adds every later role's payment: A's actions get 2, B's 1
+    assert torch.allclose(_outcome_advantages("episode", "last_action"), _whitened([2.0, 2, 1, 0, 0, 0]), atol=1e-6)
+
+
+def test_process_rewards_follow_the_scope_and_the_outcome_is_added_once():
+    coach = torch.tensor([0.2, 0.5, 0.9, 0.1, 0.3, 0.4])  # process+outcome: scaled coach scores
+    # scope episode: A's cell 0.2 + 0.5 + 0.9 + its own payment 1 = 2.6; A's value 2.4; B 1.9; episode 1 0.8, 0.7, 0.4
+    adv = _outcome_advantages("episode", "every_action", coach=coach)
+    assert torch.allclose(adv, _whitened([2.6, 2.4, 1.9, 0.8, 0.7, 0.4]), atol=1e-6)
+    # scope action: each action's own score + its agent's payment
+    adv = _outcome_advantages("action", "every_action", coach=coach)
+    assert torch.allclose(adv, _whitened([1.2, 1.5, 1.9, 0.1, 0.3, 0.4]), atol=1e-6)
+
+
+def test_the_batch_credits_what_the_env_paid_at_the_end_to_every_action_of_the_role():
+    from mappa_train.config import load_config
+    from mappa_train.rollout import Transition
+
+    def action(role, episode, index, end):
+        return Transition(role=role, policy="shared", prompt_ids=[1], action_ids=[5], logprobs=[0.0],
+                          coach_reward=0.0, coach_ok=True, end_reward=end, outcome_reward=end / 10,
+                          episode_id=episode, action_index=index, turn_index=0, task_id="t")
+
+    ts = [action("a", 0, 0, 0.0), action("a", 0, 1, 10.0), action("b", 0, 2, 10.0),
+          action("a", 1, 0, 0.0), action("a", 1, 1, 0.0), action("b", 1, 2, 0.0)]
+    for credit, first in (("every_action", 1.0), ("last_action", -1 / math.sqrt(2))):
+        cfg = load_config(None, ["algo.reward_scale=0.1", "algo.beta=0", f"algo.outcome_credit={credit}"]).algo
+        batch = algo.Batch.of(ts, cfg)
+        assert torch.allclose(batch.outcome, OUT_PAID)
+        zeros = [torch.zeros(1)] * 6
+        batch.score(zeros, zeros, cfg)
+        assert float(batch.samples[0].advantages[0]) == pytest.approx(first, abs=1e-6)
+
+
+# ---- a collapsed policy is pulled back by the KL (issue 39) ------------------------------------------
+
+def test_a_policy_collapsed_onto_one_token_with_no_reward_spread_is_pulled_back_to_the_reference():
+    """A softmax over 4 tokens collapsed onto token 0 (π ≈ 0.999, the reference uniform); every sample is
+    token 0 and scores the same. Centred, its advantage was exactly 0 and Adam never moved; the uncentred
+    KL (−β·kl, kl = log π − log π_ref ≈ 1.4 > 0) pushes token 0 down."""
+    theta = torch.tensor([8.0, 0.0, 0.0, 0.0], requires_grad=True)
+    ref = torch.log_softmax(torch.zeros(4), 0)
+    opt = torch.optim.Adam([theta], lr=0.1)
+    start = float(torch.softmax(theta.detach(), 0)[0])
+    mask, actions = torch.ones(8, 1), torch.zeros(8, 1, dtype=torch.long)  # every sample the collapsed token
+    for _ in range(20):
+        logp = torch.log_softmax(theta, 0)[actions]  # [8, 1]
+        adv = algo.advantages(logp.detach(), ref[actions], mask, torch.zeros(8), beta=0.01)
+        assert float(adv.max()) < 0  # not 0: every sampled token is pushed down in proportion to its KL
+        loss = algo.ppo_clip_loss(logp, logp.detach(), adv, mask)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert float(torch.softmax(theta.detach(), 0)[0]) < start - 0.05  # 0.999 -> 0.94 (centred: 0.999)
+
+
+# ---- the learner scores the untruncated policy, so a training preset cannot set top-p ---------------
+
+def test_training_with_top_p_below_one_is_refused_in_one_line():
+    from mappa_train.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="generation.top_p=0.9 would train off-policy") as err:
+        load_config(None, ["generation.top_p=0.9"])
+    assert "\n" not in str(err.value)
+    assert load_config(None, ["generation.top_p=1.0"]).generation.top_p == 1.0

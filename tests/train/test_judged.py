@@ -170,8 +170,8 @@ def test_a_step_whose_scores_are_all_equal_trains_on_the_kl_alone_and_says_so():
     ts = [transition(i, 3, reward=2.0) for i in range(1, 5)]
     metrics, learner = run_update(ts, "algo.old_logprobs=generator", offset=0.1)
     assert metrics["no_spread_roles"] == 1
-    for s in learner.trained:  # centred, not divided by σ ≈ 8e-4 (that gave ±1.22)
-        assert torch.allclose(s.advantages, torch.tensor([0.001, 0.0, -0.001]), atol=1e-6)
+    for s in learner.trained:  # the reward taken away, the KL left uncentred, not divided by σ ≈ 8e-4 (±1.22)
+        assert torch.allclose(s.advantages, torch.tensor([0.003, 0.002, 0.001]), atol=1e-6)
     metrics, learner = run_update([transition(1, 3, reward=2.0), transition(2, 3, reward=9.0)])
     assert metrics["no_spread_roles"] == 0
     assert learner.trained[0].advantages.mean() < 0 < learner.trained[1].advantages.mean()
