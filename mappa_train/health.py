@@ -5,6 +5,9 @@
 - `nothing_trained`: why a step trained on no action; the driver warns on each such step and stops
   after `max_empty_steps` of them in a row with `NothingTrained`, naming the cause and the fix.
 - `logprob_gap`: generator vs learner log-probs, which a broken weight sync shows at once.
+- `masked_length_cut`: a step where most kept actions were cut at max_new_tokens and, with
+  `algo.mask_length_cut`, left out of the loss: nothing penalises them, so a policy drifting into
+  actions that never end is not pulled back; `EmptySteps.check` warns.
 """
 from __future__ import annotations
 
@@ -57,6 +60,8 @@ class EmptySteps:
 
     def check(self, step: int, metrics: Mapping[str, float], result, before_stop: Callable[[], object]) -> None:
         self.in_a_row = 0 if metrics["actions"] else self.in_a_row + 1
+        if self.in_a_row == 0 and (why := masked_length_cut(self.cfg, metrics)):
+            warnings.warn(f"step {step}: {why}", stacklevel=2)
         if not self.in_a_row:
             if result.dropped:  # some actions trained, some lost: say why, or a failing coach thins the batch silently
                 warnings.warn(f"step {step}: {result.dropped} actions lost to coach failures were left out of the "
@@ -70,6 +75,18 @@ class EmptySteps:
             raise NothingTrained(f"{self.in_a_row} steps in a row trained on nothing (max_empty_steps={limit}); "
                                  f"step {step} {reason}: {fix}")
         warnings.warn(f"step {step} trained on nothing: {reason}; {fix}", stacklevel=3)
+
+
+def masked_length_cut(cfg, metrics: Mapping[str, float], share: float = 0.5) -> str | None:
+    """Why a step that trained on something left most of its actions, cut at max_new_tokens, unpenalised
+    (None when fewer than `share` of them were cut, or `algo.mask_length_cut` is off)."""
+    cut, trained = metrics.get("length_cut", 0.0), metrics.get("actions", 0.0)
+    if not cfg.algo.mask_length_cut or cut <= share * (cut + trained):
+        return None
+    return (f"{int(cut)} of {int(cut + trained)} kept actions were cut at generation.max_new_tokens="
+            f"{cfg.generation.max_new_tokens} and left out of the loss (algo.mask_length_cut), so nothing penalises "
+            "them and a policy drifting into actions that never end is not pulled back; raise "
+            "generation.max_new_tokens or set algo.mask_length_cut=false (the coach then judges the cut text)")
 
 
 def no_spread_roles(reward: torch.Tensor, role: torch.Tensor, floor: float) -> float:

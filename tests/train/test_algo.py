@@ -377,3 +377,44 @@ def test_training_with_top_p_below_one_is_refused_in_one_line():
         load_config(None, ["generation.top_p=0.9"])
     assert "\n" not in str(err.value)
     assert load_config(None, ["generation.top_p=1.0"]).generation.top_p == 1.0
+
+
+# ---- empty and length-cut actions are penalised, or the run says that they are not ---------------------
+
+def test_an_empty_action_and_a_trained_cut_action_get_their_low_score_as_a_negative_advantage():
+    from mappa_train.config import load_config
+    from mappa_train.rollout import Transition
+
+    def action(episode, score, ids=(5, 6, 7), finish="stop"):
+        return Transition(role="a", policy="shared", prompt_ids=[1], action_ids=list(ids), logprobs=[0.0] * len(ids),
+                          coach_reward=score, coach_ok=True, end_reward=0.0, outcome_reward=0.0, episode_id=episode,
+                          action_index=0, turn_index=0, task_id="t", finish_reason=finish)
+
+    # the rule coach scores an empty action (the stop token alone) 0, a cut one without its value low
+    ts = [action(0, 8.0), action(1, 8.0), action(2, 0.0, ids=(2,)), action(3, 2.0, finish="length")]
+    cfg = load_config(None, ["algo.reward_scale=0.1", "algo.mask_length_cut=false"]).algo
+    batch = algo.Batch.of(ts, cfg)
+    assert batch.trained == [True, True, True, True]  # the empty action is kept: its one token is trained on
+    zeros = [torch.zeros(len(t.action_ids)) for t in ts]
+    batch.score(zeros, zeros, cfg)
+    adv = [float(s.advantages.mean()) for s in batch.samples]
+    assert adv[2] < adv[3] < 0 < adv[0]
+
+
+def test_a_step_whose_actions_are_mostly_cut_and_masked_says_nothing_penalises_them():
+    from mappa_train.config import load_config
+    from mappa_train.health import masked_length_cut
+
+    cfg = load_config(None, ["generation.max_new_tokens=48"])
+    why = masked_length_cut(cfg, {"length_cut": 6.0, "actions": 4.0})
+    assert "6 of 10 kept actions were cut at generation.max_new_tokens=48" in why
+    assert "algo.mask_length_cut=false" in why
+    assert masked_length_cut(cfg, {"length_cut": 4.0, "actions": 6.0}) is None
+    unmasked = load_config(None, ["algo.mask_length_cut=false"])
+    assert masked_length_cut(unmasked, {"length_cut": 6.0, "actions": 10.0}) is None
+    from types import SimpleNamespace
+
+    from mappa_train.health import EmptySteps
+
+    with pytest.warns(UserWarning, match="step 3: 6 of 10 kept actions were cut"):  # the driver's per-step check
+        EmptySteps(cfg).check(3, {"length_cut": 6.0, "actions": 4.0}, SimpleNamespace(dropped=0), lambda: None)
