@@ -2,48 +2,67 @@
 
 `reward_mode="backprop"` (PipelineEnv) calls no coach per action. When the episode ends, the coach
 judges every action's quality q_t in [0, 1] (did it do its own job, given what it received?), and the
-team's outcome reward 10 * s is split over the n actions against par, 10 / n (each action's share when
-every action is right and the team succeeds):
+team's outcome reward 10 * s is split in two steps.
 
-    shortfall (s <= mean q):  share_t = 10/n - 10 (1 - s) (1 - q_t) / sum_u (1 - q_u)
-    surplus   (s >  mean q):  share_t = 10 s q_t / sum_u q_u
+1. Over the R roles that acted, each with par 10 / R (its share when every action is right and the team
+succeeds). A role's quality Q_r is the lowest quality among its actions, so extra actions (a no-op, a
+repeat) can lower it and never raise it; nor do they change its par. With B the roles judged to have
+broken the result (Q = 0):
 
-In the shortfall case each action's loss against par is the team's shortfall 10 (1 - s) split in
-proportion to (1 - q_t): a right action (q = 1) keeps par, every wrong one shares the blame, upstream
-or downstream alike, and an action with q = 0 gets <= 0 (since s <= mean q). The surplus case is a team
-that reached more than its judged actions explain (an error recovered downstream, or a partial score
-despite a broken step): the outcome is shared by quality, so a q = 0 action gets 0. The two agree at
-s = mean q (share = 10 q_t / n). Degenerate cases: every q = 1 but s < 1 (no one judged at fault) and
-every q = 0 but s > 0 split 10 s equally.
+    surplus   (s >  mean Q):        S_r = 10 s Q_r / sum_u Q_u
+    shortfall, some broke (B):      S_r = 10 Q_r / R for r not in B;  S_b = -10 (mean Q - s) / |B|
+    shortfall, none broke:          S_r = 10/R - 10 (1 - s) (1 - Q_r) / sum_u (1 - Q_u)
 
-Guaranteed, always: sum_t share_t = 10 s exactly (an outcome reward redistributed, not a second
-signal). In every case except "every q = 0 but s > 0": a q = 0 action gets <= 0. When s <= mean q (the
-judgement explains the outcome): no share exceeds par, so no action earns more in a failed episode than
-in the all-right one, and blame is in proportion to (1 - q). NOT guaranteed: in a failed episode with a
-surplus (s < 1 but s > mean q, e.g. q = [0, 1, 1], s = 0.9) the right actions get 10 s / sum q, above
-par: the sum, q = 0 <= 0 and share <= par cannot all hold there (0 + 2 * 10/3 < 9), and we keep the first
-two. Nor does any rule make the shares right when the judge's q are wrong: it is only as good as the coach.
+In a shortfall each role keeps what its own quality is worth (a right role keeps par; a harmless flaw,
+such as a failed exploratory cell, costs only itself), and the loss that the qualities do not explain
+is paid by the roles that broke the result, in full: the step that broke a chain carries the most
+blame. When no role is judged to have broken it, that loss is spread in proportion to (1 - Q). The
+surplus case is a team that reached more than its judged roles explain (an error recovered
+downstream): the outcome is shared by quality, so Q = 0 gets 0. All three agree at s = mean Q
+(S_r = 10 Q_r / R). Degenerate cases: every Q = 1 but s < 1 (no one judged at fault) and every Q = 0 but
+s > 0 split 10 s equally.
+
+2. Within a role, S_r goes to its actions: a share >= 0 in proportion to their qualities (evenly when all
+are 0), a blame (S_r < 0) in proportion to (1 - q_t), so it lands on the action that decided it, undiluted
+by the role's right actions (which get 0) and never turned into pay for them.
+
+With one action per role this is a per-action split. Guaranteed, always: sum_t share_t = 10 s exactly
+(an outcome reward redistributed, not a second signal); a role's sum depends on its actions only through
+their lowest quality. Except when every Q = 0 but s > 0: a q = 0 action gets <= 0. When s <= mean Q (the
+judgement explains the outcome): no action earns more than in the all-right episode of the same actions,
+and a role that broke the result gets the lowest share. NOT guaranteed: in a failed episode with a surplus
+(s < 1 but s > mean Q, e.g. Q = [0, 1, 1], s = 0.9) the right roles get 10 s / sum Q, above par: the sum,
+Q = 0 <= 0 and share <= par cannot all hold there (0 + 2 * 10/3 < 9), and we keep the first two. Nor does
+any rule make the shares right when the judge's q are wrong: it is only as good as the coach.
 
 Judges (`judge`): the rule coach reads the env's checks (no call); an `LLMCoach` makes ONE call per
 episode with structured output (a 0-10 quality per action); any other coach scores each action
-(q = score / 10). A judgement that fails is recorded (`EpisodeJudgement.ok=False`, `error`), never
-replaced by an invented number: the env then pays no shares and marks the actions unscored.
+(q = score / 10). Whatever the judge, the action that submitted the product the outcome measured
+(CodeTest's last submission) is worth at most the outcome: a fact, where the checks may not see it. A
+judgement that fails (an unusable reply, a non-finite or out-of-range score, an outcome outside [0, 1]) is
+recorded (`EpisodeJudgement.ok=False`, `error`), never replaced by an invented number:
+the env then pays no shares and marks the actions unscored.
 """
 from __future__ import annotations
 
-import json
+import math
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mappa_envs.coach.parse import drop_leading_think, own_text, quoted_too, whole_json
 from mappa_envs.coach.types import INPUTS_READY, Coach, CoachRequest, CoachScore, excused
-from mappa_envs.core.untrusted import clip, fence_mark, fenced
+from mappa_envs.core.untrusted import clip, fence_mark, fenced, one_line
 
 _NOT_JUDGEMENTS = {INPUTS_READY, "printed_answer_correct"}  # not a verdict on the action (a bonus-only check)
-# A failed decisive check means the action did not do its job (quality 0); any other failed check, or a
-# tool call that raised (a cell may err and be fixed next), halves the quality.
-DECISIVE = {"answer_correct", "submission_valid", "expected_files_present", "features_consistent"}
+# A failed decisive check means the action's result is wrong (quality 0): it decided a failure. Any other
+# failed check, or a tool call that raised (a cell may err and be fixed next), is a flaw that costs at most
+# half (0.75, 0.625, ... towards 0.5), so no number of harmless flaws outweighs one wrong result.
+DECISIVE = {"answer_correct", "step_correct", "code_correct", "submission_valid", "expected_files_present",
+            "features_consistent"}
+# CodeTest sets one of these on exactly the actions that submit a solution; the outcome measures the last one.
+SUBMITS_PRODUCT = ("code_compiles", "code_correct")
 
 
 @dataclass
@@ -74,24 +93,58 @@ class Backprop:
                            attempts=j.calls) for q, s in zip(j.qualities, self.shares)]
 
 
-def shares(qualities: Sequence[float], outcome: float) -> list[float]:
-    """The split of 10 * outcome over the actions (module docstring). `outcome` and qualities in [0, 1]."""
-    if not qualities:
-        return []
-    q = [min(1.0, max(0.0, float(x))) for x in qualities]
-    s, n = min(1.0, max(0.0, float(outcome))), len(q)
+def _unit(x: float, what: str) -> float:
+    x = float(x)
+    if not (math.isfinite(x) and 0.0 <= x <= 1.0):
+        raise ValueError(f"{what} {x!r} is not a number in [0, 1]")
+    return x
+
+
+def _split(qualities: Sequence[float], outcome: float) -> list[float]:
+    """10 * outcome over units of the given qualities, par 10/n each (step 1 of the module docstring)."""
+    q, s, n = qualities, outcome, len(qualities)
     wrong, right = sum(1.0 - x for x in q), sum(q)
-    if s <= right / n and wrong > 0:  # shortfall: par less the blame, in proportion to (1 - q)
-        return [10.0 / n - 10.0 * (1.0 - s) * (1.0 - x) / wrong for x in q]
     if s > right / n:  # surplus: the outcome shared by quality (evenly if every q = 0: nothing to go by)
         return [10.0 * s * x / right for x in q] if right > 0 else [10.0 * s / n] * n
-    return [10.0 * s / n] * n  # every q = 1: no one is judged at fault, the team's reward split evenly
+    if wrong == 0:  # every q = 1: no one is judged at fault, the team's reward split evenly
+        return [10.0 * s / n] * n
+    broke = sum(x == 0 for x in q)
+    if broke:  # each keeps its quality's worth of par; what that leaves unexplained, those that broke it pay
+        unexplained = 10.0 * (right / n - s)
+        return [-unexplained / broke if x == 0 else 10.0 * x / n for x in q]
+    return [10.0 / n - 10.0 * (1.0 - s) * (1.0 - x) / wrong for x in q]  # par less the loss, by (1 - q)
+
+
+def shares(qualities: Sequence[float], outcome: float, roles: Sequence[str] | None = None) -> list[float]:
+    """The split of 10 * outcome over the actions (module docstring); `roles[t]` is action t's role (None:
+    each action its own). Qualities and outcome must be finite and in [0, 1]: a ValueError otherwise."""
+    q = [_unit(x, "a quality") for x in qualities]
+    s = _unit(outcome, "the outcome")
+    if not q:
+        return []
+    roles = list(range(len(q))) if roles is None else list(roles)
+    if len(roles) != len(q):
+        raise ValueError(f"{len(roles)} roles for {len(q)} actions")
+    members: dict = {}
+    for t, r in enumerate(roles):
+        members.setdefault(r, []).append(t)
+    role_shares = _split([min(q[t] for t in ts) for ts in members.values()], s)
+    out = [0.0] * len(q)
+    for role_share, ts in zip(role_shares, members.values()):
+        if role_share >= 0:  # pay, by quality
+            weights = [q[t] for t in ts] if any(q[t] for t in ts) else [1.0] * len(ts)
+        else:  # blame, by fault (some q < 1 here: a role with Q = 1 never gets a negative share)
+            weights = [1.0 - q[t] for t in ts]
+        total = sum(weights)
+        for t, w in zip(ts, weights):
+            out[t] = role_share * w / total
+    return out
 
 
 def rule_quality(request: CoachRequest) -> float:
-    """From the env's facts alone: 0 when a decisive check failed (or the action is empty), halved for each
-    other failed check or failing tool call, else 1. An excused action (inputs broken upstream) passes
-    through: quality 1, since what it received, not what it did, explains the outcome below it."""
+    """From the env's facts alone: 0 when a decisive check failed (or the action is empty); for k other
+    failed checks or failing tool calls 0.5 + 0.5 ** (k + 1); else 1. An excused action (inputs broken
+    upstream) passes through: quality 1, since what it received, not what it did, explains the outcome below it."""
     if excused(request.checks):
         return 1.0
     if not request.action.strip():
@@ -100,7 +153,14 @@ def rule_quality(request: CoachRequest) -> float:
     if any(k in DECISIVE for k in failed):
         return 0.0
     tools_failed = any(not r.get("ok", True) or r.get("timed_out") for r in request.tool_results)
-    return 0.5 ** (len(failed) + tools_failed)
+    flaws = len(failed) + tools_failed
+    return 0.5 + 0.5 ** (flaws + 1) if flaws else 1.0
+
+
+def judged_product(requests: Sequence[CoachRequest]) -> int | None:
+    """The action whose product the outcome measured, when the checks say (CodeTest: the last submission)."""
+    return next((t for t in range(len(requests) - 1, -1, -1)
+                 if any(k in requests[t].checks for k in SUBMITS_PRODUCT)), None)
 
 
 def judge(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> EpisodeJudgement:
@@ -117,24 +177,36 @@ def judge(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> Epi
     bad = next((s for s in scores if not s.ok or s.score is None), None)
     if bad is not None:
         return EpisodeJudgement(None, ok=False, error=bad.error or "an action got no score", calls=len(scores))
-    return EpisodeJudgement([min(10.0, max(0.0, float(s.score))) / 10 for s in scores], calls=len(scores),
-                            rationale="per-action scores")
+    for t, s in enumerate(scores):  # a NaN would clamp to 0 (full blame): it is no judgement at all
+        if not (isinstance(s.score, (int, float)) and math.isfinite(s.score) and 0 <= s.score <= 10):
+            return EpisodeJudgement(None, ok=False, error=f"action A{t} got the score {s.score!r}, not one in 0-10",
+                                    calls=len(scores))
+    return EpisodeJudgement([float(s.score) / 10 for s in scores], calls=len(scores), rationale="per-action scores")
 
 
 def backprop(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> Backprop:
     """Judge the episode with `coach` and split its outcome by blame (`shares`); failures are recorded, not raised."""
+    n = len(requests)
+    if not (isinstance(outcome, (int, float)) and math.isfinite(outcome) and 0.0 <= outcome <= 1.0):
+        return Backprop(None, EpisodeJudgement(None, ok=False, error=f"the outcome {outcome!r} is not a score in "
+                                                                    "[0, 1]; nothing to split"), n)
     try:
         j = judge(coach, requests, outcome)
     except Exception as e:  # a coach bug or a dead endpoint: this episode gets no shares, and says why
-        from mappa_envs.core.untrusted import one_line
-
         j = EpisodeJudgement(None, ok=False, error=clip(f"{type(e).__name__}: {one_line(e)}", 500))
     if not j.ok or j.qualities is None:
-        return Backprop(None, j, len(requests))
-    if len(j.qualities) != len(requests):
-        j = EpisodeJudgement(None, ok=False, error=f"{len(j.qualities)} qualities for {len(requests)} actions")
-        return Backprop(None, j, len(requests))
-    return Backprop(shares(j.qualities, outcome), j, len(requests))
+        return Backprop(None, j, n)
+    if len(j.qualities) != n:
+        j = EpisodeJudgement(None, ok=False, error=f"{len(j.qualities)} qualities for {n} actions")
+        return Backprop(None, j, n)
+    product = judged_product(requests)
+    if product is not None and j.qualities[product] > outcome:  # facts outrank the judge's opinion
+        j.qualities = [min(q, outcome) if t == product else q for t, q in enumerate(j.qualities)]
+        j.rationale = f"{j.rationale}; A{product}'s product scored {outcome:.2f}".strip("; ")
+    try:
+        return Backprop(shares(j.qualities, outcome, [r.role for r in requests]), j, n)
+    except ValueError as e:  # a quality out of [0, 1] from a judge: no shares, said why
+        return Backprop(None, EpisodeJudgement(None, ok=False, error=one_line(e), calls=j.calls), n)
 
 
 # ---- the LLM judge: one call per episode ------------------------------------------------------
@@ -161,7 +233,9 @@ def episode_messages(requests: Sequence[CoachRequest], outcome: float, max_chars
         parts += [f"## Action A{i} by {r.role} (checks: {checks})", fenced(texts[i], mark)]
         if r.tool_results:
             parts += ["Tool output:", fenced(out, mark)]
-    parts.append(f"## Outcome\nScore {outcome:.2f} of 1.")
+    product = judged_product(requests)
+    measured = f" It measured the solution submitted in A{product}." if product is not None else ""
+    parts.append(f"## Outcome\nScore {outcome:.2f} of 1.{measured}")
     keys = ", ".join(f'"A{i}"' for i in range(len(requests)))
     parts.append(f"Reply with JSON only: an object with the keys {keys}, each an integer 0-10.")
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
@@ -177,27 +251,81 @@ def episode_schema(n: int) -> dict:
     return {"type": "json_schema", "json_schema": {"name": "episode_credit", "strict": True, "schema": schema}}
 
 
+# One label line of a text reply: `A3: 7`, `- **A3**: 7/10`, `A3 = 7 (did its job)`; nothing else on the
+# line but a comment set off by a dash, a parenthesis or a semicolon. Prose that mentions `A3: 10` is not one.
+_LABEL = re.compile(r"[ \t#*_\-]*A(\d+)[ \t*_]*[:=][ \t*_]*(\d+(?:\.\d+)?)(?:[ \t]*/[ \t]*10)?[*_.]*"
+                    r"(?:[ \t]+(?:[-\u2013\u2014(;].*)?)?")
+_FENCED_OBJECT = re.compile(r"```(?:json)?[ \t]*\n(\{.*\})[ \t]*\n[ \t]*```\s*$", re.DOTALL | re.IGNORECASE)
+
+
 def parse_qualities(text: str | None, n: int) -> tuple[list[float] | None, str]:
-    """The n qualities (0-1) in a reply (JSON, or `A0: 7` lines), or None and what was wrong."""
-    if not text:
+    """The n qualities (0-1) in the judge's own verdict, or None and what was wrong. The verdict is, in
+    this order: a reply that is one JSON object (or one ```json fence); a ```json-fenced object that ends
+    the reply; else the LAST block of label lines (`A0: 7` one per line) that rates every action, in the
+    judge's own text: without its thinking, fences, `>` quotes and the prompt's evidence blocks, so an
+    agent's `A1: 10` that the judge quotes or mentions is never its verdict. The verdict must rate every
+    action once, 0-10; a fenced or quoted block after it that rates them otherwise makes the reply
+    ambiguous. Linear in the reply."""
+    if not text or not text.strip():
         return None, "empty reply"
-    found: dict[int, float] = {}
-    try:
-        data = json.loads(text.strip().removeprefix("```json").strip("`"))
-        if isinstance(data, dict):
-            for k, v in data.items():
-                m = re.fullmatch(r"A(\d+)", str(k).strip())
-                if m and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    found[int(m.group(1))] = float(v)
-    except json.JSONDecodeError:
-        for m in re.finditer(r"\bA(\d+)\b\W{0,3}(\d+(?:\.\d+)?)", text):
-            found.setdefault(int(m.group(1)), float(m.group(2)))
-    missing = [i for i in range(n) if i not in found]
+    body = drop_leading_think(text)
+    obj = whole_json(body)
+    if obj is None and (fenced_end := _FENCED_OBJECT.search(body)) is not None:
+        obj = whole_json(fenced_end.group(1))
+    if obj is not None:
+        pairs = getattr(obj, "pairs", list(obj.items()))
+        return _checked_labels([(m.group(1), v) for k, v in pairs if isinstance(k, str)
+                                and (m := re.fullmatch(r"\s*A(\d+)\s*", k))], n)
+    own = _last_block(own_text(body), n)
+    if not own:
+        return None, f"no block of label lines (expected JSON {{{_keys(n)}}} or one line 'A<i>: <0-10>' per action)"
+    qualities, problem = _checked_labels(own, n)
+    later = _last_block(quoted_too(body), n)
+    if qualities is not None and later and _checked_labels(later, n)[0] not in (None, qualities):
+        return None, "ambiguous: a block in a fence or a > quote after the judge's own rates the actions otherwise"
+    return qualities, problem
+
+
+def _last_block(text: str, n: int) -> list[tuple[str, float]]:
+    """The (index, value) pairs of the last run of label lines (blank lines may separate them) that rates
+    every one of the n actions; failing that, the last run (for the error message); [] when none."""
+    blocks: list[list[tuple[str, float]]] = []
+    ended = True
+    for line in text.splitlines():
+        m = _LABEL.fullmatch(line.strip())
+        if m:
+            if ended:
+                blocks.append([])
+            blocks[-1].append((m.group(1), float(m.group(2))))
+            ended = False
+        elif line.strip():
+            ended = True
+    every = {str(i) for i in range(n)}
+    return next((b for b in reversed(blocks) if every <= {k.lstrip("0") or "0" for k, _ in b}),
+                blocks[-1] if blocks else [])
+
+
+def _checked_labels(found: list[tuple[str, object]], n: int) -> tuple[list[float] | None, str]:
+    values: dict[int, float] = {}
+    for index, v in found:
+        k = int(index) if len(index) <= 6 else n
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None, f"A{k}'s quality is not a number"
+        if k >= n:
+            return None, f"a quality for A{k}, but there are {n} actions"
+        if k in values:
+            return None, f"A{k} is rated twice"
+        if not (math.isfinite(v) and 0 <= v <= 10):  # NaN and infinities are no judgement (JSON allows them)
+            return None, f"A{k}'s quality {v!r} is not in 0-10"
+        values[k] = float(v)
+    missing = [i for i in range(n) if i not in values]
     if missing:
         return None, f"no quality for action(s) {', '.join(f'A{i}' for i in missing[:5])}"
-    if any(not 0 <= found[i] <= 10 for i in range(n)):
-        return None, "a quality outside 0-10"
-    return [found[i] / 10 for i in range(n)], ""
+    return [values[i] / 10 for i in range(n)], ""
+
+
+def _keys(n: int) -> str:
+    return ", ".join(f'"A{i}": ...' for i in range(min(n, 3))) + (", ..." if n > 3 else "")
 
 
 def llm_judgement(coach, requests: Sequence[CoachRequest], outcome: float) -> EpisodeJudgement:

@@ -77,7 +77,7 @@ def parse_reply(text: str | None, schema: dict | None = None) -> Verdict:
     a reply without a score then names that schema's fields in `problem`."""
     if not text or not text.strip():
         return Verdict(None, None, "", "empty reply")
-    whole = _whole_json(text)
+    whole = whole_json(text)
     if whole is not None:
         return _json_verdict(whole, text, schema)
     # runs of blanks become one space: no regex below can then backtrack over a long run
@@ -100,13 +100,13 @@ def own_text(text: str) -> str:
     """The judge's own words: `text` without `<think>` spans, code fences, `>` quote lines and the
     prompt's evidence blocks. Only closed spans are dropped, and an unclosed `<think>` only when it
     opens the reply (then the reply is all thinking)."""
-    text = _drop_leading_think(text)
+    text = drop_leading_think(text)
     text = _drop_spans(text, _THINK_OPEN, _THINK_CLOSE)
     text = _drop_spans(text, _BEGIN, _END)
     return _QUOTE_LINE.sub("", _drop_fences(text))
 
 
-def _drop_leading_think(text: str) -> str:
+def drop_leading_think(text: str) -> str:
     """A reply that opens with `<think>` (the judge's own reasoning: the agent cannot write the reply's
     first word) thinks up to its *last* `</think>`: a `</think>` the agent printed and the judge quoted
     while thinking does not end the thinking. Unclosed: the reply is all thinking."""
@@ -120,10 +120,16 @@ def _hidden_after(text: str, verdict: tuple[float, float | None]) -> bool:
     """Is the reply's last labelled line, fences and `>` quotes read too, another value than `verdict`?
     Fences and quotes may hold the agent's text, but also the judge's own verdict (a reply wrapped in
     ```): the agent's labelled line outside them must not win over a verdict the judge fenced."""
-    text = _drop_spans(_drop_spans(_drop_leading_think(text), _THINK_OPEN, _THINK_CLOSE), _BEGIN, _END)
-    plain = _BLANKS.sub(" ", _QUOTE_MARKS.sub("", text).replace("**", "").replace("__", ""))
+    plain = _BLANKS.sub(" ", quoted_too(text).replace("**", "").replace("__", ""))
     last = _labelled(plain, last_only=True)
     return isinstance(last, tuple) and _as_tenths(last) != _as_tenths(verdict)
+
+
+def quoted_too(text: str) -> str:
+    """The reply without thinking and evidence blocks, but with its fences and `>` quotes (their marks
+    dropped): what `own_text` leaves out, put back, to see whether a later verdict hides there."""
+    text = _drop_spans(_drop_spans(drop_leading_think(text), _THINK_OPEN, _THINK_CLOSE), _BEGIN, _END)
+    return _QUOTE_MARKS.sub("", text)
 
 
 def _as_tenths(found: tuple[float, float | None]) -> tuple[float, float]:
@@ -179,7 +185,7 @@ def _checked(found: tuple[float, float | None], answer_correct: bool | None, rat
     return Verdict(value, answer_correct, rationale, None)
 
 
-def _whole_json(text: str) -> dict | None:
+def whole_json(text: str) -> dict | None:
     """The JSON object that is the whole reply (or the whole of one ```json fence), else None."""
     body = text.strip()
     fenced = _JSON_FENCE.fullmatch(text)

@@ -59,14 +59,24 @@ def test_a_zero_quality_action_never_gets_a_positive_share():
         assert all(x <= 1e-9 for x, qt in zip(shares(q, s), q) if qt == 0), (q, s)
 
 
-def test_blame_of_a_shortfall_is_in_proportion_to_one_minus_quality():
+def test_blame_of_a_shortfall_is_in_proportion_to_one_minus_quality_when_no_action_broke_the_result():
     for q, s in _cases(2):
         n = len(q)
-        if not (s < 1 and s <= sum(q) / n and any(x < 1 for x in q)):
+        if not (s < 1 and s <= sum(q) / n and any(x < 1 for x in q)) or 0.0 in q:
             continue
         loss = [10 / n - x for x in shares(q, s)]
         for lt, qt in zip(loss, q):  # loss against par = 10 (1 - s) (1 - q_t) / sum(1 - q)
             assert lt == pytest.approx(10 * (1 - s) * (1 - qt) / sum(1 - x for x in q), abs=1e-9)
+
+
+def test_the_actions_that_broke_the_result_pay_what_the_qualities_leave_unexplained():
+    for q, s in _cases(4):
+        n = len(q)
+        if not (s <= sum(q) / n and 0.0 in q and any(q)):
+            continue
+        out = shares(q, s)
+        for x, v in zip(q, out):  # the others keep their quality's worth of par
+            assert v == pytest.approx(10 * x / n if x else -10 * (sum(q) / n - s) / q.count(0.0), abs=1e-9)
 
 
 def test_no_share_in_a_failed_episode_exceeds_the_all_right_share():
@@ -95,11 +105,13 @@ def _request(**kw) -> CoachRequest:
 
 def test_rule_quality_reads_checks_and_excuses_broken_inputs():
     assert rule_quality(_request(action="x", checks={"answer_present": True, "answer_correct": False})) == 0.0
-    assert rule_quality(_request(action="x", checks={"answer_present": False, "code_present": False})) == 0.25
+    # two flaws cost less than half: only a decisive check (a wrong result) zeroes the quality
+    assert rule_quality(_request(action="x", checks={"answer_present": False, "code_present": False})) == 0.625
     assert rule_quality(_request(action="x", checks={"inputs_ready": False, "submission_valid": False})) == 1.0
     assert rule_quality(_request(action="   ", checks={"answer_correct": True})) == 0.0
     assert rule_quality(_request(action="x", checks={"printed_answer_correct": False})) == 1.0  # a bonus-only check
-    assert rule_quality(_request(action="x", tool_results=[{"ok": False}])) == 0.5
+    assert rule_quality(_request(action="x", tool_results=[{"ok": False}])) == 0.75
+    assert rule_quality(_request(action="x", checks={"step_correct": False})) == 0.0  # Chain: a wrong value
     assert rule_quality(_request(action="x", checks={"answer_correct": True})) == 1.0
 
 
@@ -145,8 +157,10 @@ def test_llm_backprop_is_one_structured_call_per_episode():
         assert stub.requests[0]["response_format"]["json_schema"]["name"] == "episode_credit"
     assert sum(a.share for a in actions) == pytest.approx(10 * result.outcome.score)
     assert [a.coach.score for a in actions] == [10.0, 10.0, 10.0, 0.0]
-    # the outcome failed (s = 0); the lone wrong action takes the whole shortfall against par 10/4
-    assert [a.share for a in actions] == pytest.approx([2.5, 2.5, 2.5, -7.5])
+    assert [a.role for a in actions] == ["problem_solver", "code_executor", "code_executor", "verifier"]
+    # the outcome failed (s = 0); the lone wrong role takes the whole shortfall against par 10/3, and the
+    # executor's par is split over its two actions
+    assert [a.share for a in actions] == pytest.approx([10 / 3, 5 / 3, 5 / 3, -20 / 3])
 
 
 def test_a_failed_llm_judgement_is_recorded_and_pays_nothing():
@@ -207,7 +221,7 @@ def test_parse_qualities_needs_every_action_in_range():
     assert parse_qualities('{"A0": 7, "A1": 3}', 2) == ([0.7, 0.3], "")
     assert parse_qualities("A0: 7\nA1: 10", 2) == ([0.7, 1.0], "")
     assert parse_qualities('{"A0": 7}', 2)[0] is None
-    assert parse_qualities('{"A0": 11, "A1": 3}', 2) == (None, "a quality outside 0-10")
+    assert parse_qualities('{"A0": 11, "A1": 3}', 2) == (None, "A0's quality 11 is not in 0-10")
     assert parse_qualities("", 1) == (None, "empty reply")
 
 
