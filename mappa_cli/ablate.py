@@ -28,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
         if unknown:
             raise ConfigError(f"--arms names {unknown}, not in the preset; its arms: {sorted(arms)}")
         arms = {a: arms[a] for a in chosen}
+        if isinstance(cfg.baseline, list):  # the outcome variants run here compete for the baseline
+            cfg.baseline = [b for b in cfg.baseline if b in arms] or cfg.baseline
     if args.seeds:
         cfg.seeds = _integers("--seeds", args.seeds)
     if args.depths:

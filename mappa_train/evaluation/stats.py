@@ -193,3 +193,42 @@ def accuracy_change(out_dir: str | Path, eval_set: str, first: int, last: int, n
                            f"problems and samples; re-run in a fresh output directory")
     b, a = problem_means(before, tasks), problem_means(after, tasks)
     return tasks, b, a, paired_bootstrap(b, a, n_boot=n_boot, seed=seed)
+
+
+@dataclass(frozen=True)
+class RatioCI:
+    """mean(a) / mean(b) of paired values with a percentile bootstrap interval over the pairs."""
+
+    ratio: float
+    low: float
+    high: float
+    n: int
+    level: float
+    exhaustive: bool  # every one of the n^n resamples was taken (small n), not a random n_boot of them
+
+    def to_dict(self) -> dict:
+        return {"ratio": self.ratio, "low": self.low, "high": self.high, "n": self.n, "level": self.level,
+                "exhaustive": self.exhaustive}
+
+
+def ratio_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, level: float = 0.95,
+                    seed: int = 0) -> RatioCI:
+    """Percentile bootstrap interval of mean(a) / mean(b) (e.g. process / outcome rollouts to a target, one
+    pair per seed): pairs are resampled with replacement, kept together. With n^n <= n_boot every resample
+    is enumerated once (exact for the handful of seeds an ablation has); else n_boot random ones."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or x.size == 0:
+        raise InputError(f"ratio_bootstrap: need two equal-length, non-empty 1-D sequences, got {x.shape} and "
+                         f"{y.shape}")
+    if not (y > 0).all():
+        raise InputError("ratio_bootstrap: the denominators must be > 0 (rollouts to a target are)")
+    n = x.size
+    exhaustive = n ** n <= n_boot
+    if exhaustive:
+        index = np.indices((n,) * n).reshape(n, -1).T  # [n^n, n]: every resample
+    else:
+        index = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    ratios = x[index].mean(axis=1) / y[index].mean(axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail])
+    return RatioCI(float(x.mean() / y.mean()), float(low), float(high), n, level, exhaustive)

@@ -18,6 +18,20 @@ coach, so its noise-free runs stand for it at every ε). A `preflight_episodes` 
 start before any arm trains and stops the ablation if too few of its actions pass their checks: a
 start that is never right cannot learn from either reward.
 
+Issue 39, a fair comparison where curves can rise. The outcome arms credit the team's result to every
+action of each agent (`algo.outcome_credit` every_action); an arm with `outcome_credit: last_action`
+(the result on each role's last action only) is a labelled ablation. `baseline` may list several outcome
+variants: in each condition the strongest at the budget is the one every arm is paired with. With
+`budget_gain` a budget pre-flight trains `budget_arm` (the process arm) at `budget_seed`, a seed outside
+the grid, `eval_every` steps at a time until its `eval_set` accuracy rises by `budget_gain` over its start,
+says so, and fixes every arm's steps at that depth to `budget_factor` × the steps it took
+(`start/budget[_depthD].json`, reused: the budget is fixed before the grid runs); if it never rises within
+`budget_max_steps` the ablation stops, since flat curves compare nothing. The report gives the cost to
+start + each of `target_gains` and the rollouts ratio with its paired bootstrap interval (ablate_report).
+Controls are ordinary arms, e.g. the coach that says nothing, `overrides: ["env.coach=rule:noise=0.5,
+seed={seed}"]`, and a random reward, `"env.coach=rule:noise=1,mode=random,seed={seed}"` (`{seed}` in an
+arm's overrides is the training seed).
+
 A preset may `extends:` another (a path relative to it) and change only what differs: its mappings
 (`arms`, `start`) merge into the other's key by key, any other field replaces the other's
 (configs/ablate/credit_llm_coach.yaml adds one arm to credit_cpu.yaml).
@@ -38,6 +52,7 @@ from pathlib import Path
 
 from mappa_envs.core.pipeline import RewardMode
 from mappa_train.config import ConfigError, Normalization, doc, load_config, load_section
+from mappa_train.config.schema import OutcomeCredit
 from mappa_train.experiments.ablate_report import format_table, plot, plot_differences, summarise
 from mappa_train.experiments.warm_start import StartConfig, build_start
 
@@ -47,8 +62,10 @@ class Arm:
     reward: RewardMode = doc("process", "process (coach score per action), outcome (team result ×10), process+outcome "
                                     "or backprop (team result ×10 split over the actions by blame)")
     whiten: Normalization = doc("global", "advantage normalisation")
+    outcome_credit: OutcomeCredit = doc("every_action", "which actions the outcome reaches (algo.outcome_credit): "
+                                                        "every action of each agent, or its last only (an ablation)")
     stop_below: dict = doc({}, "curriculum filtering: rollout.stop_below, role -> coach score")
-    overrides: list = doc([], "other training overrides, key=value")
+    overrides: list = doc([], "other training overrides, key=value; {seed} is replaced by the training seed")
 
 
 @dataclass
@@ -65,7 +82,18 @@ class AblateConfig:
     arms: dict = doc({}, "arm name -> Arm fields")
     target_gain: float | None = doc(None, "if set, each run's target is its start accuracy plus this (rollouts to "
                                           "a target relative to the start); else target_accuracy")
-    baseline: str = doc("outcome", "the arm every other arm is paired with, seed by seed")
+    baseline: str | list = doc("outcome", "the arm every other arm is paired with, seed by seed; or a list of arms "
+                                          "(the outcome variants), of which the strongest in each condition at the "
+                                          "budget (highest mean accuracy after the start) is the one")
+    target_gains: list = doc([0.1, 0.2], "gains over each run's start whose first crossing is costed per arm "
+                                         "(rollouts, coach calls, tokens, wall) and compared as a rollouts ratio")
+    budget_gain: float | None = doc(None, "if set, the budget pre-flight: `budget_arm` trains until its accuracy "
+                                          "rises by this over its start, and the grid's steps are fixed from it")
+    budget_arm: str = doc("process", "the arm the budget pre-flight trains")
+    budget_seed: int = doc(1000, "the budget pre-flight's training seed (outside the grid's seeds)")
+    budget_max_steps: int = doc(48, "the budget pre-flight gives up (and stops the ablation) after this many steps")
+    budget_factor: float = doc(2.0, "the grid's steps: this × the steps the budget pre-flight took to rise, rounded "
+                                    "up to whole evaluations")
     depths: list = doc([], "Chain-v0 depths (env.kwargs.depth), a condition each; empty: the preset's env as it is")
     coach_noise: list = doc([0.0], "rule-coach error rates, a condition each (0: the plain coach)")
     noise_depths: list = doc([], "the depths at which the noisy coaches run; empty: every depth")
@@ -100,17 +128,22 @@ def conditions(cfg: AblateConfig) -> list[Condition]:
     return out
 
 
+def calls_coach(arm: Arm) -> bool:
+    """Whether the arm's reward asks the coach (every mode but the plain outcome does)."""
+    return arm.reward != "outcome"
+
+
 def arms_at(cfg: AblateConfig, arms: dict[str, Arm], cond: Condition) -> dict[str, Arm]:
     """The arms of a condition: all of them with the plain coach; with a noisy one `noise_arms` (or all) and
     the outcome arms, whose noise-free runs stand for them."""
     if not cond.noise or not cfg.noise_arms:
         return arms
-    return {n: a for n, a in arms.items() if n in cfg.noise_arms or a.reward == "outcome"}
+    return {n: a for n, a in arms.items() if n in cfg.noise_arms or not calls_coach(a)}
 
 
 def run_dir(out: Path, cond: Condition, name: str, arm: Arm, seed: int) -> Path:
     """A run's folder. The outcome arm asks no coach: its noise-free run stands for it at every error rate."""
-    if arm.reward == "outcome":
+    if not calls_coach(arm):
         cond = Condition(cond.depth)
     return out / "runs" / cond.name / name / f"seed{seed}"
 
@@ -164,20 +197,40 @@ def _check_sweep(cfg: AblateConfig, arms: dict[str, Arm], path: Path) -> None:
         raise ConfigError(f"{path}: noise_depths {cfg.noise_depths} must be among depths {cfg.depths}")
     if cfg.preflight_episodes < 0 or not 0 <= cfg.preflight_min_right <= 1:
         raise ConfigError(f"{path}: preflight_episodes must be >= 0 and preflight_min_right in [0, 1]")
-    if cfg.baseline not in arms:
-        raise ConfigError(f"{path}: baseline {cfg.baseline!r} is not one of the arms {sorted(arms)}")
+    from mappa_train.experiments.ablate_report import baselines
+
+    if not baselines(cfg) or not set(baselines(cfg)) <= set(arms):
+        raise ConfigError(f"{path}: baseline {cfg.baseline!r} must name one or more of the arms {sorted(arms)}")
+    if not cfg.target_gains or not all(isinstance(g, (int, float)) and not isinstance(g, bool) and g > 0
+                                       for g in cfg.target_gains):
+        raise ConfigError(f"{path}: target_gains must be a non-empty list of gains > 0, got {cfg.target_gains!r}")
+    if cfg.budget_gain is not None and (cfg.budget_gain <= 0 or cfg.budget_arm not in arms
+                                        or cfg.budget_max_steps < 1 or cfg.budget_factor < 1):
+        raise ConfigError(f"{path}: the budget pre-flight needs budget_gain > 0, budget_arm among the arms "
+                          f"{sorted(arms)}, budget_max_steps >= 1 and budget_factor >= 1; got {cfg.budget_gain}, "
+                          f"{cfg.budget_arm!r}, {cfg.budget_max_steps}, {cfg.budget_factor}")
     if not set(cfg.noise_arms) <= set(arms):
         raise ConfigError(f"{path}: noise_arms {cfg.noise_arms} must be among the arms {sorted(arms)}")
 
 
-def arm_overrides(arm: Arm, env_kwargs: dict) -> list[str]:
-    """The training overrides that make an arm: the env's reward mode (its outcome bonus is 10 × the 0/1
-    result, paid on each role's last action), the normalisation, the curriculum."""
+def arm_overrides(arm: Arm, env_kwargs: dict, seed: int = 0) -> list[str]:
+    """The training overrides that make an arm, the one place an arm's reward is decided: the env's reward
+    mode (its outcome bonus is 10 × the 0/1 result, paid to every agent at the end), which actions the
+    outcome reaches, the normalisation, the curriculum, then the arm's own overrides ({seed}: `seed`)."""
     kwargs = {**env_kwargs, "reward_mode": arm.reward}
-    out = [f"env.kwargs={json.dumps(kwargs)}", f"algo.whiten={arm.whiten}"]
+    out = [f"env.kwargs={json.dumps(kwargs)}", f"algo.outcome_credit={arm.outcome_credit}", f"algo.whiten={arm.whiten}"]
     if arm.stop_below:
         out.append(f"rollout.stop_below={json.dumps(arm.stop_below)}")
-    return out + [str(o) for o in arm.overrides]
+    return out + [str(o).replace("{seed}", str(seed)) for o in arm.overrides]
+
+
+def arm_config(cfg: AblateConfig, base, cond: Condition, arm: Arm, seed: int, start: str, path: Path,
+               extra: tuple[str, ...] = ()):
+    """The training config of one run: the preset's, the condition's depth and coach, the arm, the start."""
+    coach = [f"env.coach=rule:noise={cond.noise:g},seed={seed}"] if cond.noise else []
+    return load_config(cfg.train_config, [
+        *cfg.overrides, *_depth(cond), *arm_overrides(arm, base.env.kwargs, seed), *coach,
+        f"model.path={start}", f"seed={seed}", f"out_dir={path}", *extra])
 
 
 # ---- running ---------------------------------------------------------------------------------------
@@ -211,18 +264,20 @@ def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -
         for depth, base in depth_bases.items():
             _preflight(cfg, base, starts[depth], out / "start" / ("preflight.json" if depth is None else
                                                                   f"preflight_depth{depth}.json"), progress)
+    steps = {}  # depth -> the grid's steps, fixed by the budget pre-flight before any grid run
+    if cfg.budget_gain is not None:
+        for depth, base in depth_bases.items():
+            steps[depth] = _budget(cfg, arms, base, Condition(depth), starts[depth], out / "start", progress)
     for seed in cfg.seeds:
         for cond, base in bases.items():
             for name, arm in arms_at(cfg, arms, cond).items():
                 path = run_dir(out, cond, name, arm, seed)
-                if (cond.noise and arm.reward == "outcome") or (path / "final").is_dir():
+                if (cond.noise and not calls_coach(arm)) or (path / "final").is_dir():
                     continue  # the outcome arm calls no coach: its noise-free run stands for it
-                coach = [f"env.coach=rule:noise={cond.noise:g},seed={seed}"] if cond.noise else []
                 progress(f"{cond.name + ' ' if cond.name else ''}arm {name}, seed {seed} ...")
                 t0 = time.perf_counter()
-                _train(load_config(cfg.train_config, [
-                    *cfg.overrides, *_depth(cond), *arm_overrides(arm, base.env.kwargs), *coach,
-                    f"model.path={starts[cond.depth]}", f"seed={seed}", f"out_dir={path}"]))
+                budget = (f"steps={steps[cond.depth]}",) if cond.depth in steps else ()
+                _train(arm_config(cfg, base, cond, arm, seed, starts[cond.depth], path, budget))
                 progress(f"    done in {time.perf_counter() - t0:.0f} s")
     results = summarise(cfg, arms, out)
     (out / "results.json").write_text(json.dumps(results, indent=2))
@@ -256,6 +311,31 @@ def _preflight(cfg: AblateConfig, base, start: str, path: Path, progress) -> Non
     progress(f"pre-flight{'' if depth is None else f' at depth {depth}'}: {report['right_share']:.0%} of the "
              f"start's actions right, team success {report['team_success']:.0%} over {report['episodes']} episodes"
              + "".join(f"; {role} {share:.0%}" for role, share in report.get("right_share_by_role", {}).items()))
+
+
+def _budget(cfg: AblateConfig, arms: dict[str, Arm], base, cond: Condition, start: str, where: Path,
+            progress) -> int:
+    """The grid's steps at a depth, from the budget pre-flight (`preflight.fix_budget`; reused once written)."""
+    from mappa_train.experiments.preflight import fix_budget
+
+    name = "budget" if cond.depth is None else f"budget_depth{cond.depth}"
+    path = where / f"{name}.json"
+    if not path.exists() and cfg.budget_arm not in arms:
+        raise ConfigError(f"the budget pre-flight trains arm {cfg.budget_arm!r}, which is not among the arms run "
+                          f"({sorted(arms)}); add it to --arms")
+    arm = arms.get(cfg.budget_arm)
+
+    def make(steps: int):
+        return arm_config(cfg, base, cond, arm, cfg.budget_seed, start, where / name,
+                          (f"steps={steps}", f"checkpoint_every={base.eval_every}"))
+
+    report = fix_budget(make, base.eval_every, cfg.eval_set, cfg.budget_gain, cfg.budget_max_steps,
+                        cfg.budget_factor, path)
+    depth = "" if cond.depth is None else f" at depth {cond.depth}"
+    progress(f"budget pre-flight{depth}: {cfg.budget_arm} rose {report['start']:.3f} -> {report['reached']:.3f} "
+             f"(>= start + {cfg.budget_gain:g}) on {cfg.eval_set} in {report['steps_to_rise']} steps; every arm "
+             f"trains {report['budget_steps']} steps")
+    return report["budget_steps"]
 
 
 def _train(cfg) -> None:

@@ -7,6 +7,14 @@ shares its start and its evaluation seeds. Over seeds: the mean difference with 
 interval and a two-sided sign test (ties dropped). Secondary: the final accuracy's difference, and
 the rollouts each run needed to first reach its target (`target_gain` above its own start, or
 `target_accuracy`), whose ratio arm / baseline the paper puts at ~0.6 for process / outcome.
+
+Issue 39: the baseline may be several outcome variants; in each condition the strongest of them at the
+same budget (the highest mean accuracy after the start over seeds) is the one every arm is paired with,
+and the others are reported as ablations. For every `target_gains` g (start + 0.10 and start + 0.2 by
+default) each run's rollouts, coach calls, trained tokens and training wall time to first reach its
+start + g, and per arm the ratio arm / baseline of mean rollouts to it over the seeds where both reached
+it, with a paired percentile bootstrap interval over those seeds (`evaluation.stats.ratio_bootstrap`);
+the seeds where only one reached it are counted beside it, since leaving them out favours neither arm.
 """
 from __future__ import annotations
 
@@ -43,9 +51,20 @@ def sign_test(diffs: list[float]) -> dict:
     return {"positive": pos, "negative": neg, "ties": len(diffs) - n, "p": p}
 
 
-def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool, target_gain: float | None = None) -> dict:
+COSTS = ("rollouts", "coach_calls", "generated_tokens", "wall_s")  # what reaching a target cost, cumulative
+
+
+def first_reach(evals: dict[int, float], costs: dict[int, dict], target: float) -> dict | None:
+    """The costs (`COSTS`) at the first evaluation whose accuracy is >= `target` ({step: accuracy},
+    {step: costs after that step}), or None if none is."""
+    hit = next((step for step, acc in sorted(evals.items()) if acc >= target - 1e-12), None)
+    return None if hit is None else dict(costs[hit])
+
+
+def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool, target_gain: float | None = None,
+                gains: tuple = ()) -> dict:
     """One run's held-out accuracy per rollouts, its costs, and the cost of its first reaching its target
-    (`target`, or its start accuracy + `target_gain`)."""
+    (`target`, or its start accuracy + `target_gain`) and its start + each of `gains` (`to_gain`)."""
     from mappa_train.runlog import METRICS_FILE, read_metrics
 
     rows = read_metrics(run_dir / METRICS_FILE)
@@ -54,20 +73,24 @@ def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool, targ
     key = f"{eval_set}/accuracy"
     evals = {r["step"]: r[key] for r in rows if r["kind"] == "eval" and key in r}
     train = sorted((r for r in rows if r["kind"] == "train"), key=lambda r: r["step"])
-    wall, calls, tokens, cost = 0.0, 0.0, 0.0, {0: (0.0, 0.0)}
+    wall, calls, tokens = 0.0, 0.0, 0.0
+    cost = {0: dict.fromkeys(COSTS, 0.0)}
     for r in train:  # cumulative training cost after each step (evaluation not counted)
         wall += r.get("time_rollout_s", 0.0) + r.get("time_update_s", 0.0) + r.get("time_sync_s", 0.0)
         calls += r.get("env_actions", 0.0) if coached else 0.0
         tokens += r.get("action_tokens", 0.0)
-        cost[r["step"]] = (wall, calls)
+        cost[r["step"]] = {"rollouts": float(r["step"] * per_step), "coach_calls": calls, "generated_tokens": tokens,
+                           "wall_s": wall}
     curve = [[step * per_step, acc] for step, acc in sorted(evals.items())]
     start = curve[0][1] if curve else None
     if target_gain is not None and start is not None:
         target = start + target_gain
-    hit = next((step for step, acc in sorted(evals.items()) if acc >= target), None)
-    reached = None if hit is None else {"rollouts": hit * per_step, "wall_s": cost[hit][0], "coach_calls": cost[hit][1]}
+    hit = first_reach(evals, cost, target)
+    reached = None if hit is None else {k: hit[k] for k in ("rollouts", "wall_s", "coach_calls")}
+    to_gain = {f"{g:g}": None if start is None else first_reach(evals, cost, start + g) for g in gains}
     after = [acc for x, acc in curve[1:]]
-    return {"curve": curve, "reached": reached, "target": target, "wall_s": wall, "coach_calls": calls,
+    return {"curve": curve, "reached": reached, "target": target, "to_gain": to_gain, "wall_s": wall,
+            "coach_calls": calls,
             "generated_tokens": tokens, "rollouts": len(train) * per_step, "start_accuracy": start,
             "auc": sum(after) / len(after) if after else None,
             "final_accuracy": curve[-1][1] if curve else None}
@@ -75,28 +98,52 @@ def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool, targ
 
 def summarise(cfg, arms: dict, out: Path) -> dict:
     """results.json: per condition the arms' curves and targets, every run's record, and the paired summary."""
-    from mappa_train.experiments.ablate import arms_at, conditions, run_dir
+    from mappa_train.experiments.ablate import arms_at, calls_coach, conditions, run_dir
 
     conds, records, blocks = conditions(cfg), [], {}
+    gains = tuple(cfg.target_gains)
     for cond in conds:
         summary = {}
         for name, arm in arms_at(cfg, arms, cond).items():
             seeds = {s: run_summary(run_dir(out, cond, name, arm, s), cfg.eval_set, cfg.target_accuracy,
-                                    coached=arm.reward != "outcome", target_gain=cfg.target_gain) for s in cfg.seeds}
+                                    coached=calls_coach(arm), target_gain=cfg.target_gain, gains=gains)
+                     for s in cfg.seeds}
             records += [{"condition": cond.name, "depth": cond.depth, "coach_noise": cond.noise, "arm": name,
                          "reward": arm.reward, "seed": s, **r} for s, r in seeds.items()]
-            summary[name] = _arm_block(arm, seeds)
-        blocks[cond.name] = {"depth": cond.depth, "coach_noise": cond.noise, "arms": summary,
-                             "process_over_outcome": _ratio(summary)}
-    results = {"target_accuracy": cfg.target_accuracy, "target_gain": cfg.target_gain, "seeds": list(cfg.seeds),
-               "eval_set": cfg.eval_set, "baseline": cfg.baseline, "config": asdict(cfg), "records": records,
-               "paired": paired(records, cfg.baseline)}
+            summary[name] = _arm_block(arm, seeds, gains)
+        base = strongest(summary, baselines(cfg))
+        blocks[cond.name] = {"depth": cond.depth, "coach_noise": cond.noise, "arms": summary, "baseline": base,
+                             "process_over_outcome": _ratio(summary, base)}
+    chosen = {name: block["baseline"] for name, block in blocks.items()}
+    results = {"target_accuracy": cfg.target_accuracy, "target_gain": cfg.target_gain, "target_gains": list(gains),
+               "seeds": list(cfg.seeds), "eval_set": cfg.eval_set, "baseline": cfg.baseline,
+               "baselines_chosen": chosen, "config": asdict(cfg), "records": records,
+               "paired": paired(records, chosen, gains)}
     if len(conds) == 1:  # a single-condition ablation keeps its flat layout
         return {**results, **{k: v for k, v in blocks[conds[0].name].items() if k in ("arms", "process_over_outcome")}}
     return {**results, "conditions": blocks}
 
 
-def _arm_block(arm, seeds: dict[int, dict]) -> dict:
+def baselines(cfg) -> list[str]:
+    """The arms that may be the baseline: `baseline`, one name or a list (the outcome variants)."""
+    return [cfg.baseline] if isinstance(cfg.baseline, str) else list(cfg.baseline)
+
+
+def strongest(summary: dict, candidates: list[str]) -> str:
+    """Of the candidate arms present, the one with the highest mean accuracy after the start over seeds (the
+    first listed on a tie or when none has a curve): the fair baseline is the best outcome arm at this budget."""
+    present = [c for c in candidates if c in summary]
+    if not present:
+        return candidates[0]
+
+    def mean_auc(name: str) -> float:
+        aucs = [r["auc"] for r in summary[name]["seeds"].values() if r["auc"] is not None]
+        return sum(aucs) / len(aucs) if aucs else -math.inf
+
+    return max(present, key=lambda c: (mean_auc(c), -present.index(c)))
+
+
+def _arm_block(arm, seeds: dict[int, dict], gains: tuple = ()) -> dict:
     points = sorted({x for r in seeds.values() for x, _ in r["curve"]})
     curve = []
     for x in points:
@@ -107,20 +154,27 @@ def _arm_block(arm, seeds: dict[int, dict]) -> dict:
                  for k in ("rollouts", "wall_s", "coach_calls")}
     costs = {k: t_interval([r[k] for r in seeds.values()])[0] for k in ("rollouts", "coach_calls", "generated_tokens",
                                                                           "wall_s")}
+    to_gain = {}
+    for g in map("{:g}".format, gains):
+        hits = [r["to_gain"][g] for r in seeds.values() if r["to_gain"].get(g)]
+        to_gain[g] = {"reached_by": len(hits), **{k: (sum(h[k] for h in hits) / len(hits) if hits else None)
+                                                  for k in COSTS}}
     return {"arm": asdict(arm), "seeds": {str(s): r for s, r in seeds.items()}, "curve": curve,
             "final": list(t_interval([r["final_accuracy"] for r in seeds.values()])),
-            "reached_by": len(reached), "to_target": to_target, "cost_per_seed": costs}
+            "reached_by": len(reached), "to_target": to_target, "to_gain": to_gain, "cost_per_seed": costs}
 
 
-def paired(records: list[dict], baseline: str) -> list[dict]:
-    """Each arm against `baseline` in each condition, seed by seed: the difference in mean held-out accuracy
-    after the start (primary) and in final accuracy, and the rollouts-to-target ratio. The baseline's
-    noise-free record stands for it at every coach error rate when it asks no coach (the outcome arm)."""
-    base = {(r["depth"], r["coach_noise"], r["seed"]): r for r in records if r["arm"] == baseline}
+def paired(records: list[dict], baseline: str | dict[str, str], gains: tuple = ()) -> list[dict]:
+    """Each arm against the baseline (one arm, or condition name -> arm) in each condition, seed by seed: the
+    difference in mean held-out accuracy after the start (primary) and in final accuracy, and the
+    rollouts-to-target ratios (`rollouts_ratio` per gain: `gain_ratio`). The baseline's noise-free record
+    stands for it at every coach error rate when it asks no coach (the outcome arm)."""
     out = []
     for cond in dict.fromkeys((r["condition"], r["depth"], r["coach_noise"]) for r in records):
         name, depth, noise = cond
-        mine = [r for r in records if r["condition"] == name and r["arm"] != baseline]
+        arm_b = baseline if isinstance(baseline, str) else baseline[name]
+        base = {(r["depth"], r["coach_noise"], r["seed"]): r for r in records if r["arm"] == arm_b}
+        mine = [r for r in records if r["condition"] == name and r["arm"] != arm_b]
         for arm in dict.fromkeys(r["arm"] for r in mine):
             pairs = [(r, base.get((depth, noise, r["seed"])) or base.get((depth, 0.0, r["seed"])))
                      for r in mine if r["arm"] == arm]
@@ -137,35 +191,87 @@ def paired(records: list[dict], baseline: str) -> list[dict]:
             ratio = None
             if arm_r and base_r and sum(base_r):
                 ratio = (sum(arm_r) / len(arm_r)) / (sum(base_r) / len(base_r))
-            out.append({"condition": name, "depth": depth, "coach_noise": noise, "arm": arm, "baseline": baseline,
+            out.append({"condition": name, "depth": depth, "coach_noise": noise, "arm": arm, "baseline": arm_b,
                         "seeds": [a["seed"] for a, _ in pairs], "auc_diff_per_seed": diffs,
                         "auc_diff": mean, "ci95": [lo, hi], "sign_test": sign_test(diffs),
                         "final_diff": fmean, "final_diff_ci95": [flo, fhi],
-                        "reached": [len(arm_r), len(base_r)], "rollouts_to_target_ratio": ratio})
+                        "reached": [len(arm_r), len(base_r)], "rollouts_to_target_ratio": ratio,
+                        "rollouts_ratio": {f"{g:g}": gain_ratio(pairs, f"{g:g}") for g in gains}})
     return out
 
 
-def _ratio(summary: dict) -> float | None:
-    """Mean rollouts to target of the process arm over the outcome arm (both must have reached it)."""
-    p, o = (summary.get(a, {}).get("to_target", {}).get("rollouts") for a in ("process", "outcome"))
+def gain_ratio(pairs: list[tuple[dict, dict]], gain: str) -> dict:
+    """Arm / baseline mean rollouts to start + `gain` over the seeds where both reached it, with its paired
+    bootstrap interval (None when no seed pair did, or the baseline reached it at 0 rollouts), and how many
+    seeds only one of them, or neither, reached it within the budget."""
+    from mappa_train.evaluation.stats import ratio_bootstrap
+
+    hits = [(a["to_gain"].get(gain), b["to_gain"].get(gain)) for a, b in pairs]
+    both = [(a["rollouts"], b["rollouts"]) for a, b in hits if a and b]
+    counts = {"both": len(both), "arm_only": sum(bool(a) and not b for a, b in hits),
+              "baseline_only": sum(bool(b) and not a for a, b in hits),
+              "neither": sum(not a and not b for a, b in hits)}
+    if not both or not all(b > 0 for _, b in both):
+        return {**counts, "ratio": None, "low": None, "high": None}
+    ci = ratio_bootstrap([a for a, _ in both], [b for _, b in both])
+    return {**counts, "ratio": ci.ratio, "low": ci.low, "high": ci.high, "exhaustive": ci.exhaustive}
+
+
+def _ratio(summary: dict, baseline: str = "outcome") -> float | None:
+    """Mean rollouts to target of the process arm over the baseline arm (both must have reached it)."""
+    p, o = (summary.get(a, {}).get("to_target", {}).get("rollouts") for a in ("process", baseline))
     return p / o if p and o else None
 def format_table(results: dict) -> str:
     """results.md: the arms' table (one per condition), then the paired comparison with the baseline."""
     if "conditions" not in results:
-        return _arms_table(results, results["arms"], results["process_over_outcome"]) + format_paired(results)
+        return (_arms_table(results, results["arms"], results["process_over_outcome"]) + format_paired(results)
+                + format_gains(results))
     parts = []
     for name, block in results["conditions"].items():
         noise = f", rule coach wrong at rate {block['coach_noise']:g}" if block["coach_noise"] else ", plain rule coach"
         parts.append(f"## {name}: depth {block['depth']}{noise}\n\n"
                      + _arms_table(results, block["arms"], block["process_over_outcome"]))
-    return "\n".join(parts) + format_paired(results)
+    return "\n".join(parts) + format_paired(results) + format_gains(results)
+
+
+def format_gains(results: dict) -> str:
+    """Per condition and arm, what reaching start + g cost (mean over the seeds that reached it), and each arm's
+    rollouts-to-g ratio against the condition's baseline with its paired bootstrap interval."""
+    gains = [f"{g:g}" for g in results.get("target_gains", [])]
+    if not gains:
+        return ""
+    blocks = results.get("conditions") or {"": {"arms": results["arms"], "depth": None, "coach_noise": 0.0}}
+    chosen = results.get("baselines_chosen", {})
+    lines = ["", "Cost to first reach start + g (mean over the seeds that reached it; coach calls 0 for an arm that "
+             "asks no coach), and rollouts to it, arm / baseline, over the seeds where both reached it [95% paired "
+             "bootstrap interval] (both, arm only, baseline only, neither).", "",
+             "| condition | arm | g | reached | rollouts | coach calls | trained tokens | wall s | rollouts ratio "
+             "[95% CI] | seeds (both / arm / baseline / neither) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    ratios = {(r["condition"], r["arm"]): r.get("rollouts_ratio", {}) for r in results["paired"]}
+    fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
+    n = len(results["seeds"])
+    for name, block in blocks.items():
+        for arm, a in block["arms"].items():
+            label = f"{arm} (baseline)" if chosen.get(name) == arm else arm
+            for g in gains:
+                t = a["to_gain"][g]
+                r = ratios.get((name, arm), {}).get(g)
+                ratio = "—" if not r or r["ratio"] is None else f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
+                seeds = "—" if not r else f"{r['both']} / {r['arm_only']} / {r['baseline_only']} / {r['neither']}"
+                lines.append(f"| {name or '—'} | {label} | +{g} | {t['reached_by']}/{n} | "
+                             f"{fmt(t['rollouts'], '.0f')} | {fmt(t['coach_calls'], '.0f')} | "
+                             f"{fmt(t['generated_tokens'], '.0f')} | "
+                             f"{fmt(t['wall_s'], '.0f')} | {ratio} | {seeds} |")
+    return "\n".join(lines) + "\n"
 
 
 def format_paired(results: dict) -> str:
     rows = results["paired"]
     if not rows:
         return ""
-    lines = ["", f"Paired with `{results['baseline']}` seed by seed (same start, evaluation seeds and rollouts): "
+    chosen = sorted(set(results.get("baselines_chosen", {}).values())) or [results["baseline"]]
+    lines = ["", f"Paired with `{', '.join(chosen)}` (the strongest of the baseline arms {results['baseline']} in "
+             "each condition) seed by seed (same start, evaluation seeds and rollouts): "
              "difference in mean held-out accuracy after the start (primary), 95% t-interval over seeds, "
              "two-sided sign test; final accuracy's difference; rollouts to target, arm / baseline.", "",
              "| depth | coach error rate | arm | seeds | difference [95% CI] | + / − / tie | sign-test p | "
@@ -199,7 +305,10 @@ def _arms_table(results: dict, arms: dict, ratio: float | None) -> str:
         t = a["to_target"]
         fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
         stop = ", ".join(f"{r} < {v:g}" for r, v in a["arm"]["stop_below"].items()) or "—"
-        lines.append(f"| {name} | {a['arm']['reward']} | {a['arm']['whiten']} | {stop} | {first[1]:.3f} | "
+        reward = a["arm"]["reward"]
+        if a["arm"].get("outcome_credit") == "last_action" and "outcome" in reward:
+            reward += " (on each role's last action only: ablation)"
+        lines.append(f"| {name} | {reward} | {a['arm']['whiten']} | {stop} | {first[1]:.3f} | "
                      f"{mean:.3f} [{lo:.3f}, {hi:.3f}] | {a['reached_by']}/{n} | {fmt(t['rollouts'], '.0f')} | "
                      f"{fmt(t['wall_s'], '.0f')} | {fmt(t['coach_calls'], '.0f')} |")
     lines += ["", "Rollouts to target, process / outcome: " + (f"{ratio:.2f}" if ratio else

@@ -1,14 +1,20 @@
-"""The ablation's pre-flight: can the start learn at all? Checked before any arm spends its budget.
+"""The ablation's pre-flights: can the start learn at all, and at what budget does a curve rise?
 
 The start plays `episodes` training episodes at the training temperature with the plain rule coach.
 An action is *right* when every check the env ran on it passed (its inputs being ready aside); the
 share of right actions must reach `min_right`. A start that is never right gives a process reward
 nothing to reinforce and an outcome reward no success to find, so the comparison would be between
 two arms that cannot move. The figures (and the team's success rate) are written to `path`.
+
+`fix_budget` (issue 39): the process arm trains, `eval_every` steps at a time, until its held-out
+accuracy rises by `gain` over its start; the budget every arm then gets is `factor` × those steps. A
+budget at which the process arm cannot rise would compare flat curves, so none is fixed then.
 """
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 from mappa_envs.coach.types import INPUTS_READY
@@ -65,3 +71,39 @@ def play_start(cfg, start: Path, episodes: int) -> dict:
             "right_share_by_role": {role: round(sum(oks) / len(oks), 3) for role, oks in by_role.items()},
             "team_success": sum(bool(r.outcome and r.outcome.correct) for r in results) / max(1, len(results)),
             "temperature": cfg.generation.temperature}
+
+
+def fix_budget(make: Callable[[int], object], every: int, eval_set: str, gain: float, max_steps: int, factor: float,
+               path: Path) -> dict:
+    """Train the run `make(steps)` builds (a resumable training config), `every` steps more at a time, until
+    its `eval_set` accuracy is >= its start + `gain` or `max_steps` are spent; write `path` (reused if there)
+    with the budget, ceil(factor × steps to rise / every) × every steps. Raises ConfigError if it never rose."""
+    from mappa_train.experiments.ablate import _train
+    from mappa_train.runlog import METRICS_FILE, read_metrics
+
+    if path.exists():  # the budget is fixed once, before the grid: a changed pre-flight may not move it silently
+        report = json.loads(path.read_text())
+        if (report["eval_set"], report["gain"], report["factor"]) != (eval_set, gain, factor):
+            raise ConfigError(f"{path} fixed the budget with eval_set {report['eval_set']}, gain {report['gain']:g} "
+                              f"and factor {report['factor']:g}, not {eval_set}, {gain:g} and {factor:g}; use another "
+                              "--out, or delete it (and the grid's runs trained at that budget) to fix a new one")
+        return report
+    key, steps, hit, evals = f"{eval_set}/accuracy", 0, None, {}
+    while hit is None and steps < max_steps:
+        steps = min(steps + every, max_steps)
+        run = make(steps)
+        _train(run)
+        rows = read_metrics(Path(run.out_dir) / METRICS_FILE)
+        evals = {r["step"]: r[key] for r in rows if r["kind"] == "eval" and key in r}
+        start = evals[0]
+        hit = next((s for s, acc in sorted(evals.items()) if s and acc >= start + gain - 1e-12), None)
+    if hit is None:
+        raise ConfigError(f"budget pre-flight: the process arm did not rise by {gain:g} over its start on {eval_set} "
+                          f"within {max_steps} steps ({evals[0]:.3f} -> best {max(evals.values()):.3f}; its run is "
+                          f"in {make(steps).out_dir}), so every curve would be flat at any budget up to it: raise "
+                          "budget_max_steps or change the setting (learner.lr, the start)")
+    report = {"eval_set": eval_set, "gain": gain, "start": evals[0], "reached": evals[hit], "steps_to_rise": hit,
+              "budget_steps": math.ceil(factor * hit / every) * every, "factor": factor,
+              "curve": [[k, v] for k, v in sorted(evals.items())], "run": str(make(steps).out_dir)}
+    path.write_text(json.dumps(report, indent=2))
+    return report
