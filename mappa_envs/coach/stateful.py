@@ -29,6 +29,7 @@ from typing import Literal
 
 from mappa_envs.coach.config import CoachConfigError
 from mappa_envs.coach.types import Coach, CoachRequest, CoachScore, excused
+from mappa_envs.core.untrusted import clip, one_line
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -162,8 +163,8 @@ class StatefulCoach:
         return replace(request, role_duties=f"{request.role_duties}\n\n{text}") if text else request
 
     def _settle(self, request: CoachRequest, verdict: CoachScore) -> CoachScore:
-        if not verdict.ok or verdict.score is None or not math.isfinite(verdict.score):
-            return verdict  # a failure stays a failure, and is not counted
+        if not verdict.ok or verdict.score is None or not (math.isfinite(verdict.score) and 0 <= verdict.score <= 10):
+            return verdict  # a failure stays a failure, and is not counted (nor is a score off the 0-10 scale)
         kind = self.group(request)
         key = (request.role, kind, check_outcome(request))
         with self._lock:
@@ -212,25 +213,87 @@ class StatefulCoach:
                 "corrections": list(self.corrections)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict()`. All or nothing: a state that is not what this coach writes (a NaN, a mean
+        outside 0-10, counts that disagree, ...) is a one-line `CoachConfigError` and leaves the coach as it was."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             got = state.get("version") if isinstance(state, dict) else type(state).__name__
-            raise CoachConfigError(f"stateful coach: not a version-{STATE_VERSION} coach state (got {got!r})")
-        def table(rows) -> dict:
-            out = {}
-            for row in rows:
-                if len(row) != 6 or not all(isinstance(x, str) for x in row[:3]):
-                    raise ValueError(f"a statistics row must be [role, type, outcome, n, mean, m2], got {row!r}")
-                out[tuple(row[:3])] = _Running(int(row[3]), float(row[4]), float(row[5]))
-            return out
-
-        try:  # all or nothing: a damaged state leaves the coach as it was
-            raw, served = table(state["raw"]), table(state["served"])
-            offsets = {str(k): float(v) for k, v in state["offsets"].items()}
-            corrections, seen = list(state["corrections"]), int(state["seen"])
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CoachConfigError(f"stateful coach: a damaged coach state ({type(e).__name__}: {e})") from None
+            raise CoachConfigError(f"stateful coach: not a version-{STATE_VERSION} coach state "
+                                   f"(got {clip(repr(got), 80)})")
+        try:
+            raw, served = _table(state["raw"], "raw"), _table(state["served"], "served")
+            offsets = _numbers(state["offsets"], "offsets", OFFSET_LIMIT)
+            corrections = [_correction(e, i) for i, e in enumerate(_list(state["corrections"], "corrections"))]
+            seen = _count_of(state["seen"], "seen")
+            for name, table in (("raw", raw), ("served", served)):
+                if sum(r.n for r in table.values()) != seen:
+                    raise ValueError(f"{name} counts {sum(r.n for r in table.values())} scores but seen is {seen}")
+        except KeyError as e:
+            raise CoachConfigError(f"stateful coach: a damaged coach state (no {e}); delete coach_state.json to "
+                                   "start the statistics afresh") from None
+        except (TypeError, ValueError) as e:
+            raise CoachConfigError(f"stateful coach: a damaged coach state ({clip(one_line(e), 300)}); delete "
+                                   "coach_state.json to start the statistics afresh") from None
         with self._lock:
             self.raw, self.served, self.offsets, self.corrections, self.seen = raw, served, offsets, corrections, seen
+
+
+# ---- checking a loaded state: every number finite and in the range this coach can produce ----------
+
+OUTCOMES = ("right", "wrong", "excused", "unknown")
+OFFSET_LIMIT = 10.0  # an offset moves a 0-10 score: beyond +-10 it is not one this coach computes
+
+
+def _list(x, what: str) -> list:
+    if not isinstance(x, list):
+        raise TypeError(f"{what} must be a list, got {type(x).__name__}")
+    return x
+
+
+def _count_of(x, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+        raise ValueError(f"{what} must be an integer >= 0, got {clip(repr(x), 60)}")
+    return x
+
+
+def _number(x, what: str, low: float, high: float) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not (math.isfinite(x) and low <= x <= high):
+        raise ValueError(f"{what} must be a finite number in [{low:g}, {high:g}], got {clip(repr(x), 60)}")
+    return float(x)
+
+
+def _numbers(x, what: str, limit: float) -> dict[str, float]:
+    if not isinstance(x, dict):
+        raise TypeError(f"{what} must be an object, got {type(x).__name__}")
+    return {str(k): _number(v, f"{what}[{clip(repr(k), 40)}]", -limit, limit) for k, v in x.items()}
+
+
+def _table(rows, name: str) -> dict[tuple[str, str, str], _Running]:
+    out: dict[tuple[str, str, str], _Running] = {}
+    for i, row in enumerate(_list(rows, name)):
+        where = f"{name} row {i}"
+        if not isinstance(row, list) or len(row) != 6 or not all(isinstance(x, str) for x in row[:3]):
+            raise ValueError(f"{where} must be [role, type, outcome, n, mean, m2], got {clip(repr(row), 80)}")
+        key = (row[0], row[1], row[2])
+        if key[2] not in OUTCOMES:
+            raise ValueError(f"{where}: outcome {clip(repr(key[2]), 40)} is not one of {', '.join(OUTCOMES)}")
+        if key in out:
+            raise ValueError(f"{where} repeats {clip(repr(key), 80)}")
+        n = _count_of(row[3], f"{where} n")
+        if n == 0:
+            raise ValueError(f"{where} counts no scores")
+        mean = _number(row[4], f"{where} mean", 0.0, 10.0)
+        m2 = _number(row[5], f"{where} m2", 0.0, 25.0 * n)  # a 0-10 stream's variance is at most 25
+        out[key] = _Running(n, mean, m2)
+    return out
+
+
+def _correction(event, i: int) -> dict:
+    where = f"corrections[{i}]"
+    if not isinstance(event, dict):
+        raise TypeError(f"{where} must be an object, got {type(event).__name__}")
+    return {**event, "at": _count_of(event["at"], f"{where}.at"),
+            "gaps": _numbers(event["gaps"], f"{where}.gaps", OFFSET_LIMIT),
+            "offsets": _numbers(event["offsets"], f"{where}.offsets", OFFSET_LIMIT)}
 
 
 def plot_corrections(coach: StatefulCoach, path, title: str = "stateful coach") -> None:
@@ -280,20 +343,31 @@ def plot_run_corrections(coach, out_dir) -> None:
 
 
 def save_coach_state(coach, directory) -> None:
-    """Write `coach.state_dict()` to DIRECTORY/coach_state.json when the coach keeps state (else nothing)."""
+    """Write `coach.state_dict()` to DIRECTORY/coach_state.json when the coach keeps state (else nothing);
+    whole or not at all (written beside it, then renamed over it)."""
     import json
+    import os
     from pathlib import Path
 
     if callable(getattr(coach, "state_dict", None)):
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        (Path(directory) / "coach_state.json").write_text(json.dumps(coach.state_dict()))
+        path = Path(directory) / "coach_state.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f".{path.name}.part")
+        part.write_text(json.dumps(coach.state_dict(), allow_nan=False))
+        os.replace(part, path)
 
 
 def load_coach_state(coach, directory) -> None:
-    """Restore what `save_coach_state` wrote, when both the coach and the file have state."""
+    """Restore what `save_coach_state` wrote, when both the coach and the file have state; a file that is
+    not such a state is a one-line `CoachConfigError` (the coach is left as it was)."""
     import json
     from pathlib import Path
 
     path = Path(directory) / "coach_state.json"
     if callable(getattr(coach, "load_state_dict", None)) and path.is_file():
-        coach.load_state_dict(json.loads(path.read_text()))
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            raise CoachConfigError(f"{path}: not a coach state ({type(e).__name__}: {clip(one_line(e), 200)}); "
+                                   "delete it to start the statistics afresh") from None
+        coach.load_state_dict(state)

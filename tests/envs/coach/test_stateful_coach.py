@@ -251,3 +251,91 @@ def test_training_logs_the_coach_offsets_each_step_and_plots_them(tmp_path):
         assert logged == {k: state["offsets"].get(k, 0.0) for k in {key[1] for key in state["raw"]}}
         assert row["coach_corrections"] == len(state["corrections"])
     assert (tmp_path / "coach_corrections.png").stat().st_size > 0
+
+
+def _trained_state() -> dict:
+    coach = StatefulCoach(Biased(2.0))
+    for r in _stream(400):
+        coach.score(r)
+    assert coach.offsets  # a state with a correction in it
+    return json.loads(json.dumps(coach.state_dict()))
+
+
+def _damaged(path: str, value):
+    state = _trained_state()
+    *parents, last = path.split(".")
+    node = state
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if last == "*":  # every value of a mapping
+        for k in node:
+            node[k] = value
+    else:
+        node[int(last) if isinstance(node, list) else last] = value
+    return state
+
+
+@pytest.mark.parametrize("path, value, says", [
+    ("offsets.*", float("nan"), "offsets"),  # issue 36: loaded, then every score was served as 0.0
+    ("offsets.*", float("inf"), "offsets"),
+    ("offsets.*", 40.0, "offsets"),
+    ("offsets.*", "-1", "offsets"),
+    ("raw.0.4", float("nan"), "raw row 0 mean"),
+    ("raw.0.4", 12.5, "raw row 0 mean"),
+    ("served.0.5", -1.0, "served row 0 m2"),
+    ("raw.0.3", -5, "raw row 0 n"),
+    ("raw.0.3", 2.5, "raw row 0 n"),
+    ("raw.0.3", True, "raw row 0 n"),
+    ("raw.0.2", "sideways", "outcome"),
+    ("seen", 10**6, "seen"),
+    ("seen", float("nan"), "seen"),
+    ("corrections.0.offsets.*", float("nan"), "corrections[0].offsets"),
+    ("corrections.0.at", -1, "corrections[0].at"),
+    ("corrections", {"a": 1}, "corrections must be a list"),
+])
+def test_a_damaged_state_is_refused_in_one_line_and_the_coach_is_unchanged(path, value, says):
+    coach = StatefulCoach(Biased(2.0, seed=5))
+    for r in _stream(300, seed=9):
+        coach.score(r)
+    before = json.dumps(coach.state_dict())
+    with pytest.raises(CoachConfigError, match="damaged coach state") as err:
+        coach.load_state_dict(_damaged(path, value))
+    assert says in str(err.value)
+    assert "\n" not in str(err.value)
+    assert json.dumps(coach.state_dict()) == before
+    probe = _req("regression", True)
+    assert 0.0 < coach.score(probe).score <= 10.0  # still serving real scores
+
+
+def test_a_repeated_statistics_row_is_refused():
+    state = _trained_state()
+    state["raw"].append(state["raw"][0])
+    with pytest.raises(CoachConfigError, match="repeats"):
+        StatefulCoach(RuleCoach()).load_state_dict(state)
+
+
+def test_a_checkpoint_file_that_is_not_json_is_one_line_and_saving_never_leaves_half_a_file(tmp_path):
+    coach = make_coach("stateful:rule")
+    (tmp_path / "coach_state.json").write_text('{"version": 1, "raw": [')
+    with pytest.raises(CoachConfigError, match="coach_state.json: not a coach state") as err:
+        load_coach_state(coach, tmp_path)
+    assert "\n" not in str(err.value)
+    coach.score(_req("regression", True))
+    save_coach_state(coach, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["coach_state.json"]
+    fresh = make_coach("stateful:rule")
+    load_coach_state(fresh, tmp_path)
+    assert fresh.state_dict() == coach.state_dict()
+
+
+def test_scores_off_the_scale_are_passed_on_uncounted():
+    class Wild:
+        def score(self, request):
+            return CoachScore(score=15.0)
+
+        async def ascore(self, request):
+            return self.score(request)
+
+    coach = StatefulCoach(Wild())
+    assert coach.score(_req("regression", True)).score == 15.0
+    assert coach.seen == 0  # so the state it saves always loads again
