@@ -27,6 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how far below its fault-free value another action or role may fall")
     parser.add_argument("--batch", type=int, default=4, help="envs played at once")
     parser.add_argument("--concurrency", type=int, default=8, help="coach calls in flight")
+    parser.add_argument("--labels", type=Path, metavar="DIR",
+                        help="also measure each coach against human labels (`mappa export labels`): AUROC, agreement, "
+                             "calibration, in labels.json and labels.md")
     parser.add_argument("--out", type=Path, default=Path("runs/coach-eval"),
                         help="writes results.json, coach_eval.md, roc.png and calibration.png here")
 
@@ -44,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
                          f"got {args.dsbench_tasks}")
     coaches = make_coaches(args.coach, args.coach_set)
     specs = spec_targets(args.spec, args.num_tasks)  # a bad spec fails here, before anything is played
+    labels = _labels(args.labels)  # so do bad labels
     env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}, "DSBench-v0": {"tasks": tasks[:args.dsbench_tasks]},
                   **specs}
     for env, extra in env_settings(args.env_set, args.env).items():
@@ -58,4 +62,23 @@ def run(args: argparse.Namespace) -> int:
     (args.out / "coach_eval.md").write_text(table)
     write_plots(rows, args.out)
     print(table)
+    if labels is not None:
+        _against_labels(args, labels, coaches)
     return 0
+
+
+def _labels(folder: Path | None) -> list[dict] | None:
+    from mappa_train.review.labels import load_labels
+
+    return None if folder is None else load_labels(folder)
+
+
+def _against_labels(args: argparse.Namespace, labels: list[dict], coaches: dict) -> None:
+    from mappa_train.review.labels import evaluate_labels
+    from mappa_train.review.labels import markdown as labels_markdown
+
+    rows = evaluate_labels(labels, coaches, args.concurrency)
+    (args.out / "labels.json").write_text(json.dumps({"labels": str(args.labels), "rows": rows}, indent=2))
+    table = labels_markdown(rows)
+    (args.out / "labels.md").write_text(table)
+    print(f"against the human labels in {args.labels}:\n{table}")

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "coach-eval": ("mappa_cli.coach_eval", "a coach's report card: AUROC, blame, master keys, calibration"),
     "ablate": ("mappa_cli.ablate", "train one start several ways (reward, normalisation, curriculum) x seeds"),
     "export": ("mappa_cli.export", "a training checkpoint as Hugging Face models; transcripts as a datasets dataset"),
+    "review": ("mappa_cli.review", "a local web page over a run's transcripts; human verdicts in SQLite"),
 }
 DEBUG_ENV = "MAPPA_DEBUG"
 
