@@ -37,11 +37,11 @@ any rule make the shares right when the judge's q are wrong: it is only as good 
 
 Judges (`judge`): the rule coach reads the env's checks (no call); an `LLMCoach` makes ONE call per
 episode with structured output (a 0-10 quality per action); any other coach scores each action
-(q = score / 10). Whatever the judge, the action that submitted the product the outcome measured
-(CodeTest's last submission) is worth at most the outcome: a fact, where the checks may not see it. A
-judgement that fails (an unusable reply, a non-finite or out-of-range score, an outcome outside [0, 1]) is
-recorded (`EpisodeJudgement.ok=False`, `error`), never replaced by an invented number:
-the env then pays no shares and marks the actions unscored.
+(q = score / 10). Whatever the judge, an action that submitted the product the outcome measured
+(CodeTest's last submission, or an earlier one of the same code) is worth at most the outcome: a fact,
+where the checks may not see it. A judgement that fails (an unusable reply, a non-finite or out-of-range
+score, an outcome outside [0, 1]) is recorded (`EpisodeJudgement.ok=False`, `error`), never replaced by an
+invented number: the env then pays no shares and marks the actions unscored.
 """
 from __future__ import annotations
 
@@ -157,10 +157,18 @@ def rule_quality(request: CoachRequest) -> float:
     return 0.5 + 0.5 ** (flaws + 1) if flaws else 1.0
 
 
-def judged_product(requests: Sequence[CoachRequest]) -> int | None:
-    """The action whose product the outcome measured, when the checks say (CodeTest: the last submission)."""
-    return next((t for t in range(len(requests) - 1, -1, -1)
-                 if any(k in requests[t].checks for k in SUBMITS_PRODUCT)), None)
+def judged_products(requests: Sequence[CoachRequest]) -> list[int]:
+    """The actions whose product the outcome measured, when the checks say (CodeTest): the last submission,
+    and any earlier one of the same code (a resubmission hands the same bug on)."""
+    from mappa_envs.core.tools import extract_code_blocks
+
+    subs = [t for t, r in enumerate(requests) if any(k in r.checks for k in SUBMITS_PRODUCT)]
+    if not subs:
+        return []
+    final = extract_code_blocks(requests[subs[-1]].action)
+    code = final[-1].strip() if final else None
+    return [t for t in subs[:-1] if code and code in (b.strip() for b in extract_code_blocks(requests[t].action))
+            ] + [subs[-1]]
 
 
 def judge(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> EpisodeJudgement:
@@ -199,10 +207,11 @@ def backprop(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> 
     if len(j.qualities) != n:
         j = EpisodeJudgement(None, ok=False, error=f"{len(j.qualities)} qualities for {n} actions")
         return Backprop(None, j, n)
-    product = judged_product(requests)
-    if product is not None and j.qualities[product] > outcome:  # facts outrank the judge's opinion
-        j.qualities = [min(q, outcome) if t == product else q for t, q in enumerate(j.qualities)]
-        j.rationale = f"{j.rationale}; A{product}'s product scored {outcome:.2f}".strip("; ")
+    capped = [t for t in judged_products(requests) if j.qualities[t] > outcome]
+    if capped:  # facts outrank the judge's opinion
+        j.qualities = [min(q, outcome) if t in capped else q for t, q in enumerate(j.qualities)]
+        named = ", ".join(f"A{t}" for t in capped)
+        j.rationale = f"{j.rationale}; the product of {named} scored {outcome:.2f}".strip("; ")
     try:
         return Backprop(shares(j.qualities, outcome, [r.role for r in requests]), j, n)
     except ValueError as e:  # a quality out of [0, 1] from a judge: no shares, said why
@@ -233,8 +242,8 @@ def episode_messages(requests: Sequence[CoachRequest], outcome: float, max_chars
         parts += [f"## Action A{i} by {r.role} (checks: {checks})", fenced(texts[i], mark)]
         if r.tool_results:
             parts += ["Tool output:", fenced(out, mark)]
-    product = judged_product(requests)
-    measured = f" It measured the solution submitted in A{product}." if product is not None else ""
+    products = judged_products(requests)
+    measured = f" It measured the solution submitted in A{products[-1]}." if products else ""
     parts.append(f"## Outcome\nScore {outcome:.2f} of 1.{measured}")
     keys = ", ".join(f'"A{i}"' for i in range(len(requests)))
     parts.append(f"Reply with JSON only: an object with the keys {keys}, each an integer 0-10.")
@@ -255,7 +264,6 @@ def episode_schema(n: int) -> dict:
 # line but a comment set off by a dash, a parenthesis or a semicolon. Prose that mentions `A3: 10` is not one.
 _LABEL = re.compile(r"[ \t#*_\-]*A(\d+)[ \t*_]*[:=][ \t*_]*(\d+(?:\.\d+)?)(?:[ \t]*/[ \t]*10)?[*_.]*"
                     r"(?:[ \t]+(?:[-\u2013\u2014(;].*)?)?")
-_FENCED_OBJECT = re.compile(r"```(?:json)?[ \t]*\n(\{.*\})[ \t]*\n[ \t]*```\s*$", re.DOTALL | re.IGNORECASE)
 
 
 def parse_qualities(text: str | None, n: int) -> tuple[list[float] | None, str]:
@@ -270,8 +278,8 @@ def parse_qualities(text: str | None, n: int) -> tuple[list[float] | None, str]:
         return None, "empty reply"
     body = drop_leading_think(text)
     obj = whole_json(body)
-    if obj is None and (fenced_end := _FENCED_OBJECT.search(body)) is not None:
-        obj = whole_json(fenced_end.group(1))
+    if obj is None:
+        obj = _final_fenced_object(body)
     if obj is not None:
         pairs = getattr(obj, "pairs", list(obj.items()))
         return _checked_labels([(m.group(1), v) for k, v in pairs if isinstance(k, str)
@@ -284,6 +292,18 @@ def parse_qualities(text: str | None, n: int) -> tuple[list[float] | None, str]:
     if qualities is not None and later and _checked_labels(later, n)[0] not in (None, qualities):
         return None, "ambiguous: a block in a fence or a > quote after the judge's own rates the actions otherwise"
     return qualities, problem
+
+
+def _final_fenced_object(body: str) -> dict | None:
+    """The JSON object in a ``` (or ```json) fence that ends the reply, if there is one."""
+    text = body.rstrip()
+    if not text.endswith("```"):
+        return None
+    start = text.rfind("```", 0, len(text) - 3)
+    if start < 0:
+        return None
+    head, _, inner = text[start + 3 : len(text) - 3].partition("\n")
+    return whole_json(inner) if head.strip().lower() in ("", "json") else None
 
 
 def _last_block(text: str, n: int) -> list[tuple[str, float]]:

@@ -128,6 +128,17 @@ def test_a_reviewer_that_breaks_right_code_takes_the_failure(reviewer_checks, co
     assert out.shares[3] == min(out.shares)  # the sabotaging submission itself carries the blame
 
 
+def test_a_reviewer_that_resubmits_wrong_code_shares_the_blame_with_its_author():
+    code = "```python\ndef f(x): return x + 1\n```"
+    requests = _codetest_episode({"code_compiles": True, "code_ran": True, "examples_pass": True}, f"Fine.\n{code}")
+    requests[0].action = f"Mine:\n{code}"  # the Coder's code, handed on unchanged: its bug is the Coder's too
+    out = backprop(RuleCoach(), requests, 0.0)
+    assert out.judgement.qualities[0] == out.judgement.qualities[3] == 0.0
+    paid = _by_role(requests, out.shares)
+    assert paid["coder"] == pytest.approx(paid["reviewer"])
+    assert paid["coder"] < 0 < paid["test_writer"]
+
+
 def test_the_llm_judge_is_told_which_submission_the_outcome_measured():
     from mappa_envs.coach.backprop import episode_messages
 
