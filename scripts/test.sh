@@ -11,6 +11,7 @@ fi
 # Docker tests need an engine and the sandbox image; as root (or in CI) we install/start/build them.
 if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
   bash .ci/setup_docker.sh || echo "docker setup failed: docker-marked tests will skip and say why"
+  bash .ci/setup_browser.sh || echo "browser setup failed: browser-marked tests will skip and say why"
 fi
 set +e
 # every tier this machine can run (pyproject's default -m selects only the quick one); a tier whose
