@@ -38,6 +38,7 @@ import ast
 import hashlib
 import random
 import re
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,7 +181,9 @@ class CodeTestScenario:
         solution = episode.state.get("solution")
         if solution is not None:
             programs["team"] = problem.program(solution)
-        passed = self._run_all(episode, problem, programs, blocks)
+        salt = secrets.randbelow(1 << 30)  # the judged copies' code objects differ from the agents' one
+        salted = {name: _salted(program, problem.entry_point, salt) for name, program in programs.items()}
+        passed = self._run_all(episode, problem, salted, blocks)
         correct = passed["reference"] is True
         caught = sum(passed[f"mutant{i}"] is False for i in range(len(foils))) if correct else 0
         checks["tests_correct"] = correct
@@ -374,6 +377,22 @@ def _shadows(path: str) -> bool:
     """A workspace file other than solution.py that `import solution` could load instead of it."""
     top = path.split("/")[0]
     return top == "solution" or (top.startswith("solution.") and top != SOLUTION_FILE)
+
+
+def _salted(program: str, entry: str, salt: int) -> str:
+    """`program` with a dead assignment of `salt` opening `entry`'s body: the same in every copy one test is
+    judged against, never in the agents' copy, so a test that compares the function's code object (its
+    bytecode, constants or names) with a snapshot of the Coder's or a memorised reference fails on the
+    reference. Behaviour is unchanged; a program that does not parse is left as it is (it does not load)."""
+    try:
+        tree = parse(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return program
+    for fn in tree.body:
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == entry:
+            doc = bool(fn.body) and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant)
+            fn.body.insert(int(doc), ast.Assign([ast.Name("_judge_salt", ast.Store())], ast.Constant(salt)))
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
 def _run_tests(session, program: str, blocks: list[str], timeout: float) -> bool | None:

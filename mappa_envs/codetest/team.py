@@ -40,7 +40,7 @@ what that says about the code.""",
 Read the Coder's function and the Test Writer's tests and their output. Decide whether the code is
 right. A failing test may be wrong itself: check its expected value against the docstring. If the
 code is right, reply APPROVED. If not, write the corrected whole function in one ```python block
-(you may run code to check it first); your last block that defines the function replaces the Coder's.""",
+(it runs, so you see any error); your last block that defines the function replaces the Coder's.""",
         "tools": True,
         "max_actions": 2,
         "sees": (CODER, TESTER),

@@ -23,6 +23,10 @@ EXAMPLES_TEST = ("from solution import has_close_elements\n"
                  "assert has_close_elements([1.0, 2.0, 3.0], 0.5) is False\n"
                  "assert has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3) is True\n")
 BEYOND_TEST = EXAMPLES_TEST + "assert has_close_elements([1.0, 5.0, 1.1], 0.5) is True\n"
+# Tells the reference from its mutants by comparing code objects with a memorised copy of the reference.
+SNAPSHOT_TEST = ("import solution\n" + RIGHT.replace("def has_close_elements", "def memorised") +
+                 "\nassert solution.has_close_elements.__code__.co_code == memorised.__code__.co_code\n"
+                 "assert solution.has_close_elements.__code__.co_consts == memorised.__code__.co_consts\n")
 
 
 def code(source: str) -> str:
@@ -106,6 +110,7 @@ def test_test_writer_vacuous_or_name_keyed_tests_earn_no_more_than_no_test(env):
         "names": "import solution\nassert not hasattr(solution, '_adjust')\n"
                  "assert callable(solution.has_close_elements)\n",
         "source_shape": "import solution\nassert solution.has_close_elements.__code__.co_firstlineno == 1\n",
+        "memorised_bytecode": SNAPSHOT_TEST,
     }.items()}
     assert all(r <= none < honest[0] for r, _ in cheap.values()), (cheap, none, honest)
     assert all(c.get("tests_catch_bug") is False for _, c in cheap.values())
