@@ -37,11 +37,13 @@ any rule make the shares right when the judge's q are wrong: it is only as good 
 
 Judges (`judge`): the rule coach reads the env's checks (no call); an `LLMCoach` makes ONE call per
 episode with structured output (a 0-10 quality per action); any other coach scores each action
-(q = score / 10). Whatever the judge, an action that submitted the product the outcome measured
-(CodeTest's last submission, or an earlier one of the same code) is worth at most the outcome: a fact,
-where the checks may not see it. A judgement that fails (an unusable reply, a non-finite or out-of-range
-score, an outcome outside [0, 1]) is recorded (`EpisodeJudgement.ok=False`, `error`), never replaced by an
-invented number: the env then pays no shares and marks the actions unscored.
+(q = score / 10). Whatever the judge, the env's facts cap the qualities: an action that submitted the product the
+outcome measured (CodeTest's last submission, or an earlier one of the same code) is worth at most the
+outcome, and one after which the team's right product was wrong (CodeTest's
+`metrics.solution_correct_before` / `solution_correct`) is worth 0: it broke the result. A judgement that
+fails (an unusable reply, a non-finite or out-of-range score, an outcome outside [0, 1]) is recorded
+(`EpisodeJudgement.ok=False`, `error`), never replaced by an invented number: the env then pays no shares
+and marks the actions unscored.
 """
 from __future__ import annotations
 
@@ -142,12 +144,13 @@ def shares(qualities: Sequence[float], outcome: float, roles: Sequence[str] | No
 
 
 def rule_quality(request: CoachRequest) -> float:
-    """From the env's facts alone: 0 when a decisive check failed (or the action is empty); for k other
-    failed checks or failing tool calls 0.5 + 0.5 ** (k + 1); else 1. An excused action (inputs broken
-    upstream) passes through: quality 1, since what it received, not what it did, explains the outcome below it."""
+    """From the env's facts alone: 0 when a decisive check failed, the action broke the team's right
+    product (`broke_product`) or is empty; for k other failed checks or failing tool calls
+    0.5 + 0.5 ** (k + 1); else 1. An excused action (inputs broken upstream) passes through: quality 1,
+    since what it received, not what it did, explains the outcome below it."""
     if excused(request.checks):
         return 1.0
-    if not request.action.strip():
+    if not request.action.strip() or broke_product(request):
         return 0.0
     failed = [k for k, v in request.checks.items() if k not in _NOT_JUDGEMENTS and not v]
     if any(k in DECISIVE for k in failed):
@@ -155,6 +158,13 @@ def rule_quality(request: CoachRequest) -> float:
     tools_failed = any(not r.get("ok", True) or r.get("timed_out") for r in request.tool_results)
     flaws = len(failed) + tools_failed
     return 0.5 + 0.5 ** (flaws + 1) if flaws else 1.0
+
+
+def broke_product(request: CoachRequest) -> bool:
+    """The env says the team's product was right before this action and wrong after it (CodeTest's
+    `metrics.solution_correct_before` / `solution_correct`): the action broke the result."""
+    m = request.metrics if isinstance(request.metrics, dict) else {}
+    return m.get("solution_correct_before") is True and m.get("solution_correct") is False
 
 
 def judged_products(requests: Sequence[CoachRequest]) -> list[int]:
@@ -207,11 +217,14 @@ def backprop(coach: Coach, requests: Sequence[CoachRequest], outcome: float) -> 
     if len(j.qualities) != n:
         j = EpisodeJudgement(None, ok=False, error=f"{len(j.qualities)} qualities for {n} actions")
         return Backprop(None, j, n)
-    capped = [t for t in judged_products(requests) if j.qualities[t] > outcome]
-    if capped:  # facts outrank the judge's opinion
-        j.qualities = [min(q, outcome) if t in capped else q for t, q in enumerate(j.qualities)]
-        named = ", ".join(f"A{t}" for t in capped)
-        j.rationale = f"{j.rationale}; the product of {named} scored {outcome:.2f}".strip("; ")
+    caps = {t: outcome for t in judged_products(requests)  # facts outrank the judge's opinion
+            if (requests[t].metrics or {}).get("solution_correct") is not True}  # (not code the env saw right)
+    caps.update({t: 0.0 for t, r in enumerate(requests) if broke_product(r)})
+    capped = {t: cap for t, cap in caps.items() if j.qualities[t] > cap}
+    if capped:
+        j.qualities = [min(q, capped.get(t, q)) for t, q in enumerate(j.qualities)]
+        named = ", ".join(f"A{t} to {cap:.2f}" for t, cap in sorted(capped.items()))
+        j.rationale = f"{j.rationale}; the env's facts capped {named}".strip("; ")
     try:
         return Backprop(shares(j.qualities, outcome, [r.role for r in requests]), j, n)
     except ValueError as e:  # a quality out of [0, 1] from a judge: no shares, said why

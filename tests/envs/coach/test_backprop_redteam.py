@@ -128,6 +128,55 @@ def test_a_reviewer_that_breaks_right_code_takes_the_failure(reviewer_checks, co
     assert out.shares[3] == min(out.shares)  # the sabotaging submission itself carries the blame
 
 
+def test_the_action_that_made_right_code_wrong_is_zero_whatever_the_judge_says():
+    # No check on the action says so; the env's before/after facts do (CodeTest's metrics).
+    requests = _codetest_episode({"verdict_present": True}, "APPROVED")  # it broke the code some other way
+    requests[0].metrics = {"solution_correct_before": None, "solution_correct": True}  # the Coder's was right
+    requests[3].metrics = {"solution_correct_before": True, "solution_correct": False}
+    requests[4].metrics = {"solution_correct_before": False, "solution_correct": False}  # already wrong: not it
+    for coach in (RuleCoach(), _Approving()):
+        out = backprop(coach, requests, 0.0)
+        assert out.judgement.qualities[3] == 0.0
+        assert out.judgement.qualities[4] == 1.0
+        assert _by_role(requests, out.shares)["reviewer"] == pytest.approx(-20 / 3)
+
+
+class _LookupReviewer:
+    """CodeTest's scripted team, except that the Reviewer replaces the Coder's right code with a table of
+    the docstring's examples (it passes them all, and nothing else)."""
+
+    def __init__(self, env):
+        from mappa_envs.codetest.scripted import for_env
+
+        self.team, self.problem = for_env(env), env.unwrapped.scenario.problems[0]
+
+    def respond(self, conversations, roles, seeds=None):
+        out = self.team.respond(conversations, roles, seeds)
+        for i, (conv, role) in enumerate(zip(conversations, roles)):
+            if role == "reviewer" and not any(m["role"] == "assistant" for m in conv):
+                table = {repr(tuple(args)): want for args, want in self.problem.examples}
+                out[i] = ("A cleaner version.\n```python\n"
+                          f"def {self.problem.entry_point}(*args):\n    return {table!r}.get(repr(args))\n```")
+        return out
+
+
+def test_on_codetest_a_reviewer_that_breaks_right_code_takes_the_failure():
+    env = mappa_envs.make("CodeTest-v0", task_ids=["HumanEval/0"], reward_mode="backprop")
+    try:
+        result = VectorRunner([env], _LookupReviewer(env)).play([(0, {"task_index": 0})])[0]
+        actions = list(env.unwrapped.episode.actions)
+    finally:
+        env.close()
+    assert result.error is None
+    assert result.outcome.score < 1
+    sabotage = next(a for a in actions if a.role == "reviewer")
+    assert sabotage.checks.get("examples_pass") is True  # it looks right by every visible check
+    assert sabotage.share == min(a.share for a in actions) < 0
+    assert result.returns["reviewer"] < 0 < result.returns["coder"]
+    assert result.returns["coder"] == pytest.approx(10 / 3)  # the Coder's right code keeps par
+    assert sum(result.returns.values()) == pytest.approx(10 * result.outcome.score)
+
+
 def test_a_reviewer_that_resubmits_wrong_code_shares_the_blame_with_its_author():
     code = "```python\ndef f(x): return x + 1\n```"
     requests = _codetest_episode({"code_compiles": True, "code_ran": True, "examples_pass": True}, f"Fine.\n{code}")
