@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+import time
+import urllib.request
 
 import pytest
 from starlette.testclient import TestClient
@@ -140,3 +144,29 @@ def test_the_plots_page_draws_scores_per_role_and_the_run_curves(runs):
     assert html.count("<svg") == 5  # one histogram per role (step_1..step_4), one curve per metrics.jsonl
     assert "<polyline" in html
     assert "accuracy" in html
+
+
+def test_mappa_review_serves_on_loopback_and_refuses_bad_input_in_one_line(runs, tmp_path):
+    missing = subprocess.run([sys.executable, "-m", "mappa_cli", "review", str(tmp_path / "nothing")],
+                             capture_output=True, text=True, timeout=120)
+    assert (missing.returncode, missing.stderr.count("\n")) == (2, 1)
+    assert "does not exist" in missing.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "mappa_cli", "review", str(runs), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(2)]
+        assert lines[0].startswith(f"{len(load([runs]).episodes)} episodes from {runs}; verdicts -> ")
+        url = lines[1].split()[1]
+        assert url.startswith("http://127.0.0.1:")
+        for _ in range(100):  # the line is printed just before uvicorn binds
+            try:
+                with urllib.request.urlopen(url, timeout=5) as page:
+                    assert "mappa review" in page.read().decode()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError(f"nothing served at {url}")
+    finally:
+        proc.terminate()
+        proc.wait(30)
