@@ -80,9 +80,11 @@ def build_app(index: Index, store: VerdictStore, hosts: list[str] | None, token:
         e = _episode(index, request)
         if not store.writable:
             return PlainTextResponse(f"read-only: {store.path} cannot be written", status_code=403)
-        body = await request.body()
-        if len(body) > MAX_FORM_BYTES:
-            return PlainTextResponse("form too large", status_code=413)
+        body = b""
+        async for chunk in request.stream():  # read no further than a form can be
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                return PlainTextResponse(f"a verdict form holds at most {MAX_FORM_BYTES} bytes", status_code=413)
         form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
         k = _int(form.get("action"))
         if k is None or not 0 <= k < len(e.actions):

@@ -86,6 +86,7 @@ def test_a_verdict_is_recorded_and_shown(runs):
     ({"action": "0", "score": "nan", "reviewer": "ann"}, 400),
     ({"action": "0", "reviewer": "ann"}, 400),
     ({"action": "0", "score": "5", "reviewer": ""}, 400),
+    ({"action": "0", "score": "5", "reviewer": "ann", "note": "x" * 20_000}, 413),
 ])
 def test_a_bad_verdict_is_refused_and_nothing_is_stored(runs, form, status):
     c = client(runs)

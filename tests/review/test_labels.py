@@ -86,6 +86,7 @@ def mappa(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mappa_cli", *argv], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # three command-line starts: ~20 s on a loaded machine
 def test_the_command_line_exports_and_refuses_bad_labels_in_one_line(runs, tmp_path):
     review(runs, 3)
     done = mappa("export", "labels", str(runs / "review.sqlite"), "--out", str(tmp_path / "labels"))
