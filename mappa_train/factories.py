@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import AutoTokenizer
 
 from mappa_train.config import ConfigError, TrainConfig
@@ -105,7 +104,7 @@ def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[st
             raise ConfigError(f"generation.max_prompt_tokens + max_new_tokens = {total} exceeds the context of "
                               f"{path} ({limit}); lower generation.max_prompt_tokens")
     if g.backend == "hf":
-        kwargs: dict = {"dtype": torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32}
+        kwargs: dict = {"dtype": cfg.model.dtype}  # resolved as the learner resolves it (mappa_train.precision)
     else:  # one GPU holds this process's engines: they share vllm_gpu_memory_utilization (vLLM checks the sum)
         kwargs = {"dtype": cfg.model.dtype, "max_model_len": g.max_prompt_tokens + g.max_new_tokens,
                   "gpu_memory_utilization": g.vllm_gpu_memory_utilization / len(names), "seed": cfg.seed}

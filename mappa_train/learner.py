@@ -41,6 +41,7 @@ from torch.utils.checkpoint import checkpoint
 
 from mappa_train import algo
 from mappa_train.algo import Sample
+from mappa_train.precision import resolve_precision
 
 if TYPE_CHECKING:  # at run time the learner needs torch only (benchmarks/gpu_check.py imports it bare)
     from mappa_train.config import AlgoConfig, LearnerConfig, TrainConfig
@@ -169,8 +170,8 @@ class PolicyLearner:
         self.attn, self.adapters = attn_implementation, adapters
         self.rank, self.world = init_distributed()
         torch.manual_seed(seed)
-        torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
-        load = dict(dtype=torch_dtype, attn_implementation=attn_implementation)
+        self.precision = resolve_precision(dtype)  # bf16: DeepSpeed keeps fp32 master weights and Adam moments
+        load = dict(dtype=self.precision.torch_dtype, attn_implementation=attn_implementation)
         model = AutoModelForCausalLM.from_pretrained(model_path, **load)
         model.config.use_cache = False
         if adapters is not None:
@@ -180,7 +181,7 @@ class PolicyLearner:
             if adapters is not None:  # the frozen embeddings' output must carry grad into checkpointed layers
                 model.enable_input_require_grads()
         # adapters are kept in fp32 over a bf16 base: they need no bf16 master copies
-        config = ds_config(cfg, dtype if adapters is None else "float32")
+        config = ds_config(cfg, self.precision.dtype if adapters is None else "float32")
         params = [p for p in model.parameters() if p.requires_grad]
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
         self.ref = None

@@ -241,7 +241,12 @@ def lora_generators(cfg: TrainConfig, model_path: str | Path, names: Sequence[st
 
     from mappa_train.generation.hf import HFGenerator
 
-    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=kwargs.get("dtype"))
+    dtype = kwargs.get("dtype")
+    if isinstance(dtype, str):  # a model.dtype setting ("auto": mappa_train.precision)
+        from mappa_train.precision import resolve_precision
+
+        dtype = resolve_precision(dtype).torch_dtype
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
     model = add_adapters(base, cfg.lora, names).eval()
     generator = HFGenerator(model, tokenizer=_tokenizer(model_path))
     generator.model.to(generator.device)

@@ -54,6 +54,12 @@ class Shape:
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
 
+def dtype_bytes(cfg: TrainConfig) -> int:
+    """Bytes per weight/activation on the planned GPUs: model.dtype=auto is bfloat16 there (every GPU since
+    Ampere has it; mappa_train.precision decides at run time, on the GPU the run gets)."""
+    return 4 if cfg.model.dtype == "float32" else 2
+
+
 def activation_bytes(shape: Shape, tokens: int, cfg: TrainConfig) -> dict[str, int]:
     """Estimated training activations of one micro-batch of `tokens` tokens (backward included).
 
@@ -62,7 +68,7 @@ def activation_bytes(shape: Shape, tokens: int, cfg: TrainConfig) -> dict[str, i
     [T, T] term; a packed row with another kernel builds a T×T block-diagonal mask. Log-probs add one
     LM-head chunk of fp32 logits (~3 live copies: logits, exp, grad) and the head's weight gradient.
     """
-    b = 2 if cfg.model.dtype == "bfloat16" else 4
+    b = dtype_bytes(cfg)
     s = shape
     width = 4 * s.hidden + 2 * s.heads * s.head_dim + 2 * s.kv_heads * s.head_dim + 3 * s.intermediate
     per_layer = tokens * width * b  # norms' and projections' inputs, q/k/v, attention out, gate/up/act
@@ -96,7 +102,7 @@ def learner_bytes(shape: Shape, cfg: TrainConfig, ranks: int, adapters: int = 0)
     """GPU memory of one learner rank: weights, grads, optimizer (unless offloaded), reference, activations.
     With `adapters` (LoRA) the base is frozen: fp32 grads and Adam moments for the adapters only, no reference."""
     lc, p = cfg.learner, shape.params
-    b = 2 if cfg.model.dtype == "bfloat16" else 4
+    b = dtype_bytes(cfg)
     zero = lc.zero_stage
     weights = p * b // (ranks if zero == 3 else 1)
     grads = p * 4 // (ranks if zero >= 2 else 1)
@@ -167,7 +173,7 @@ def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
 
 
 def _sizes(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Sizes:
-    b = 2 if cfg.model.dtype == "bfloat16" else 4
+    b = dtype_bytes(cfg)
     ranks = cfg.ray.learner_ranks if cfg.ray.enabled else 1
     lora = cfg.model.policies == "lora"
     return Sizes(cfg, shape, int(cfg.hardware.gpu_memory_gb * GiB), b, shape.params * b,

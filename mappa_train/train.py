@@ -37,6 +37,7 @@ from mappa_train.experience import ExperienceSource, step_seed
 from mappa_train.factories import local_experience, make_learners, resolve_checked_model
 from mappa_train.health import EmptySteps, logprob_gap, no_spread_roles, use_available_cpus
 from mappa_train.learner import Learner, lr_at
+from mappa_train.precision import resolve_precision
 from mappa_train.resume_config import prepare_out_dir
 from mappa_train.runlog import MetricsLogger, append_train_episodes, cpu_seconds
 
@@ -113,6 +114,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
     out = Path(cfg.out_dir)
     prepare_out_dir(cfg)  # refuses a config the run in out_dir cannot resume with, before anything is written
     use_available_cpus()
+    print(f"mappa train: {resolve_precision(cfg.model.dtype).describe()}", flush=True)
     torch.manual_seed(cfg.seed)
     model_path = resolve_checked_model(cfg)  # a bad chat template stops the run before anything starts
     experience = experience or local_experience(cfg, model_path)

@@ -12,6 +12,7 @@ from mappa_envs.errors import MappaError
 from mappa_envs.sandbox.types import SandboxBackend
 from mappa_train.chat_tokens import Continuation
 from mappa_train.generation import Backend as GenerationBackend
+from mappa_train.precision import DtypeSetting
 
 
 class ConfigError(MappaError, ValueError):
@@ -67,8 +68,9 @@ class ModelConfig:
                   "per role (the `lora` section; docs/lora.md)")
     role_paths: dict = doc({}, "role -> its own starting model (as model.path) instead of model.path, e.g. a bigger "
                                "solver: {problem_solver: Qwen/Qwen3-8B}; model.policies=per_role only")
-    dtype: Literal["float32", "bfloat16"] = doc("float32", "weights/compute dtype of learner and generator "
-                                                           "(bfloat16 on GPU)")
+    dtype: DtypeSetting = doc("auto", "compute dtype of generator, learner and reference: auto picks bfloat16 where "
+                                      "the hardware has it (a bf16 GPU; a CPU with AMX or AVX512-BF16), else float32; "
+                                      "the optimizer keeps float32 master weights either way (docs/performance.md)")
     attn_implementation: str = doc("sdpa", "transformers attention kernel: sdpa, eager, flash_attention_2")
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from mappa_envs.errors import InputError
 from mappa_train.generation import Generation, SamplingParams, decode, require, stop_ids
+from mappa_train.precision import resolve_precision
 
 torch = require("torch", "'mappa[train]'")
 transformers = require("transformers", "'mappa[train]'")
@@ -71,7 +72,8 @@ class HFGenerator:
         model: a path/hub id, or a loaded model (shared with the learner: then no sync is needed).
         tokenizer: defaults to `AutoTokenizer.from_pretrained(model)`.
         device: "cuda" when available, else "cpu".
-        dtype: torch dtype for a model loaded from a path (default float32 on CPU, bfloat16 on GPU).
+        dtype: for a model loaded from a path: a torch dtype or a `model.dtype` setting ("auto": bfloat16
+            where the hardware has it, mappa_train.precision); None: float32 on CPU, bfloat16 on GPU.
         max_batch_size: prompts per `generate` call; larger batches are split.
     """
 
@@ -79,6 +81,8 @@ class HFGenerator:
                  dtype: Any = None, max_batch_size: int = 64):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if isinstance(model, (str, os.PathLike)):
+            if isinstance(dtype, str):
+                dtype = resolve_precision(dtype).torch_dtype
             dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
             model = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(self.device).eval()
         self.model = model  # a model shared with the learner keeps its train/eval mode

