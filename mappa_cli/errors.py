@@ -29,6 +29,10 @@ def explain(exc: BaseException) -> tuple[str, int] | None:
     """(one-line message, exit status) for an error the user can fix; None for a bug."""
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted", INTERRUPTED
+    if _is(exc, "mappa_envs.policy", "PolicyError") and exc.__cause__ is not None:
+        cause = explain(exc.__cause__)  # a failure with a known fix (an endpoint down): that, and whose it was
+        if cause is not None:
+            return f"{exc.source}: {cause[0]}", cause[1]
     if isinstance(exc, MappaError):
         return _text(exc), FAILED if isinstance(exc, RuntimeError) else BAD_INPUT
     if _is(exc, "yaml", "YAMLError"):

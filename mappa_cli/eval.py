@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import warnings
 from dataclasses import replace
@@ -175,6 +176,7 @@ def _on_spec(es, spec: str):
 
 def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_settings: dict,
                progress: EvalProgress) -> list[Path]:
+    from mappa_envs.policy import checked
     from mappa_train.evaluation.activity import Activity, watch
     from mappa_train.evaluation.leaderboard import is_reference
     from mappa_train.evaluation.runner import evaluate_team
@@ -188,9 +190,10 @@ def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_set
     for i, spec in enumerate(args.team):
         run_name = names[i] if i < len(names) else team_name(spec)
         out = args.out / run_name
+        _check_run_folder(spec)
         team = make_team(spec, args.seed, sampling)  # a bad spec fails here, before its header
         progress.activity = Activity()  # requests and tokens of this team, for lines between episodes
-        team = watch(team, progress.activity)
+        team = watch(checked(team, f"--team {spec}"), progress.activity)  # a policy's own errors: one line
         # the scripted oracle reads the gold answer: say so where its 1.000 shows, and name the real baseline
         note = " (a reference that reads the gold answer, no baseline: see scripted:SKILL)" * is_reference(spec)
         print(f"== {run_name}: {spec}{note} -> {out}", file=sys.stderr)
@@ -215,6 +218,40 @@ def _run_teams(args: argparse.Namespace, sets: list, env_kwargs: dict, coach_set
                       f"source {o['train_source']} ({', '.join(o['ids'][:5])}); see results.json 'overlap'",
                       file=sys.stderr)
     return runs
+
+
+def _check_run_folder(spec: str) -> None:
+    """A `run:DIR` team's JSON files, shaped as the team and its training env are read from them: a damaged
+    or foreign folder is one line naming the file, not a KeyError deep in loading."""
+    if not spec.startswith("run:"):
+        return
+    folder = Path(spec[4:].partition("@")[0])
+    manifest = _json_object(spec, folder / "final" / "lora.json")
+    roles = (manifest or {}).get("roles")
+    if manifest is not None and not (isinstance(manifest.get("base"), str) and isinstance(roles, dict)
+                                     and all(isinstance(a, str) for a in roles.values())):
+        raise UsageError(f"team spec {spec!r}: {folder / 'final' / 'lora.json'} is not a LoRA run's manifest "
+                         "(a 'base' path and a 'roles' map of role -> adapter); was it written by `mappa train`?")
+    config = _json_object(spec, folder / "config.json")
+    env = (config or {}).get("env")
+    if config is not None and not (isinstance(env, dict) and isinstance(env.get("id"), str)
+                                   and isinstance(env.get("kwargs", {}), dict)):
+        raise UsageError(f"team spec {spec!r}: {folder / 'config.json'} is not a `mappa train` config (no env.id, "
+                         "or env.kwargs not a mapping); run:DIR must name a `mappa train` out_dir")
+
+
+def _json_object(spec: str, path: Path) -> dict | None:
+    """The JSON object in `path`; None where there is no such file (the team's own checks say what that means)."""
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"team spec {spec!r}: {path} is not valid JSON ({e}); is the run folder damaged?") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"team spec {spec!r}: {path} holds a JSON {type(value).__name__}, not an object; "
+                         "is the run folder damaged?")
+    return value
 
 
 class EvalProgress:

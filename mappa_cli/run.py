@@ -2,13 +2,16 @@
 
 Episodes run through `VectorRunner` (`--batch-size` envs at once, one batched `respond` call per
 round, env steps in a thread pool), all envs sharing one sandbox. Records are written as episodes
-finish; each carries its `episode` number and `seed`. An existing non-empty `--out` is refused
-unless `--overwrite` is given.
+finish; each carries its `episode` number and `seed`, and each action the chat its agent answered.
+An existing non-empty `--out` is refused unless `--overwrite` is given; the file is created (or
+replaced) when the first episode ends, so a run that fails before leaves none. A `module:factory`
+policy is held to the TextPolicy contract (`mappa_envs.policy.checked`).
 """
 from __future__ import annotations
 
 import argparse
 import json
+from contextlib import closing
 from pathlib import Path
 
 from mappa_cli.args import key_values, load_factory, positive_int, unit_float
@@ -29,6 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 each)")
     parser.add_argument("--batch-size", type=positive_int, default=4, help="episodes played at once")
     parser.add_argument("--sandbox", default="local", choices=SANDBOX_BACKENDS)
+    parser.add_argument("--preimport", help="comma-separated modules each sandbox interpreter imports before the "
+                        "first cell ('' for none; default: the sandbox's data-science stack)")
     parser.add_argument("--reward-mode", default="process",
                         choices=REWARD_MODES)
     parser.add_argument("--out", type=Path, default=Path("runs/transcripts.jsonl"), help="JSON-lines output")
@@ -44,27 +49,28 @@ def run(args: argparse.Namespace) -> int:
     from mappa_cli.progress import Progress
     from mappa_envs.sandbox import make_sandbox
     from mappa_envs.wrappers import VectorRunner
+    from mappa_envs.wrappers.transcript import with_turns
 
     mappa_envs.spec(args.env_id)  # an unknown id fails here, before anything is built
     env_kwargs = _env_kwargs(args.env_arg)
     if args.out.is_file() and args.out.stat().st_size and not args.overwrite:
         raise UsageError(f"{args.out} already holds transcripts; pass --overwrite to replace them, or another --out")
-    sandbox = make_sandbox(args.sandbox, pool_size=min(args.batch_size, args.episodes))
+    options = {} if args.preimport is None else {"preimport": tuple(filter(None, args.preimport.split(",")))}
+    sandbox = make_sandbox(args.sandbox, pool_size=min(args.batch_size, args.episodes), **options)
     envs = []
     try:
         for _ in range(min(args.batch_size, args.episodes)):
             envs.append(mappa_envs.make(args.env_id, sandbox=sandbox, reward_mode=args.reward_mode, **env_kwargs))
         policy = _policy(envs[0], args)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         outcomes: list[dict] = []
-        with args.out.open("w", encoding="utf-8") as out, \
+        with closing(Lines(args.out)) as out, \
                 Progress(args.episodes, args.env_id, bar=False if args.no_progress else None) as progress:
 
             def write(result, env) -> None:
                 record = {"episode": result.episode, "seed": result.seed, **env.unwrapped.transcript(),
                           "returns": result.returns, **({"error": result.error} if result.error else {})}
-                out.write(json.dumps(record, default=str) + "\n")
-                out.flush()
+                record["actions"] = with_turns(record.get("actions", []), result.turns)
+                out.write(record)
                 outcomes.append(record.get("outcome") or {})
                 progress.episode(record)
                 if args.render:
@@ -83,6 +89,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+class Lines:
+    """The JSON-lines --out file, created (an old one replaced) at its first record: a run that fails
+    before any episode ends leaves no file behind, and an old file as it was."""
+
+    def __init__(self, path: Path):
+        self.path, self.file = path, None
+
+    def write(self, record: dict) -> None:
+        if self.file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = self.path.open("w", encoding="utf-8")
+        self.file.write(json.dumps(record, default=str) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
 def _env_kwargs(pairs: list[str]) -> dict:
     kwargs = {}
     for key, value in key_values(pairs, "--env-arg", "num_tasks=16").items():
@@ -95,6 +120,7 @@ def _env_kwargs(pairs: list[str]) -> dict:
 
 def _policy(env, args: argparse.Namespace):
     import mappa_envs
+    from mappa_envs.policy import checked
 
     if args.policy == "random":
         from mappa_envs.random_policy import RandomPolicy
@@ -105,4 +131,5 @@ def _policy(env, args: argparse.Namespace):
         if target is None:
             raise UsageError(f"{args.env_id} has no scripted policy; use --policy random or module:factory")
         return load_factory(target, "scripted policy")(env, skill=args.skill, seed=args.seed)
-    return load_factory(args.policy, "--policy", "expected 'scripted', 'random' or 'module:factory'")(env)
+    factory = load_factory(args.policy, "--policy", "expected 'scripted', 'random' or 'module:factory'")
+    return checked(factory, f"--policy {args.policy}")(env)  # its errors are one line naming it

@@ -3,14 +3,23 @@
 A policy answers a batch of chat conversations (one per waiting agent) with one action text each.
 `roles[i]` names the agent that will act on `conversations[i]`, so one object can serve a whole team.
 Trainers that need token ids and logprobs use `mappa_train.generation` instead.
+
+`checked(policy_or_factory, name)` holds a user's policy to that contract where the command line
+plays it: an exception it raises, or a list of another length than the batch, becomes a one-line
+`PolicyError` naming it; an answer that is not text (None) is played as the env plays it, as an
+empty action, with one warning.
 """
 from __future__ import annotations
 
+import inspect
+import logging
 import random
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from mappa_envs.errors import InputError
+from mappa_envs.errors import InputError, MappaError
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -66,3 +75,85 @@ class Team:
                 for i, text in zip(idx, policy.respond([conversations[i] for i in idx], [roles[i] for i in idx])):
                     out[i] = text
         return out  # type: ignore[return-value]
+
+
+class PolicyError(MappaError, RuntimeError):
+    """A policy, or the factory that builds it, broke the TextPolicy contract; the message names it
+    (`source`), and an exception it raised is the `__cause__`."""
+
+    def __init__(self, message: str, source: str):
+        super().__init__(message)
+        self.source = source
+
+
+class CheckedPolicy:
+    """`policy`, with each `respond` call held to the contract (see `checked`); seeds pass through."""
+
+    def __init__(self, policy: Any, name: str):
+        if not isinstance(policy, TextPolicy):
+            raise PolicyError(f"{name}: got {_kind(policy)}, not a policy with respond(conversations, roles) "
+                              "-> list[str]", name)
+        self.policy, self.name = policy, name
+        self._seeded = "seeds" in inspect.signature(policy.respond).parameters
+        self._warned = False
+
+    def respond(self, conversations: list[list[dict]], roles: list[str],
+                seeds: Sequence[int | None] | None = None) -> list[str]:
+        try:
+            texts = (self.policy.respond(conversations, roles, seeds=seeds) if self._seeded
+                     else self.policy.respond(conversations, roles))
+        except MappaError:
+            raise
+        except Exception as e:
+            raise PolicyError(f"{self.name}: respond() raised {_brief(e)}", self.name) from e
+        if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence) or len(texts) != len(conversations):
+            got = f"{len(texts)} texts" if isinstance(texts, Sequence) and not isinstance(texts, str) else _kind(texts)
+            raise PolicyError(f"{self.name}: respond() returned {got} for {len(conversations)} conversation(s); "
+                              "it must return a list with one text per conversation", self.name)
+        odd = [t for t in texts if not isinstance(getattr(t, "text", t), str)]  # a str, or an output with .text
+        if odd and not self._warned:  # once: a policy that does it once does it every call
+            self._warned = True
+            log.warning("%s: respond() returned %s where a text belongs; the env plays it as an empty action "
+                        "(its transcript says so). Return a str for every conversation", self.name, _kind(odd[0]))
+        return list(texts)
+
+    @property
+    def last_usage(self):
+        return getattr(self.policy, "last_usage", None)
+
+
+def checked(source: Any, name: str) -> Any:
+    """`source` (a TextPolicy, a `Team`, or a factory env -> either) with every policy in it a `CheckedPolicy`;
+    a factory's own exception, or a result that is no policy, is a `PolicyError` naming `name` too."""
+    if isinstance(source, (Team, TextPolicy)) or not callable(source):
+        return _checked_policy(source, name)
+
+    def build(env: Any) -> Any:
+        try:
+            built = source(env)
+        except MappaError:
+            raise
+        except Exception as e:
+            raise PolicyError(f"{name}: building the policy raised {_brief(e)}", name) from e
+        return _checked_policy(built, name)
+
+    return build
+
+
+def _checked_policy(policy: Any, name: str) -> Any:
+    if isinstance(policy, Team):
+        members = policy.policies
+        if isinstance(members, Mapping):
+            return Team({role: CheckedPolicy(p, f"{name} ({role})") for role, p in members.items()})
+        return Team(CheckedPolicy(members, name))
+    return CheckedPolicy(policy, name)
+
+
+def _brief(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"a {type(value).__name__}"
+

@@ -5,11 +5,16 @@ answered, its text, the reward the wrapped env paid for it and the env's record 
 checks, coach verdict) — then the outcome and every role's return. Put it outermost to record the
 rewards a trainer sees, innermost to record the raw coach rewards. An episode is written when it
 ends; one cut off by `reset()` or `close()` is written with `"finished": false`.
+
+`with_turns` does the same for the records the episode driver's users write (`mappa run`,
+`mappa eval`): each action of `env.transcript()` gets the chat its agent answered.
 """
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
+from itertools import zip_longest
 from pathlib import Path
 from typing import IO, Any
 
@@ -95,3 +100,17 @@ def _jsonable(x: Any) -> Any:
     if hasattr(x, "tolist"):
         return x.tolist()
     return str(x)
+
+
+def with_turns(actions: list[dict], turns: Sequence) -> list[dict]:
+    """The action records of `env.transcript()`, each with what the driver's `Turn` for it knows: the
+    whole chat its agent answered (`messages`), its last message (`seen`), the answer's length and the
+    policy's token usage. An action without a turn (its step raised) is kept as it is."""
+    return [action if turn is None else {**action, **_turn_fields(turn)}
+            for action, turn in zip_longest(actions, list(turns)[:len(actions)])]
+
+
+def _turn_fields(turn) -> dict:
+    messages = [dict(m) for m in turn.messages]
+    return {"messages": messages, "seen": messages[-1]["content"] if messages else "", "chars": len(turn.action),
+            **({"usage": turn.usage} if turn.usage else {})}

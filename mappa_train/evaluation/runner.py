@@ -1,7 +1,7 @@
 """Play a team on eval sets, k seeded samples per problem, and record every episode.
 
-One JSON line per finished episode goes to `transcripts.jsonl` (every action with what the agent
-last saw, its tool output and the coach's verdict, then the outcome). A re-run in the same
+One JSON line per finished episode goes to `transcripts.jsonl` (every action with the chat its agent
+answered, its tool output and the coach's verdict, then the outcome). A re-run in the same
 directory reads that file first and plays only the episodes it lacks, so an interrupted eval picks
 up where it stopped, provided it is the same run: `run.json` records what the episodes depend on
 (team, coach, sampling), and a re-run with other settings is refused rather than mixed in. Episodes
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,7 +20,8 @@ from typing import Any, Protocol
 from mappa_envs.errors import InputError, MappaError
 from mappa_envs.policy import Team, TextPolicy
 from mappa_envs.seeding import sequence_seed
-from mappa_envs.wrappers import EpisodeResult, Turn, VectorRunner
+from mappa_envs.wrappers import EpisodeResult, VectorRunner
+from mappa_envs.wrappers.transcript import with_turns
 from mappa_train.evaluation.hygiene import find_overlap
 
 TRANSCRIPTS = "transcripts.jsonl"
@@ -115,7 +117,7 @@ def play_jobs(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], ba
             raise RuntimeError(f"task_index {job.task_index} gave task {result.task_id!r}, expected {job.task_id!r}: "
                                "the task source changed")
         record = env.unwrapped.transcript()  # task, every action with tool output and coach verdict, outcome
-        record["actions"] = [{**action, **_extras(turn)} for action, turn in zip(record["actions"], result.turns)]
+        record["actions"] = with_turns(record["actions"], result.turns)  # and the chat each agent answered
         record = {"set": job.set_name, "task_id": job.task_id, "task_index": job.task_index, "sample": job.sample,
                   "seed": job.seed, **record, "truncated": result.truncated}
         if result.error:  # the episode raised: recorded (as not correct) with why, never silently dropped
@@ -133,19 +135,41 @@ def play_jobs(team: TextPolicy, make_env: Callable[[], Any], jobs: list[Job], ba
     return records
 
 
-def claim_run(out: Path, identity: dict) -> None:
-    """Record `identity` in out/run.json, or check that it is the one of the episodes already there."""
+def claim_run(out: Path, identity: dict) -> bool:
+    """Check that `identity` is the one of the episodes already in `out` (out/run.json); True when
+    nothing is played there yet, so the caller records it (`_Sink`) with the first episode."""
     path, played = out / RUN_FILE, out / TRANSCRIPTS
     new = json.loads(json.dumps(identity, default=str))
     if not path.is_file() or not (played.is_file() and played.stat().st_size):  # nothing played yet: nothing to mix
-        path.write_text(json.dumps(new, indent=1), encoding="utf-8")
-        return
+        return True
     old = json.loads(path.read_text(encoding="utf-8"))
     changed = [f"{key}: {old.get(key)!r} then, {new.get(key)!r} now"
                for key in sorted({*old, *new}) if old.get(key) != new.get(key)]
     if changed:
         raise EvalSpecError(f"{out} holds a run with other settings ({'; '.join(changed)}); resuming would mix them: "
                             f"pass another --name or --out, or delete {out}")
+    return False
+
+
+class _Sink:
+    """out/transcripts.jsonl, appended to as episodes end. The folder, run.json (`identity`, when it is
+    new) and the file are made with the first episode: a run that fails before one ends leaves nothing."""
+
+    def __init__(self, out: Path, identity: dict | None):
+        self.out, self.identity, self.file = out, identity, None
+
+    def write(self, record: dict) -> None:
+        if self.file is None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            if self.identity is not None:
+                (self.out / RUN_FILE).write_text(json.dumps(self.identity, indent=1, default=str), encoding="utf-8")
+            self.file = (self.out / TRANSCRIPTS).open("a", encoding="utf-8")
+        self.file.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 def _check_roles(policy: TextPolicy, env) -> None:
@@ -156,12 +180,6 @@ def _check_roles(policy: TextPolicy, env) -> None:
     if roles != named:
         raise EvalSpecError(f"the team names the roles {sorted(named)}, but {env.unwrapped.env_id} has "
                             f"{sorted(roles)}: give one ROLE=SPEC per role")
-
-
-def _extras(turn: Turn) -> dict:
-    """What the agent last saw, the length of its answer and its token usage, added to each action's record."""
-    seen = turn.messages[-1]["content"] if turn.messages else ""
-    return {"seen": seen, "chars": len(turn.action), **({"usage": turn.usage} if turn.usage else {})}
 
 
 TeamSource = TextPolicy | Callable[[Any], TextPolicy]  # a team, or a builder given an env of the set
@@ -201,18 +219,15 @@ def _run_sets(team: TeamSource, eval_sets: list[EvalSet], out: Path, k: int, see
               kwargs: dict, reporter: Reporter | None, identity: dict | None):
     """`run_eval` once the envs' arguments are settled: claim `out`, then play each set, appending
     every finished episode to the transcripts as it ends."""
-    out.mkdir(parents=True, exist_ok=True)
-    if identity is not None:
-        claim_run(out, identity)
+    new_run = identity is not None and claim_run(out, identity)
     path = out / TRANSCRIPTS
     done = {(r["set"], r["task_id"], r["sample"]): r for r in load_transcripts(path)}
     records: dict[str, list[dict]] = {}
     overlaps: dict[str, dict] = {}
-    with path.open("a", encoding="utf-8") as sink:
+    with closing(_Sink(out, identity if new_run else None)) as sink:
 
         def finished(record: dict) -> None:
-            sink.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
-            sink.flush()
+            sink.write(record)
             if reporter:
                 reporter.episode(record)
 

@@ -314,7 +314,7 @@ def test_an_unfinished_run_as_a_team_points_at_its_checkpoint_export(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints" / "step_000002").mkdir(parents=True)
     (run / "checkpoints" / "step_000002" / "state.json").write_text('{"step": 2}')
-    (run / "config.json").write_text("{}")
+    (run / "config.json").write_text('{"env": {"id": "MathChat-v0", "kwargs": {}}}')
     result = run_cli("eval", "--team", f"run:{run}", "--sets", "synthetic:1", "--out", str(tmp_path / "out"), *FAST)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

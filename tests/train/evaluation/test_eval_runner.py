@@ -256,10 +256,12 @@ def test_dsbench_builtin_task(tmp_path):
 def test_run_identity_guards_played_episodes_only(tmp_path):
     from mappa_train.evaluation.runner import RUN_FILE, claim_run
 
-    claim_run(tmp_path, {"team": "a", "seed": 0})
-    claim_run(tmp_path, {"team": "b", "seed": 0})  # nothing played under "a": nothing to mix, "b" takes over
-    assert json.loads((tmp_path / RUN_FILE).read_text())["team"] == "b"
+    assert claim_run(tmp_path, {"team": "a", "seed": 0}) is True  # new: recorded with its first episode
+    assert not (tmp_path / RUN_FILE).exists()
+    (tmp_path / RUN_FILE).write_text(json.dumps({"team": "a", "seed": 0}))
+    assert claim_run(tmp_path, {"team": "b", "seed": 0}) is True  # nothing played under "a": "b" takes over
+    (tmp_path / RUN_FILE).write_text(json.dumps({"team": "b", "seed": 0}))
     (tmp_path / TRANSCRIPTS).write_text('{"set": "s", "task_id": "t", "sample": 0, "seed": 1}\n')
-    claim_run(tmp_path, {"team": "b", "seed": 0})  # the same run: resumes
+    assert claim_run(tmp_path, {"team": "b", "seed": 0}) is False  # the same run: resumes
     with pytest.raises(EvalSpecError, match=r"holds a run with other settings \(seed: 0 then, 1 now\)"):
         claim_run(tmp_path, {"team": "b", "seed": 1})
