@@ -1,4 +1,5 @@
-"""`mappa quickstart`: build a tiny model offline and watch it learn (mappa_train/experiments/quickstart.py)."""
+"""`mappa quickstart`: a real model's team gets better with MAPPA, beside a control arm
+(mappa_train/experiments/quickstart.py)."""
 from __future__ import annotations
 
 import argparse
@@ -9,20 +10,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from mappa_cli.args import non_negative_int, positive_int
     from mappa_train.experiments.confirmation import DEFAULT_PROBLEMS
     from mappa_train.experiments.quickstart import PRESET
-    from mappa_train.experiments.warm_start import StartConfig
 
-    d = StartConfig()
     parser.add_argument("--out", default="runs/quickstart", help="output directory (reused: an existing run resumes)")
     parser.add_argument("--config", default=str(PRESET), help="the training preset")
-    parser.add_argument("--sft-episodes", type=positive_int, default=d.sft_episodes,
-                        help="scripted episodes for the warm start")
-    parser.add_argument("--sft-short-steps", type=non_negative_int, default=d.sft_short_steps,
+    parser.add_argument("--sft-episodes", type=positive_int, help="scripted episodes for the warm start "
+                        "(default: the model's recipe, mappa_train.experiments.warm_start.recipe_for)")
+    parser.add_argument("--sft-short-steps", type=non_negative_int,
                         help="warm-start steps on conversations without their system prompts (cheaper)")
-    parser.add_argument("--sft-steps", type=non_negative_int, default=d.sft_steps,
-                        help="then warm-start steps on full conversations")
-    parser.add_argument("--sft-batch", type=positive_int, default=d.sft_batch, help="conversations per warm-start step")
-    parser.add_argument("--teacher-code-skill", type=float, default=d.code_skill,
-                        help="how often the teacher's code runs; the rest raises NameError")
+    parser.add_argument("--sft-steps", type=non_negative_int, help="then warm-start steps on full conversations")
+    parser.add_argument("--sft-batch", type=positive_int, help="conversations per warm-start step")
+    parser.add_argument("--teacher-code-skill", type=float,
+                        help="how often the teacher's code runs; the rest raises NameError (default 0.5)")
     parser.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples for the interval")
     parser.add_argument("--confirmation-problems", type=int, default=DEFAULT_PROBLEMS,
                         help="held-out problems after the dev set's, evaluated before and after only (0: none)")
@@ -34,12 +32,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mappa_train.config import ConfigError
+    from mappa_train.config import ConfigError, load_config
     from mappa_train.experiments.quickstart import run_quickstart, run_seeds
-    from mappa_train.experiments.warm_start import StartConfig
+    from mappa_train.experiments.warm_start import recipe_for
 
-    spec = StartConfig(sft_episodes=args.sft_episodes, sft_short_steps=args.sft_short_steps, sft_steps=args.sft_steps,
-                       sft_batch=args.sft_batch, code_skill=args.teacher_code_skill)
+    model = load_config(args.config, args.overrides).model.path
+    spec = recipe_for(model, sft_episodes=args.sft_episodes, sft_short_steps=args.sft_short_steps,
+                      sft_steps=args.sft_steps, sft_batch=args.sft_batch, code_skill=args.teacher_code_skill)
     if not 0 <= spec.code_skill <= 1:
         raise ConfigError(f"--teacher-code-skill must be in [0, 1], got {spec.code_skill}")
     if spec.sft_short_steps + spec.sft_steps < 1:

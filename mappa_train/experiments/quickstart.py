@@ -1,46 +1,48 @@
-"""`mappa quickstart`: watch MAPPA fix what imitation could not, offline, on a laptop CPU.
+"""`mappa quickstart`: a real model's team gets better with MAPPA, beside a control that gets the same training
+from a coach that says nothing, offline, on a laptop CPU.
 
-1. The start (`build_start`): a tiny Qwen2 model and tokenizer built offline, warm-started with
-   supervised steps on transcripts of a *noisy* scripted team (`mappa_envs.mathchat.scripted`,
-   `code_skill`): half of its Code Executor's code is broken (it stores the result under one name
-   and prints another, so the sandbox raises NameError; the rule coach scores that action 3.5
-   instead of 9.5) and the team then reports the Problem Solver's wrong guess. The problems are the
-   synthetic family `digit_product_sum` ("What is 4 * 7 + 3?"), whose code only has to copy the
-   problem's one-digit numbers: a model this small learns that in minutes, not real mathematics.
-   Imitation inherits the team's habits, the broken code included.
-2. The teacher is played on the held-out problems (disjoint from training by problem text; the
-   dev set, see mappa_train/experiments/confirmation.py for the confirmation set).
-3. MAPPA trains the warm start (configs/quickstart.yaml: shared policy, rule coach, local
-   sandbox, advantages whitened per role), evaluating on the held-out problems before the first
-   update, every `eval_every` steps and after the last, always with the same k samples per problem
-   at the same temperature.
-4. The confirmation set (mappa_train/experiments/confirmation.py), played with the warm start and the final policy only.
-5. report.json, report.md and curves.png: accuracy before and after with a 95% paired bootstrap
-   interval over problems (dev and confirmation sets), the teacher's accuracy on the dev problems,
-   per-role coach scores, KL, CPU seconds by phase.
+1. The start (`warm_start.build_start`): the built-in SmolLM2-135M-Instruct (`model.path: smollm2-135m`),
+   warm-started with a few supervised steps on transcripts of a *noisy* scripted team
+   (`mappa_envs.mathchat.scripted`): its Problem Solver always guesses wrong, and half of its Code
+   Executor's cells are broken (the result is stored under one name and another is printed: NameError),
+   after which the team reports the guess. The problems are the synthetic family `product_sum` ("What is
+   47 * 85 + 12?"): a 135M model cannot multiply two-digit numbers in its head, but a working cell
+   computes the answer and the Verifier copies it. The warm start teaches the team's format (short
+   actions, the two cell templates, the copy); imitation inherits the broken cells too.
+2. The teacher is played on the held-out problems (the dev set; see confirmation.py for the
+   confirmation set), and the start is evaluated on both sets.
+3. Two arms train from that same start with the same budget, tasks and sampling seeds
+   (configs/quickstart.yaml): `coached`, with the rule coach, whose per-action score separates a cell
+   that computes the answer (9.5) from a broken one (3.5) on that very action; and `control`, with
+   the rule coach's verdict flipped at rate 0.5 (`rule:noise=0.5`): every action's expected score is 5
+   whatever it did, so whatever the control gains comes from the update and the KL pull, not from the
+   coach's information.
+4. Each arm's final policy is evaluated on the dev and confirmation sets with the same k samples per
+   problem, at the same temperature and seeds as the start, always scored by the plain rule coach.
+5. report.json, report.md (printed) and curves.png: accuracy before and after with a 95% paired
+   bootstrap over problems, coached − control paired over problems, the teacher, per-role coach
+   scores, KL, CPU seconds by phase.
 
-Why the numbers move: the coach scores a broken cell 6 points below one that runs and prints the
-right answer (2 below one that runs and prints something else), on that very action, so RL shifts
-the executor towards code that computes the answer; a working cell prints it, and the Verifier then
-copies it (its own reward checks the answer: 9 when right, 2 when wrong). Measured
-before the round-3 fixes (docs/results.md, seed 0): accuracy 0.094 -> 0.354, interval [+0.135,
-+0.396]; the executor's held-out coach score 4.25 -> 8.58, while the Verifier's copy of the printed
-value stays the weak link (2.66 -> 4.48). The headline is the mean over seeds (`--seeds 0,1,2`).
-Held-out accuracy is read near-greedily (temperature 0.1), so it
-reports the policy's preferred actions. Nothing here sees a held-out answer: the warm start and RL
-use training problems only, and the rule coach checks answers of training episodes only.
+Nothing here sees a held-out answer: the warm start and RL use training problems only.
 """
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from mappa_train.experiments.warm_start import StartConfig, build_start
 
 PRESET = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
-SET = "heldout"  # the preset's held-out eval set
+SET = "heldout"  # the preset's held-out eval set: the dev set
+ARMS = ("coached", "control")
+CONTROL_COACH = "rule:noise=0.5"  # every verdict flipped at rate 0.5: an expected 5 for any action
+
+
+def arm_overrides(arm: str, seed: int) -> list[str]:
+    """What an arm changes in the preset: only the training coach (the control's noise seeded by the run's)."""
+    return [] if arm == "coached" else [f"env.coach={CONTROL_COACH},seed={seed}"]
 
 
 def run_seeds(config: str, out: Path, spec: StartConfig, overrides: list[str], seeds: list[int], n_boot: int,
@@ -58,62 +60,68 @@ def run_seeds(config: str, out: Path, spec: StartConfig, overrides: list[str], s
     return summarise(out, seeds)
 
 
-def run_quickstart(config: str, out: Path, spec: StartConfig, overrides: list[str], n_boot: int,
-                   confirmation_problems: int) -> dict:
-    """The five steps of the module's docstring; writes report.json, report.md (printed) and returns the report."""
+def load(config: str, out: Path, overrides: list[str]):
+    """The preset with the user's overrides, checked for what the quickstart itself relies on."""
     from mappa_train.config import ConfigError, load_config
-    from mappa_train.experiments import confirmation
-    from mappa_train.health import use_available_cpus
 
     cfg = load_config(config, [f"out_dir={out}", *overrides])  # a ConfigError is one line in the CLI
     if SET not in cfg.env.eval_sets:
-        raise ConfigError(f"the quickstart evaluates on env.eval_sets.{SET}; {config} has "
-                          f"{sorted(cfg.env.eval_sets)}")
-    threads = use_available_cpus()
-    started, cpu = time.perf_counter(), {"start": _cpu_s()}
-    print(f"1/5 the start: a tiny model, warm-started on {spec.sft_episodes} episodes of a noisy scripted team ...",
-          flush=True)
-    start = build_start(cfg, spec, out / "start")
-    cpu["warm_start"] = _cpu_s()
-    print("2/5 the teacher on the held-out problems ...", flush=True)
-    teacher, overlap = teacher_and_overlap(cfg, spec, out / "teacher")
-    cpu["teacher"] = _cpu_s()
-    print(f"3/5 MAPPA: {cfg.steps} steps x {cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt} episodes, "
-          f"held-out evaluation every {cfg.eval_every} ...", flush=True)
+        raise ConfigError(f"the quickstart evaluates on env.eval_sets.{SET}; {config} has {sorted(cfg.env.eval_sets)}")
+    if cfg.eval_every:
+        raise ConfigError(f"the quickstart evaluates the start and each arm's end itself, on the same problems and "
+                          f"seeds; set eval_every=0 (got {cfg.eval_every})")
+    if cfg.model.policies != "shared":
+        raise ConfigError(f"the quickstart trains one policy for the three roles: model.policies=shared (got "
+                          f"{cfg.model.policies}); compare other modes with `mappa train`")
+    return cfg
+
+
+def run_quickstart(config: str, out: Path, spec: StartConfig, overrides: list[str], n_boot: int,
+                   confirmation_problems: int) -> dict:
+    """The five steps of the module's docstring; writes report.json, report.md (printed) and returns the report."""
+    from mappa_train.experiments import confirmation
+    from mappa_train.health import use_available_cpus
     from mappa_train.train import train
 
-    train(load_config(config, [f"out_dir={out}", f"model.path={start}", *overrides]))
-    cpu["mappa"] = _cpu_s()
-    confirm = None
+    cfg = load(config, out, overrides)
+    threads = use_available_cpus()
+    started, cpu = time.perf_counter(), {"start": _cpu_s()}
+    print(f"1/5 the start: {cfg.model.path}, warm-started with {spec.sft_short_steps + spec.sft_steps} supervised "
+          f"steps on {spec.sft_episodes} episodes of a noisy scripted team ...", flush=True)
+    start = build_start(cfg, spec, out / "start")
+    cpu["warm_start"] = _cpu_s()
+    print("2/5 the teacher and the start on the held-out problems ...", flush=True)
+    teacher, overlap = teacher_and_overlap(cfg, spec, out / "teacher")
+    sets = {SET: dev_records(cfg)}
+    confirm_overlap = None
     if confirmation_problems:
-        print(f"4/5 the confirmation set ({confirmation_problems} problems), before and after ...", flush=True)
-        records, confirm_overlap = confirmation.confirmation_tasks(cfg, heldout_kwargs(cfg), confirmation_problems)
-        confirmation.evaluate(cfg, records, start, out, 0)
-        confirmation.evaluate(cfg, records, out / "final" / "shared", out, cfg.steps)
-        confirm = confirmation.summary(out, 0, cfg.steps, confirm_overlap, n_boot, cfg.seed)
-    cpu["confirmation"] = _cpu_s()
+        sets[confirmation.CONFIRM], confirm_overlap = confirmation.confirmation_tasks(cfg, heldout_kwargs(cfg),
+                                                                                   confirmation_problems)
+    evaluations = {"start": evaluate_once(cfg, sets, start, out / "start", 0)}
+    cpu["teacher_and_start"] = _cpu_s()
+    episodes = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
+    for i, arm in enumerate(ARMS):
+        coach = cfg.env.coach if arm == "coached" else f"{CONTROL_COACH} (the rule coach's verdict flipped at rate 0.5)"
+        print(f"3/5 arm {i + 1}/{len(ARMS)}, {arm}: {cfg.steps} MAPPA steps x {episodes} episodes, coach {coach} ...",
+              flush=True)
+        arm_cfg = load(config, out / arm, [*overrides, f"model.path={start}", *arm_overrides(arm, cfg.seed)])
+        train(arm_cfg)
+        cpu[arm] = _cpu_s()
+        print(f"4/5 {arm}: its final policy on the held-out problems ...", flush=True)
+        evaluations[arm] = evaluate_once(cfg, sets, out / arm / "final" / "shared", out / arm, cfg.steps)
+        cpu[f"{arm}_eval"] = _cpu_s()
     print("5/5 writing the report ...", flush=True)
-    report = build_report(cfg, spec, out, teacher, overlap, time.perf_counter() - started, cpu["confirmation"] -
-                          cpu["start"], n_boot)
-    report.update(confirmation=confirm, threads=threads, cpu_s_by_phase=cpu_by_phase(out, cpu))
+    report = build_report(cfg, spec, out, teacher, overlap, evaluations, n_boot)
+    report["confirmation"] = (confirmation_summary(out, cfg, confirm_overlap, n_boot, evaluations)
+                              if confirmation_problems else None)
+    report.update(wall_s=time.perf_counter() - started, cpu_s=cpu[ARMS[-1] + "_eval"] - cpu["start"], threads=threads,
+                  cpu_s_by_phase=cpu_by_phase(out, cpu))
+    plot_arms(out, report)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     text = format_report(report)
     (out / "report.md").write_text(text)
     print(text)
     return report
-
-
-def cpu_by_phase(out: Path, marks: dict[str, float]) -> dict[str, float]:
-    """CPU seconds of each phase: the quickstart's own marks, and MAPPA's split by metrics.jsonl into
-    rollout, update, weight sync and held-out evaluation (the rest: start-up, checkpoints, plots)."""
-    from mappa_train.runlog import METRICS_FILE, read_metrics
-
-    rows = read_metrics(out / METRICS_FILE)
-    phases = {k: sum(r.get(f"cpu_{k}_s", 0.0) for r in rows) for k in ("rollout", "update", "sync", "eval")}
-    mappa = marks["mappa"] - marks["teacher"]
-    return {"warm_start": marks["warm_start"] - marks["start"], "teacher": marks["teacher"] - marks["warm_start"],
-            **phases, "mappa_other": mappa - sum(phases.values()),
-            "confirmation": marks["confirmation"] - marks["mappa"]}
 
 
 def _cpu_s() -> float:
@@ -123,10 +131,78 @@ def _cpu_s() -> float:
     return cpu_seconds()
 
 
-# ---- the held-out set: the teacher, and the in-training evaluations --------------------------------
+def cpu_by_phase(out: Path, marks: dict[str, float]) -> dict[str, float]:
+    """CPU seconds of each phase: the warm start, the teacher and the start's evaluation, and per arm its
+    rollouts, updates and weight syncs (from its metrics.jsonl) and its final evaluation."""
+    from mappa_train.runlog import METRICS_FILE, read_metrics
+
+    phases = {"warm_start": marks["warm_start"] - marks["start"],
+              "teacher_and_start_eval": marks["teacher_and_start"] - marks["warm_start"]}
+    before = marks["teacher_and_start"]
+    for arm in ARMS:
+        rows = read_metrics(out / arm / METRICS_FILE)
+        for k in ("rollout", "update", "sync"):
+            phases[f"{arm}_{k}"] = sum(r.get(f"cpu_{k}_s", 0.0) for r in rows)
+        phases[f"{arm}_other"] = marks[arm] - before - sum(phases[f"{arm}_{k}"] for k in ("rollout", "update", "sync"))
+        phases[f"{arm}_eval"] = marks[f"{arm}_eval"] - marks[arm]
+        before = marks[f"{arm}_eval"]
+    return phases
+
+
+# ---- the held-out sets: the teacher, and the evaluations of the start and each arm -----------------
 
 def heldout_kwargs(cfg) -> dict:
     return {**cfg.env.kwargs, **cfg.env.eval_sets[SET]}
+
+
+def dev_records(cfg) -> list[dict]:
+    """The dev set: the first `eval_episodes` problems of the held-out stream, as task records."""
+    import mappa_envs
+
+    env = mappa_envs.make(cfg.env.id, sandbox="local", **heldout_kwargs(cfg))
+    tasks = env.unwrapped.tasks[:cfg.eval_episodes]
+    env.close()
+    return [{"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in tasks]
+
+
+def evaluate_once(cfg, sets: dict[str, list[dict]], model_path: Path, out: Path, step: int) -> dict[str, float]:
+    """Play every set with the policy at `model_path` (k = eval_samples at the eval temperature and
+    `eval_seed`, scored by the rule coach), appending the episodes to out/eval_episodes.jsonl at `step`;
+    returns the sets' accuracy and coach scores. A finished evaluation (out/evaluation.json) is reused."""
+    from mappa_train.evaluation.heldout import heldout_metrics
+    from mappa_train.factories import local_experience
+
+    done = out / "evaluation.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    env = replace(cfg.env, coach="rule", eval_coach="", coach_cache=None,
+                  eval_sets={name: {"split": "eval", "task_source": records} for name, records in sets.items()})
+    run_cfg = replace(cfg, env=env, eval_episodes=max(map(len, sets.values())),
+                      model=replace(cfg.model, path=str(model_path)))
+    experience = local_experience(run_cfg, model_path)
+    try:
+        metrics = heldout_metrics(run_cfg, experience, step, out)
+    finally:
+        experience.close()
+    done.write_text(json.dumps(metrics))
+    return metrics
+
+
+def outcomes(out: Path, step: int, eval_set: str) -> dict[str, list[float]]:
+    from mappa_train.runlog import eval_outcomes
+
+    return eval_outcomes(out, step, eval_set)
+
+
+def paired(a: dict[str, list[float]], b: dict[str, list[float]], n_boot: int, seed: int):
+    """The problems, each one's accuracy under a and under b, and the paired bootstrap of b − a."""
+    from mappa_train.evaluation.stats import paired_bootstrap, problem_means
+
+    tasks = sorted(a)
+    if sorted(b) != tasks or any(len(a[t]) != len(b[t]) for t in tasks):
+        raise RuntimeError("two evaluations did not play the same problems and samples; re-run in a fresh --out")
+    x, y = problem_means(a, tasks), problem_means(b, tasks)
+    return tasks, x, y, paired_bootstrap(x, y, n_boot=n_boot, seed=seed)
 
 
 def teacher_and_overlap(cfg, spec: StartConfig, out_dir: Path) -> tuple[dict[str, list[float]], dict]:
@@ -152,96 +228,182 @@ def teacher_and_overlap(cfg, spec: StartConfig, out_dir: Path) -> tuple[dict[str
             env.close()
     finally:
         sandbox.close()
-    outcomes: dict[str, list[float]] = {}
+    result: dict[str, list[float]] = {}
     for r in records[SET]:
-        outcomes.setdefault(r["task_id"], []).append(float(bool(r["outcome"]["correct"])))
+        result.setdefault(r["task_id"], []).append(float(bool(r["outcome"]["correct"])))
     overlap = find_overlap(SET, problems[SET][:cfg.eval_episodes], "training problems",
                            [p for _, p in problems["train"]])
-    return outcomes, {"training_problems": len(problems["train"]), "overlapping": len(overlap.ids)}
+    return result, {"training_problems": len(problems["train"]), "overlapping": len(overlap.ids)}
 
 
 # ---- the report ----------------------------------------------------------------------------------
 
-def build_report(cfg, spec: StartConfig, out: Path, teacher: dict, overlap: dict, wall_s: float, cpu_s: float,
+def _ci(c) -> list[float]:
+    return [c.low, c.high]
+
+
+def build_report(cfg, spec: StartConfig, out: Path, teacher: dict, overlap: dict, evaluations: dict,
                  n_boot: int) -> dict:
-    from mappa_train.evaluation.stats import accuracy_change, paired_bootstrap
-    from mappa_train.evaluation.stats import problem_means as per_problem
+    from mappa_train.evaluation.stats import paired_bootstrap, problem_means
     from mappa_train.runlog import METRICS_FILE, read_metrics
 
-    rows = read_metrics(out / METRICS_FILE)
-    evals = sorted((r for r in rows if r["kind"] == "eval"), key=lambda r: r["step"])
-    train = sorted((r for r in rows if r["kind"] == "train"), key=lambda r: r["step"])
-    first, last = evals[0], evals[-1]
-    tasks, before, after, ci = accuracy_change(out, SET, first["step"], last["step"], n_boot, cfg.seed)
-    vs_teacher = paired_bootstrap(per_problem(teacher, tasks), after, n_boot=n_boot, seed=cfg.seed)
+    start = outcomes(out / "start", 0, SET)
+    arms = {}
+    for arm in ARMS:
+        tasks, before, after, ci = paired(start, outcomes(out / arm, cfg.steps, SET), n_boot, cfg.seed)
+        train = sorted((r for r in read_metrics(out / arm / METRICS_FILE) if r["kind"] == "train"),
+                       key=lambda r: r["step"])
+        arms[arm] = {"accuracy_after": mean(after), "accuracy_delta": ci.delta, "accuracy_delta_ci95": _ci(ci),
+                     "coach_after": _coach(evaluations[arm]), "kl_last_step": train[-1].get("kl") if train else None,
+                     "training": [{k: r.get(k) for k in ("step", "accuracy", "reward", "kl", "time_update_s",
+                                                         "time_rollout_s")} for r in train]}
+    _, control, coached, vs_control = paired(outcomes(out / "control", cfg.steps, SET),
+                                             outcomes(out / "coached", cfg.steps, SET), n_boot, cfg.seed)
+    vs_teacher = paired_bootstrap(problem_means(teacher, tasks), problem_means(outcomes(out / "coached", cfg.steps,
+                                                                                        SET), tasks),
+                                  n_boot=n_boot, seed=cfg.seed)
     sft = json.loads((out / "start" / "model" / "warm_start.json").read_text())
-    roles = sorted(k.split("/")[-1] for k in first if k.startswith(f"{SET}/coach/"))
+    coached_arm = arms["coached"]
     return {
-        "accuracy_before": mean(before), "accuracy_after": mean(after),
-        "accuracy_delta": ci.delta, "accuracy_delta_ci95": [ci.low, ci.high],
-        "teacher_accuracy": mean(per_problem(teacher, tasks)), "warm_start_accuracy": mean(before),
-        "after_minus_teacher": vs_teacher.delta, "after_minus_teacher_ci95": [vs_teacher.low, vs_teacher.high],
+        "accuracy_before": mean(before), "accuracy_after": coached_arm["accuracy_after"],
+        "accuracy_delta": coached_arm["accuracy_delta"], "accuracy_delta_ci95": coached_arm["accuracy_delta_ci95"],
+        "control": {**arms["control"], "coach": f"{CONTROL_COACH},seed={cfg.seed}",
+                    "coached_minus_control": vs_control.delta, "coached_minus_control_ci95": _ci(vs_control)},
+        "coached": {**coached_arm, "coach": cfg.env.coach},
+        "teacher_accuracy": mean(problem_means(teacher, tasks)), "warm_start_accuracy": mean(before),
+        "after_minus_teacher": vs_teacher.delta, "after_minus_teacher_ci95": _ci(vs_teacher),
         "interval": f"percentile paired bootstrap over held-out problems ({n_boot} resamples; each problem's "
                     f"figure is its mean correctness over its k samples)",
         "heldout_set": {"env": cfg.env.id, **heldout_kwargs(cfg), **overlap},
         "heldout_problems": len(tasks), "k": cfg.eval_samples, "eval_temperature": cfg.generation.eval_temperature,
         "max_new_tokens": cfg.generation.max_new_tokens,
-        "steps": len(train), "rollouts": len(train) * cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt,
-        "seed": cfg.seed, "wall_s": wall_s, "cpu_s": cpu_s,
-        "model": {"kind": "tiny Qwen2 (random init, offline tokenizer)", "parameters": sft["parameters"],
-                  "hidden_size": spec.hidden_size, "layers": spec.layers},
+        "steps": cfg.steps, "rollouts": cfg.steps * cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt,
+        "lr": cfg.learner.lr, "seed": cfg.seed,
+        "model": {"path": cfg.model.path, "policies": cfg.model.policies, "dtype": cfg.model.dtype,
+                  "parameters": sft["parameters"]},
         "warm_start": {**asdict(spec), **sft},
-        "coach_before": {r: first[f"{SET}/coach/{r}"] for r in roles},
-        "coach_after": {r: last.get(f"{SET}/coach/{r}") for r in roles},
-        "kl_last_step": train[-1].get("kl") if train else None,
-        "curve": [[r["step"], r[f"{SET}/accuracy"]] for r in evals],
+        "coach_before": _coach(evaluations["start"]), "coach_after": coached_arm["coach_after"],
+        "kl_last_step": coached_arm["kl_last_step"],
+        "curve": [[0, mean(before)], [cfg.steps, coached_arm["accuracy_after"]]],
     }
 
 
-def confirmation_lines(c: dict | None) -> list[str]:
-    if not c:
-        return []
-    lo, hi = c["accuracy_delta_ci95"]
-    return [f"Confirmation set (never evaluated while presets were tuned; {c['problems']} problems, "
-            f"{c['overlapping']} among the training problems, {c['overlapping_dev']} in the dev set above): "
-            f"{c['accuracy_before']:.3f} -> {c['accuracy_after']:.3f}, after − before {c['accuracy_delta']:+.3f}, "
-            f"95% interval [{lo:+.3f}, {hi:+.3f}].", ""]
+def _coach(metrics: dict) -> dict[str, float]:
+    prefix = f"{SET}/coach/"
+    return {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def confirmation_summary(out: Path, cfg, overlap: dict, n_boot: int, evaluations: dict) -> dict:
+    """report.json's `confirmation`: each arm's change from the start and coached − control, paired over problems."""
+    from mappa_train.experiments.confirmation import CONFIRM
+
+    start = outcomes(out / "start", 0, CONFIRM)
+    after = {arm: outcomes(out / arm, cfg.steps, CONFIRM) for arm in ARMS}
+    tasks, before, coached, ci = paired(start, after["coached"], n_boot, cfg.seed)
+    _, _, control, control_ci = paired(start, after["control"], n_boot, cfg.seed)
+    _, _, _, vs_control = paired(after["control"], after["coached"], n_boot, cfg.seed)
+    return {"problems": len(tasks), "accuracy_before": mean(before), "accuracy_after": mean(coached),
+            "accuracy_delta": ci.delta, "accuracy_delta_ci95": _ci(ci),
+            "control": {"accuracy_after": mean(control), "accuracy_delta": control_ci.delta,
+                        "accuracy_delta_ci95": _ci(control_ci), "coached_minus_control": vs_control.delta,
+                        "coached_minus_control_ci95": _ci(vs_control)}, **overlap}
+
+
+def plot_arms(out: Path, r: dict) -> Path:
+    """curves.png: training accuracy and reward per step of both arms, and held-out accuracy before and after."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for arm, colour in zip(ARMS, ("tab:blue", "tab:grey")):
+        rows = r[arm]["training"]
+        for ax, key in zip(axes[:2], ("accuracy", "reward")):
+            points = [(row["step"], row[key]) for row in rows if isinstance(row.get(key), (int, float))]
+            if points:
+                ax.plot(*zip(*points), marker="o", markersize=3, color=colour, label=arm)
+        axes[2].plot([0, r["steps"]], [r["accuracy_before"], r[arm]["accuracy_after"]], marker="o", color=colour,
+                     label=arm)
+    titles = ("training accuracy (temperature 1)", "training reward (scaled coach score)",
+              f"held-out accuracy ({r['heldout_problems']} dev problems)")
+    axes[2].axhline(r["teacher_accuracy"], ls="--", color="tab:orange", lw=1, label="noisy teacher")
+    for ax, title in zip(axes, titles):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.suptitle(f"MAPPA quickstart: {r['model']['path']}, seed {r['seed']}")
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=100)
+    plt.close(fig)
+    return out / "curves.png"
 
 
 def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def _interval(delta: float, ci: list[float]) -> str:
+    return f"{delta:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+
+
+def verdict(ci: list[float], what: str) -> str:
+    lo, hi = ci
+    return (f"{what} rose: the interval excludes zero." if lo > 0 else
+            f"{what} fell: the interval excludes zero." if hi < 0 else
+            f"No significant change in {what.lower()}: the interval includes zero.")
+
+
+def confirmation_lines(c: dict | None) -> list[str]:
+    if not c:
+        return []
+    k = c["control"]
+    return [f"Confirmation set ({c['problems']} problems never evaluated while presets were tuned, "
+            f"{c['overlapping']} among the training problems, {c['overlapping_dev']} in the dev set): "
+            f"start {c['accuracy_before']:.3f}, coached {c['accuracy_after']:.3f} "
+            f"({_interval(c['accuracy_delta'], c['accuracy_delta_ci95'])}), control {k['accuracy_after']:.3f} "
+            f"({_interval(k['accuracy_delta'], k['accuracy_delta_ci95'])}); coached − control "
+            f"{_interval(k['coached_minus_control'], k['coached_minus_control_ci95'])}.", ""]
+
+
 def format_report(r: dict) -> str:
-    lo, hi = r["accuracy_delta_ci95"]
-    tlo, thi = r["after_minus_teacher_ci95"]
-    hs = r["heldout_set"]
-    verdict = ("Held-out accuracy rose: the interval excludes zero." if lo > 0 else
-               "Held-out accuracy fell: the interval excludes zero." if hi < 0 else
-               "No significant change in held-out accuracy: the interval includes zero.")
+    hs, ws, c = r["heldout_set"], r["warm_start"], r["control"]
     lines = [
         f"# MAPPA quickstart ({r['wall_s'] / 60:.1f} min wall, {r['cpu_s'] / 60:.1f} min CPU)", "",
-        f"Model: {r['model']['kind']}, {r['model']['parameters'] / 1e6:.2f} M parameters; warm start: "
-        f"{r['warm_start']['steps']} supervised steps on {r['warm_start']['pairs']} actions of a scripted team whose "
-        f"code runs {r['warm_start']['code_skill']:.0%} of the time (loss {r['warm_start']['first_loss']:.2f} -> "
-        f"{r['warm_start']['last_loss']:.2f}).", "",
-        f"Held-out (dev) set: {r['heldout_problems']} problems of `{hs['task_source']}` (split `{hs.get('split')}`), "
-        f"{hs['overlapping']} of them among the {hs['training_problems']} training problems; k = {r['k']} samples "
-        f"per problem at temperature {r['eval_temperature']}, the same before and after.", "",
-        "| | held-out accuracy |", "|---|---|",
-        f"| noisy scripted teacher | {r['teacher_accuracy']:.3f} |",
-        f"| warm start (before RL) | {r['accuracy_before']:.3f} |",
-        f"| after {r['steps']} MAPPA steps ({r['rollouts']} episodes) | {r['accuracy_after']:.3f} |", "",
-        f"After − before: {r['accuracy_delta']:+.3f}, 95% interval [{lo:+.3f}, {hi:+.3f}] "
-        f"({r['interval']}). {verdict}", "",
-        f"After − teacher: {r['after_minus_teacher']:+.3f}, 95% interval [{tlo:+.3f}, {thi:+.3f}].", "",
-        "Held-out coach score by role, before -> after: " + "; ".join(
-            f"{role} {b:.2f} -> {r['coach_after'][role]:.2f}" for role, b in r["coach_before"].items()) + ".", "",
-        f"KL to the warm start at the last step: {r['kl_last_step']:.4f} per token." if r["kl_last_step"] is not None
-        else "", "",
+        f"Model: {r['model']['path']} ({r['model']['parameters'] / 1e6:.1f} M parameters, {r['model']['dtype']}, one "
+        f"policy for the three roles). Warm start: {ws['steps']} supervised steps on {ws['pairs']} actions of a "
+        f"scripted team whose Problem Solver is always wrong and whose code runs {ws['code_skill']:.0%} of the time "
+        f"(loss {ws['first_loss']:.2f} -> {ws['last_loss']:.2f}): it taught the team's format, the two cell "
+        f"templates (one computes the answer, one raises NameError) and the Verifier's copy of a printed value.", "",
+        f"Held-out (dev) set: {r['heldout_problems']} problems of `{hs['task_source']}`, {hs['overlapping']} of them "
+        f"among the {hs['training_problems']} training problems; k = {r['k']} per problem at temperature "
+        f"{r['eval_temperature']}, the same samples' seeds for every policy.", "",
+        f"Both arms: {r['steps']} MAPPA steps ({r['rollouts']} episodes, lr {r['lr']:g}) from the same start, on the "
+        f"same tasks and sampling seeds. Coached: the rule coach. Control: `{c['coach']}`, the rule coach's verdict "
+        f"flipped at rate 0.5, so every action's expected score is 5 and its reward carries no information.", "",
+        "| | held-out accuracy | − start [95% interval] |", "|---|---|---|",
+        f"| noisy scripted teacher | {r['teacher_accuracy']:.3f} | |",
+        f"| start (warm start, before RL) | {r['accuracy_before']:.3f} | |",
+        f"| coached (rule coach) | {r['accuracy_after']:.3f} | "
+        f"{_interval(r['accuracy_delta'], r['accuracy_delta_ci95'])} |",
+        f"| control (a coach that says nothing) | {c['accuracy_after']:.3f} | "
+        f"{_interval(c['accuracy_delta'], c['accuracy_delta_ci95'])} |", "",
+        f"**Coached − control: {_interval(c['coached_minus_control'], c['coached_minus_control_ci95'])}** "
+        f"({r['interval']}). {verdict(c['coached_minus_control_ci95'], 'Accuracy over the control')} "
+        f"Coached − start: {verdict(r['accuracy_delta_ci95'], 'Held-out accuracy')}", "",
+        f"What RL added beyond the warm start: coached − start {r['accuracy_delta']:+.3f}, of which the control "
+        f"(the same updates without the coach's information) accounts for {c['accuracy_delta']:+.3f}; coached − "
+        f"teacher {_interval(r['after_minus_teacher'], r['after_minus_teacher_ci95'])}.", "",
+        "Held-out coach score by role (rule coach), start -> coached / control: " + "; ".join(
+            f"{role} {b:.2f} -> {r['coach_after'].get(role, float('nan')):.2f} / "
+            f"{c['coach_after'].get(role, float('nan')):.2f}" for role, b in r["coach_before"].items()) + ".", "",
+        *([f"KL to the start at the last step: coached {r['kl_last_step']:.4f}, control {c['kl_last_step']:.4f} "
+           "per token.", ""] if r["kl_last_step"] is not None and c["kl_last_step"] is not None else []),
         *confirmation_lines(r.get("confirmation")),
         "CPU seconds by phase: " + ", ".join(f"{k} {v:.0f}" for k, v in r.get("cpu_s_by_phase", {}).items())
         + f" ({r.get('threads')} torch threads).", "",
-        "Curves: curves.png; every number: report.json, metrics.jsonl, eval_episodes.jsonl.",
+        "Curves: curves.png; every number: report.json; each arm's metrics.jsonl and eval_episodes.jsonl under "
+        "coached/ and control/, the start's under start/.",
     ]
     return "\n".join(lines) + "\n"

@@ -1,10 +1,14 @@
-"""The warm start every quickstart and ablation arm begins from: a tiny model imitating a scripted team.
+"""The warm start every quickstart and ablation arm begins from: a model imitating a noisy scripted team.
 
-`build_start` builds a tiny Qwen2 model and tokenizer offline (`mappa_train.tiny_model`) and trains it
-with supervised steps on transcripts of a *noisy* scripted team (the env's registered scripted
-policy: MathChat's with its `code_skill`, Chain's with its per-agent `skill`), loss on the action
-tokens only. Imitation inherits the team's habits, its broken code or slipped steps included: that
-is what RL then has to fix. A finished start is reused (`warm_start.json`).
+`build_start` takes the config's model (`model.path`: `tiny` builds a tiny Qwen2 model and tokenizer
+offline with `mappa_train.tiny_model`; anything else, e.g. the built-in `smollm2-135m`, is resolved
+by `mappa_train.model_source`) and trains it with supervised steps on transcripts of a *noisy*
+scripted team (the env's registered scripted policy: MathChat's with its `code_skill`, Chain's with
+its per-agent `skill`), loss on the action tokens only. Imitation inherits the team's habits, its
+broken code or slipped steps included: that is what RL then has to fix. A finished start is reused
+(`warm_start.json`). `recipe_for` gives the recipe per kind of model: a random tiny model needs
+hundreds of steps at a high rate before it copies at all; a pretrained one learns the team's format
+in a few dozen steps at a fine-tuning rate.
 """
 from __future__ import annotations
 
@@ -47,15 +51,32 @@ def teacher_kwargs(cfg, spec: StartConfig) -> dict:
 
 # ---- the start -----------------------------------------------------------------------------------
 
+# A pretrained model's recipe: few steps, mostly on the cheap conversations without their system
+# prompts, at a fine-tuning rate (at the tiny model's 3e-3 a pretrained model forgets its language).
+PRETRAINED = dict(sft_episodes=160, sft_short_steps=30, sft_steps=10, sft_batch=8, sft_lr=2e-4)
+
+
+def recipe_for(model_path: str, **overrides) -> StartConfig:
+    """The warm-start recipe for `model.path`: StartConfig's defaults for `tiny`, PRETRAINED otherwise;
+    `overrides` (None values ignored) on top."""
+    base = {} if model_path == "tiny" else PRETRAINED
+    return StartConfig(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
+
+
 def build_start(cfg, spec: StartConfig, out_dir: Path, teachers: list | None = None) -> Path:
-    """The tiny model warm-started on the noisy team's training episodes; a finished one is reused.
+    """`model.path` warm-started on the noisy team's training episodes; a finished one is reused.
     `teachers`: the training configs whose teams it imitates, `sft_episodes` split evenly between them
     (e.g. one Chain-v0 depth each: one start for every depth); default `[cfg]`."""
-    from mappa_train.tiny_model import build_tiny_model
+    if cfg.model.path == "tiny":
+        from mappa_train.tiny_model import build_tiny_model
 
-    base = build_tiny_model(out_dir / "base", hidden_size=spec.hidden_size, layers=spec.layers,
-                            heads=max(1, spec.hidden_size // 32), kv_heads=max(1, spec.hidden_size // 64),
-                            seed=cfg.seed)
+        base = build_tiny_model(out_dir / "base", hidden_size=spec.hidden_size, layers=spec.layers,
+                                heads=max(1, spec.hidden_size // 32), kv_heads=max(1, spec.hidden_size // 64),
+                                seed=cfg.seed)
+    else:
+        from mappa_train.model_source import resolve_model
+
+        base = resolve_model(cfg.model.path)
     warm_start(cfg, spec, base, out_dir / "model", teachers)
     return out_dir / "model"
 
@@ -92,7 +113,8 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path, teachers: list
     answer) for less; the last `sft_steps` see the prompts exactly as the agents will. Each batch
     holds one role's actions (the roles take turns): a role's conversations have about the same
     length, so the Problem Solver's short ones are not padded to the Verifier's. A random model
-    needs a few hundred steps before it copies at all.
+    needs a few hundred steps before it copies at all. With `model.dtype: bfloat16` the matmuls run
+    under bf16 autocast (the weights and AdamW stay fp32).
     """
     done = out_dir / "warm_start.json"
     if done.exists():
@@ -134,7 +156,8 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path, teachers: list
             attention[i, :len(p) + len(a)] = 1
         for group in opt.param_groups:
             group["lr"] = spec.sft_lr * min(1.0, (step + 1) / 20) * (1 - 0.9 * step / total)
-        loss = _action_loss(model, ids, attention, labels)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.model.dtype == "bfloat16"):
+            loss = _action_loss(model, ids, attention, labels)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

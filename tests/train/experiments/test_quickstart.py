@@ -76,47 +76,81 @@ def test_product_sum_families_are_disjoint_by_text_and_computed(family, digits, 
 
 
 @pytest.mark.slow
-def test_quickstart_small_writes_a_complete_report(tmp_path):
+def test_quickstart_small_writes_a_complete_report_with_both_arms(tmp_path):
+    """The default pipeline on the tiny model, made small: the start, the coached and control arms, the
+    evaluations of all three on the dev and confirmation sets, and the report's keys."""
     out = tmp_path / "qs"
     rc = main(["quickstart", "--out", str(out), "--sft-episodes", "8", "--sft-short-steps", "2", "--sft-steps", "1",
-               "--n-boot", "500", "--confirmation-problems", "2",
-               "steps=2", "eval_every=1", "eval_episodes=3", "eval_samples=2", "env.eval_sets={heldout: {split: eval, "
-               "num_tasks: 3}}", "rollout.num_envs=4", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
+               "--n-boot", "500", "--confirmation-problems", "2", "model.path=tiny", "model.dtype=float32",
+               "steps=2", "eval_episodes=3", "eval_samples=2", "env.eval_sets={heldout: {split: eval, num_tasks: 3}}",
+               "rollout.num_envs=4", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
                "generation.max_new_tokens=16", "log.progress=false"])
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
     for key in ("accuracy_before", "accuracy_after", "teacher_accuracy", "warm_start_accuracy", "wall_s", "cpu_s"):
         assert isinstance(report[key], float), key
-    assert report["heldout_problems"] == 3
-    assert report["k"] == 2
-    assert report["steps"] == 2
-    assert report["seed"] == 0
+    assert (report["heldout_problems"], report["k"], report["steps"], report["seed"]) == (3, 2, 2, 0)
     low, high = report["accuracy_delta_ci95"]
     assert low <= report["accuracy_delta"] <= high
     assert report["accuracy_delta"] == pytest.approx(report["accuracy_after"] - report["accuracy_before"])
+    assert report["model"]["path"] == "tiny"
     assert report["heldout_set"]["overlapping"] == 0
-    assert report["heldout_set"]["split"] == "eval"
-    assert [s for s, _ in report["curve"]] == [0, 1, 2]
     assert report["warm_start"]["code_skill"] == 0.5
     assert set(report["coach_before"]) == {"problem_solver", "code_executor", "verifier"}
-    text = (out / "report.md").read_text()
-    assert "noisy scripted teacher" in text
-    assert "95% interval" in text
-    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    assert (out / "final" / "shared" / "tokenizer.json").exists()
-    # the confirmation set: the 2 eval-stream problems after the dev set's 3, evaluated before and after only
+    control = report["control"]
+    assert control["coach"] == "rule:noise=0.5,seed=0"
+    assert control["coached_minus_control"] == pytest.approx(report["accuracy_after"] - control["accuracy_after"])
+    assert control["coached_minus_control_ci95"][0] <= control["coached_minus_control"]
+    assert control["coached_minus_control"] <= control["coached_minus_control_ci95"][1]
+    # the two arms differ by the training coach only: the same tasks at every step, from the same start
+    configs = {arm: json.loads((out / arm / "config.json").read_text()) for arm in ("coached", "control")}
+    assert (configs["coached"]["env"]["coach"], configs["control"]["env"]["coach"]) == ("rule", "rule:noise=0.5,seed=0")
+    assert configs["coached"]["model"]["path"] == configs["control"]["model"]["path"] == str(out / "start" / "model")
+    played = {arm: [(r["step"], r["task_id"]) for r in map(json.loads, (out / arm / "train_episodes.jsonl")
+                                                            .read_text().splitlines())] for arm in configs}
+    assert played["coached"] == played["control"]
+    assert len(played["coached"]) == 4
+    # every policy is evaluated on the same problems and samples: the start at step 0, each arm's end at step 2
+    for where, step in (("start", 0), ("coached", 2), ("control", 2)):
+        rows = [json.loads(x) for x in (out / where / "eval_episodes.jsonl").read_text().splitlines()]
+        assert {(r["step"], r["set"]) for r in rows} == {(step, "heldout"), (step, "confirmation")}
+        assert len(rows) == (3 + 2) * 2
     c = report["confirmation"]
     assert (c["problems"], c["overlapping"], c["overlapping_dev"]) == (2, 0, 0)
     assert c["accuracy_before"] + c["accuracy_delta"] == pytest.approx(c["accuracy_after"])
     assert c["accuracy_delta_ci95"][0] <= c["accuracy_delta"] <= c["accuracy_delta_ci95"][1]
-    played = {(r["step"], r["set"]) for r in map(json.loads, (out / "eval_episodes.jsonl").read_text().splitlines())}
-    assert {s for s, name in played if name == "confirmation"} == {0, 2}  # not at step 1: never during training
-    assert "Confirmation set" in text
+    assert set(c["control"]) >= {"accuracy_after", "coached_minus_control", "coached_minus_control_ci95"}
+    text = (out / "report.md").read_text()
+    for phrase in ("noisy scripted teacher", "Coached − control", "control (a coach that says nothing)",
+                   "Confirmation set", "What RL added beyond the warm start"):
+        assert phrase in text
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "coached" / "final" / "shared" / "tokenizer.json").exists()
     phases = report["cpu_s_by_phase"]
-    assert set(phases) >= {"warm_start", "teacher", "rollout", "update", "eval", "confirmation"}
+    assert set(phases) >= {"warm_start", "coached_update", "control_update", "coached_eval", "control_eval"}
     assert phases["warm_start"] > 0
-    assert phases["eval"] > 0
     assert report["threads"] >= 1
+
+
+def test_the_quickstart_refuses_settings_it_cannot_report_in_one_line(tmp_path):
+    from mappa_train.config import ConfigError
+    from mappa_train.experiments.quickstart import PRESET, load
+
+    for bad, says in (("eval_every=2", "eval_every=0"), ("model.policies=lora", "model.policies=shared"),
+                      ("env.eval_sets={dev: {split: eval}}", "env.eval_sets.heldout")):
+        with pytest.raises(ConfigError, match=says):
+            load(str(PRESET), tmp_path, [bad])
+    cfg = load(str(PRESET), tmp_path, [])
+    assert (cfg.model.path, cfg.model.dtype, cfg.env.kwargs["task_source"]) == ("smollm2-135m", "bfloat16",
+                                                                                 "synthetic:product_sum")
+
+
+def test_the_warm_start_recipe_follows_the_model():
+    from mappa_train.experiments.warm_start import PRETRAINED, StartConfig, recipe_for
+
+    assert recipe_for("tiny") == StartConfig()
+    real = recipe_for("smollm2-135m", sft_batch=4, sft_steps=None)
+    assert (real.sft_lr, real.sft_batch, real.sft_steps) == (PRETRAINED["sft_lr"], 4, PRETRAINED["sft_steps"])
 
 
 def test_the_noisy_teacher_plays_the_same_episodes_whatever_the_batch_and_timing():
@@ -145,9 +179,9 @@ def test_the_noisy_teacher_plays_the_same_episodes_whatever_the_batch_and_timing
     assert len({texts for _, texts in one}) > 1  # the coin flips differ between episodes
 
 
-def test_the_confirmation_set_is_the_eval_pool_the_dev_set_leaves_out():
-    """The preset's confirmation problems: the 34 of digit_product_sum's 82 eval problems after the dev
-    set's 48, disjoint by text from the dev set and from the 512 training problems."""
+def test_the_confirmation_set_is_the_eval_stream_after_the_dev_set():
+    """The preset's confirmation problems: the 32 product_sum eval problems after the dev set's 32,
+    disjoint by text from the dev set and from the 512 training problems."""
     from mappa_envs.mathchat.tasks import synthetic_tasks
     from mappa_train.config import load_config
     from mappa_train.experiments.confirmation import confirmation_tasks
@@ -155,10 +189,8 @@ def test_the_confirmation_set_is_the_eval_pool_the_dev_set_leaves_out():
 
     cfg = load_config(PRESET, [])
     records, overlap = confirmation_tasks(cfg, heldout_kwargs(cfg))
-    pool = synthetic_tasks(82, split="eval", families=["digit_product_sum"])
-    dev = {t.prompt for t in pool[:cfg.eval_episodes]}
-    assert len(records) == 34
-    assert {r["prompt"] for r in records} == {t.prompt for t in pool} - dev
+    stream = synthetic_tasks(64, split="eval", families=["product_sum"])
+    assert [r["prompt"] for r in records] == [t.prompt for t in stream[32:]]
     assert overlap == {"training_problems": 512, "overlapping": 0, "overlapping_dev": 0}
 
 
