@@ -6,6 +6,11 @@ import getpass
 from pathlib import Path
 
 from mappa_cli.errors import UsageError
+from mappa_envs.errors import MappaError
+
+
+class MissingExtraError(MappaError, RuntimeError):
+    """The server's packages are not installed (exit status 1: nothing the arguments could fix)."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -21,10 +26,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        import jinja2  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+
         from mappa_train.review import server
     except ImportError as e:
-        raise UsageError(f"mappa review needs the review extra ({e.name} is missing): pip install 'mappa[review]'") \
-            from None
+        raise MissingExtraError(f"the review server needs {e.name}, which is not installed: "
+                                "pip install 'mappa[review]'") from None
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     if args.token is not None and len(args.token) < 16:

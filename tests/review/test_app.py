@@ -171,3 +171,12 @@ def test_mappa_review_serves_on_loopback_and_refuses_bad_input_in_one_line(runs,
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_without_the_review_extra_the_command_says_how_to_install_it(monkeypatch, capsys, tmp_path):
+    from mappa_cli.main import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
+    assert main(["review", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.strip() == ("mappa review: the review server needs uvicorn, which is not "
+                                               "installed: pip install 'mappa[review]'")
