@@ -1,10 +1,11 @@
 """`mappa quickstart --seeds 0,1,2`: the headline over training seeds, not one seed's luck.
 
-Each seed is a whole quickstart (its own tiny model, warm start, teacher and RL, all seeded by it)
-under OUT/seed_N. The summary (OUT/seeds.json, OUT/seeds.md) gives, for the dev set and the
-confirmation set: each seed's before, after and paired-bootstrap interval (over problems), and the
-mean change over seeds with a 95% Student-t interval over seeds (mean ± t·s/√n, n − 1 degrees of
-freedom), which is what should hold on another machine: a single seed's figure need not.
+Each seed is a whole quickstart (its own warm start, teacher, coached and control arms, all seeded by
+it) under OUT/seed_N. The summary (OUT/seeds.json, OUT/seeds.md) gives, for the dev set and the
+confirmation set: each seed's before, after (coached and control) and paired-bootstrap intervals
+(over problems), and the mean over seeds of after − before and of coached − control with a 95%
+Student-t interval over seeds (mean ± t·s/√n, n − 1 degrees of freedom), which is what should hold
+on another machine: a single seed's figure need not.
 """
 from __future__ import annotations
 
@@ -48,12 +49,26 @@ def summarise(out: Path, seeds: list[int]) -> str:
             "after": over_seeds([r["accuracy_after"] for r in per_seed.values()]),
             "per_seed": {s: {k: r[k] for k in ("accuracy_before", "accuracy_after", "accuracy_delta",
                                                "accuracy_delta_ci95")} for s, r in per_seed.items()}}
+        if all("control" in r for r in per_seed.values()):
+            summary[name]["coached_minus_control"] = over_seeds([r["control"]["coached_minus_control"]
+                                                                 for r in per_seed.values()])
+            for s, r in per_seed.items():
+                summary[name]["per_seed"][s]["control"] = {k: r["control"][k] for k in (
+                    "accuracy_after", "coached_minus_control", "coached_minus_control_ci95")}
     summary["wall_s"] = {s: r["wall_s"] for s, r in reports.items()}
     summary["cpu_s"] = {s: r["cpu_s"] for s, r in reports.items()}
     (out / "seeds.json").write_text(json.dumps(summary, indent=2))
     text = format_summary(summary)
     (out / "seeds.md").write_text(text)
     return text
+
+
+def _control_line(d: dict) -> list[str]:
+    if "coached_minus_control" not in d:
+        return []
+    v = d["coached_minus_control"]
+    return [f"Mean coached − control over seeds: {v['mean']:+.3f}, 95% t-interval over seeds "
+            f"[{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] (sd {v['sd']:.3f}).", ""]
 
 
 def format_summary(s: dict) -> str:
@@ -67,12 +82,17 @@ def format_summary(s: dict) -> str:
                   f"Mean after − before over seeds: {d['delta']['mean']:+.3f}, 95% t-interval over seeds "
                   f"[{lo:+.3f}, {hi:+.3f}] (sd {d['delta']['sd']:.3f}); before {d['before']['mean']:.3f}, "
                   f"after {d['after']['mean']:.3f}.", "",
-                  "| seed | before | after | after − before [95% paired bootstrap over problems] |",
-                  "|---|---|---|---|"]
+                  *_control_line(d),
+                  "| seed | before | after | after − before [95% paired bootstrap over problems] | control after "
+                  "| coached − control [95% paired bootstrap] |", "|---|---|---|---|---|---|"]
         for seed, r in d["per_seed"].items():
             blo, bhi = r["accuracy_delta_ci95"]
+            c = r.get("control")
+            vs = "| – | – |" if c is None else (
+                f"| {c['accuracy_after']:.3f} | {c['coached_minus_control']:+.3f} "
+                f"[{c['coached_minus_control_ci95'][0]:+.3f}, {c['coached_minus_control_ci95'][1]:+.3f}] |")
             lines.append(f"| {seed} | {r['accuracy_before']:.3f} | {r['accuracy_after']:.3f} | "
-                         f"{r['accuracy_delta']:+.3f} [{blo:+.3f}, {bhi:+.3f}] |")
+                         f"{r['accuracy_delta']:+.3f} [{blo:+.3f}, {bhi:+.3f}] {vs}")
         lines.append("")
     lines.append("Wall / CPU minutes per seed: " + ", ".join(
         f"{k}: {s['wall_s'][k] / 60:.1f} / {s['cpu_s'][k] / 60:.1f}" for k in s["wall_s"]))

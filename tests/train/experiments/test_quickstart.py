@@ -212,7 +212,9 @@ def test_the_summary_over_seeds_is_a_t_interval_and_keeps_each_seeds_bootstrap(t
         run = tmp_path / f"seed_{seed}"
         run.mkdir()
         block = {"accuracy_before": before, "accuracy_after": after, "accuracy_delta": after - before,
-                 "accuracy_delta_ci95": [-0.1, 0.4]}
+                 "accuracy_delta_ci95": [-0.1, 0.4],
+                 "control": {"accuracy_after": before, "coached_minus_control": after - before,
+                             "coached_minus_control_ci95": [0, 0.3]}}
         run.joinpath("report.json").write_text(json.dumps({**block, "heldout_problems": 48, "wall_s": 60.0,
                                                            "cpu_s": 90.0, "confirmation": {**block, "problems": 34}}))
     text = summarise(tmp_path, [0, 1])
@@ -221,4 +223,6 @@ def test_the_summary_over_seeds_is_a_t_interval_and_keeps_each_seeds_bootstrap(t
     assert summary["confirmation"]["problems"] == 34
     assert summary["dev"]["per_seed"]["1"]["accuracy_delta_ci95"] == [-0.1, 0.4]
     assert "+0.150" in text
-    assert "| 1 | 0.200 | 0.300 | +0.100 [-0.100, +0.400] |" in text
+    assert "| 1 | 0.200 | 0.300 | +0.100 [-0.100, +0.400] | 0.200 | +0.100 [+0.000, +0.300] |" in text
+    assert summary["confirmation"]["coached_minus_control"]["mean"] == pytest.approx(0.15)
+    assert "Mean coached − control over seeds: +0.150" in text
