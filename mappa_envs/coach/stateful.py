@@ -282,7 +282,7 @@ def _table(rows, name: str) -> dict[tuple[str, str, str], _Running]:
         if n == 0:
             raise ValueError(f"{where} counts no scores")
         mean = _number(row[4], f"{where} mean", 0.0, 10.0)
-        m2 = _number(row[5], f"{where} m2", 0.0, 25.0 * n)  # a 0-10 stream's variance is at most 25
+        m2 = _number(row[5], f"{where} m2", 0.0, 25.0 * n * (1 + 1e-9))  # a 0-10 stream's variance is <= 25
         out[key] = _Running(n, mean, m2)
     return out
 

@@ -339,3 +339,25 @@ def test_scores_off_the_scale_are_passed_on_uncounted():
     coach = StatefulCoach(Wild())
     assert coach.score(_req("regression", True)).score == 15.0
     assert coach.seen == 0  # so the state it saves always loads again
+
+
+def test_every_state_the_coach_writes_loads_again_even_at_the_edges_of_the_scale():
+    class Extreme:
+        def __init__(self):
+            self.k = 0
+
+        def score(self, request):
+            self.k += 1
+            return CoachScore(score=10.0 if self.k % 2 else 0.0)
+
+        async def ascore(self, request):
+            return self.score(request)
+
+    config = BalanceConfig(min_count=2, every=3, threshold=0.0)
+    coach = StatefulCoach(Extreme(), config)
+    for r in _stream(301):
+        coach.score(r)
+    state = json.loads(json.dumps(coach.state_dict()))
+    fresh = StatefulCoach(RuleCoach(), config)
+    fresh.load_state_dict(state)
+    assert fresh.state_dict() == coach.state_dict()
