@@ -17,8 +17,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="env(s) to measure (default: all of them, unless --spec is given)")
     parser.add_argument("--env-set", action="append", default=[], metavar="KEY=VALUE", help=ENV_SET_HELP)
     parser.add_argument("--spec", action="append", default=[], metavar="PATH", help=SPEC_HELP)
-    parser.add_argument("--num-tasks", type=int, default=10,
-                        help="MathChat: synthetic eval problems per fault; --spec: its scenario's first N tasks")
+    parser.add_argument("--num-tasks", type=int,
+                        help="tasks per fault: the first N of MathChat-v0's synthetic eval problems (default 10), of "
+                             "CodeTest-v0's and Chain-v0's eval tasks (default 20), and of each --spec's scenario "
+                             "(default 10)")
     parser.add_argument("--dsbench-tasks", type=int, default=3, help="DSBench: the first N built-in tasks per fault")
     parser.add_argument("--probe-tasks", type=int, default=2,
                         help="tasks per master-key probe and role (5 probes x every role)")
@@ -39,17 +41,20 @@ def run(args: argparse.Namespace) -> int:
     from mappa_train.evaluation.blame import spec_targets
     from mappa_train.evaluation.coacheval import evaluate, markdown, record_all, write_plots
 
-    if min(args.num_tasks, args.probe_tasks, args.batch, args.concurrency) < 1 or args.tolerance < 0:
+    given = args.num_tasks is not None
+    if min(args.num_tasks if given else 1, args.probe_tasks, args.batch, args.concurrency) < 1 or args.tolerance < 0:
         raise UsageError("--num-tasks, --probe-tasks, --batch and --concurrency must be >= 1 and --tolerance >= 0")
     tasks = builtin_tasks()
     if not 1 <= args.dsbench_tasks <= len(tasks):
         raise UsageError(f"--dsbench-tasks must be between 1 and {len(tasks)} (the built-in tasks), "
                          f"got {args.dsbench_tasks}")
     coaches = make_coaches(args.coach, args.coach_set)
-    specs = spec_targets(args.spec, args.num_tasks)  # a bad spec fails here, before anything is played
+    num_tasks = args.num_tasks if given else 10
+    specs = spec_targets(args.spec, num_tasks)  # a bad spec fails here, before anything is played
     labels = _labels(args.labels)  # so do bad labels
-    env_kwargs = {"MathChat-v0": {"num_tasks": args.num_tasks}, "DSBench-v0": {"tasks": tasks[:args.dsbench_tasks]},
-                  **specs}
+    counted = ["MathChat-v0"] + ["CodeTest-v0", "Chain-v0"] * given  # unset: their own 20
+    env_kwargs = {**{env: {"num_tasks": num_tasks} for env in counted},
+                  "DSBench-v0": {"tasks": tasks[:args.dsbench_tasks]}, **specs}
     for env, extra in env_settings(args.env_set, args.env).items():
         env_kwargs[env] = {**env_kwargs.get(env, {}), **extra}
     say = lambda m: print(m, flush=True)  # noqa: E731

@@ -146,3 +146,15 @@ def test_a_damaged_run_folder_is_one_line_naming_its_file(tmp_path, capsys, conf
     line = one_line(capsys, 2, ["eval", "--team", f"run:{run}", "--sets", "synthetic:1",
                                 "--out", str(tmp_path / "out"), *FAST])
     assert line.startswith(f"mappa eval: team spec 'run:{run}': {run}/{problem}"), line
+
+
+def test_coach_eval_num_tasks_counts_chain_tasks_too(tmp_path, capsys):
+    """Each fault is played on the first --num-tasks tasks (it was read for MathChat-v0 only: 20 here;
+    CodeTest-v0 takes it the same way)."""
+    from mappa_train.evaluation.blame import faults_of
+    from mappa_train.evaluation.coacheval import PROBES
+
+    assert main(["coach-eval", "--env", "Chain-v0", "--num-tasks", "1", "--probe-tasks", "1", "--no-backprop",
+                 "--out", str(tmp_path)]) == 0
+    episodes = json.loads((tmp_path / "results.json").read_text())["episodes"]
+    assert episodes == len(faults_of("Chain-v0")) + len(PROBES) * 4  # 4 roles: Chain-v0's default depth
