@@ -9,7 +9,8 @@ Per-action checks (what the rule coach scores; each pays for a change in behavio
 - Coder and Reviewer, when they submit: `code_compiles`, `code_ran` (the cell raised nothing),
   `examples_pass` (the docstring's own examples), `code_correct` (the hidden tests, run by the host
   against the code in a fresh session, as the outcome's: a lookup table of the examples or a stub
-  fails it); the Reviewer's `review_right`: it left right code (approved it, or fixed wrong code).
+  fails it); the Reviewer's `review_right`: it approved right code or fixed wrong code (True), or
+  approved wrong code or broke right code (False; a failed fix is only `code_correct=False`).
   Resubmitting the current code, rewriting code that was already right, a cell that submits nothing
   after a submission (or from the Reviewer), are `new_work=False`; the Coder's report after its
   submission is `closing_report`. Reviewer without code: `verdict_present` (APPROVED), `review_right`.
@@ -151,7 +152,7 @@ class CodeTestScenario:
             checks["code_correct"] = correct
             if before:  # right code made wrong
                 checks["new_work"] = False
-            if not writes:
+            if not writes and (correct or before):  # a fix, or right code broken (a failed fix: code_correct)
                 checks["review_right"] = correct
         turn["submitted"] = True
         episode.state.update(solution=solution, solution_by=role.name)

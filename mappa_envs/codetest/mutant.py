@@ -5,12 +5,14 @@ and sequences grow), so it fails every HumanEval problem's tests. It is the scri
 (a Coder's bug, a Reviewer that breaks working code). It carries a helper (`_adjust`) the reference
 lacks, so it is never the Test Writer's foil.
 
-`mutants`: the Test Writer's foils (`tests_catch_bug`). Each changes ONE operator or constant of the
-reference (`<` for `<=`, `+` for `-`, `and` for `or`, 2 for 3, ...) and nothing else: the same names,
-the same layout, the same docstring. Each is kept only if the hidden tests tell it from the reference
-(it is really broken) and it answers every call in time (no timeout to pay on every check). Several are
-kept, so one lucky assertion does not catch them all. `normalized` is how the reference and every
-mutant are laid out for the judge, so none differs from another in its source's shape either.
+`mutants`: the Test Writer's foils (`tests_catch_bug`). Each makes ONE small change to the reference
+(`<` for `<=`, `+` for `-`, `and` for `or`, 2 for 3, "a" for "a ", a condition negated, `f(g(x))` for
+`g(x)`, `s` for `s.lower()`) and nothing else: no new names, the same layout, the same docstring. Each
+is kept only if the hidden tests tell it from the reference (it is really broken) and it answers every
+call in time (no timeout to pay on every check). Several are kept, so one lucky assertion does not
+catch them all.
+`normalized` is how the reference and every mutant are laid out for the judge, so none differs from
+another in its source's shape either.
 """
 from __future__ import annotations
 
@@ -97,25 +99,41 @@ _SWAPS = {ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.Gt
 
 def _sites(fn: ast.FunctionDef) -> list[tuple[int, str, int]]:
     """Every way one token can change, as (node index in ast.walk order, what to change, which alternative)."""
+    doc = fn.body[0].value if fn.body and isinstance(fn.body[0], ast.Expr) else None
     sites = []
     for i, node in enumerate(ast.walk(fn)):
         if isinstance(node, ast.Compare):
             sites += [(i, f"cmp{k}", j) for k, op in enumerate(node.ops) for j in range(len(_SWAPS.get(type(op), ())))]
         elif isinstance(node, (ast.BinOp, ast.AugAssign, ast.BoolOp)):
             sites += [(i, "op", j) for j in range(len(_SWAPS.get(type(node.op), ())))]
-        elif isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float, bool, str) and node is not doc:
             sites.append((i, "const", 0))
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             sites.append((i, "not", 0))
+        elif isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+            sites.append((i, "unwrap", 0))  # f(g(x)) -> g(x): a one-liner's only mutable spot is often a call
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args + node.keywords:
+            sites.append((i, "drop_method", 0))  # s.swapcase() -> s
+        if isinstance(node, (ast.If, ast.IfExp, ast.comprehension)):
+            tests = node.ifs if isinstance(node, ast.comprehension) else [node.test]
+            sites += [(i, f"negate{k}", 0) for k in range(len(tests))]
     return sites
 
 
-class _DropNot(ast.NodeTransformer):
-    def __init__(self, target: ast.AST):
-        self.target = target
+class _Replace(ast.NodeTransformer):
+    """Replace one node (by identity) with `make(node)`."""
 
-    def visit_UnaryOp(self, node):
-        return node.operand if node is self.target else self.generic_visit(node)
+    def __init__(self, target: ast.AST, make):
+        self.target, self.make = target, make
+
+    def visit(self, node):
+        return self.make(node) if node is self.target else super().visit(node)
+
+
+def _changed(value):
+    if isinstance(value, bool):
+        return not value
+    return value + " " if isinstance(value, str) else value + 1
 
 
 def _mutate(tree: ast.Module, problem: Problem, site: tuple[int, str, int]) -> str:
@@ -129,9 +147,17 @@ def _mutate(tree: ast.Module, problem: Problem, site: tuple[int, str, int]) -> s
     elif what == "op":
         node.op = _SWAPS[type(node.op)][alternative]()
     elif what == "const":
-        node.value = (not node.value) if isinstance(node.value, bool) else node.value + 1
-    else:
-        _DropNot(node).visit(fn)
+        node.value = _changed(node.value)
+    elif what == "not":
+        _Replace(node, lambda n: n.operand).visit(fn)
+    elif what == "unwrap":
+        _Replace(node, lambda n: n.args[0]).visit(fn)
+    elif what == "drop_method":
+        _Replace(node, lambda n: n.func.value).visit(fn)
+    else:  # negate the k-th condition of an if, a conditional expression or a comprehension
+        tests = node.ifs if isinstance(node, ast.comprehension) else [node.test]
+        target = tests[int(what[len("negate"):])]
+        _Replace(target, lambda n: ast.UnaryOp(ast.Not(), n)).visit(fn)
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 

@@ -151,10 +151,13 @@ def test_reviewer_approving_right_code_beats_every_cheaper_move(env):
     assert lookup[3][0] == 0.0
 
 
-def test_reviewer_fixing_wrong_code_beats_approving_it(env):
+def test_reviewer_fixing_wrong_code_beats_approving_it_and_a_failed_fix_does_not_lose_to_approving(env):
     approve = play(env, code(ADJACENT), "done", "no tests", "APPROVED")[3]
+    failed_fix = play(env, code(ADJACENT), "done", "no tests", code(LOOKUP), "APPROVED")[3]
     fix = play(env, code(ADJACENT), "done", "no tests", code(RIGHT), "APPROVED")[3]
     assert env.unwrapped.outcome.correct
+    assert "review_right" not in failed_fix[1]
+    assert approve[0] <= failed_fix[0] < fix[0]
     assert approve[1]["review_right"] is False
     assert fix[1]["review_right"] is True
     assert fix[0] > approve[0]
@@ -184,3 +187,11 @@ def test_every_action_says_whether_the_teams_code_is_right_before_and_after_it(e
     assert [(r, m["solution_correct_before"], m["solution_correct"], c) for r, m, c in seen] == [
         ("coder", None, True, True), ("coder", True, True, None), ("test_writer", True, True, None),
         ("reviewer", True, False, False), ("reviewer", False, False, None)]
+
+
+@pytest.mark.slow
+def test_every_problem_has_mutants_that_fail_its_hidden_tests(local_sandbox):
+    """Over all 164 problems (a few minutes): each has a foil, nearly all have three."""
+    counts = [len(mutants(p, local_sandbox)) for p in load_problems()]
+    assert min(counts) >= 1
+    assert sum(c == 3 for c in counts) >= 150
