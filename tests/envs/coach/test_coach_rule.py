@@ -33,8 +33,8 @@ def test_empty_action_scores_zero():
 @pytest.mark.parametrize("check", sorted(CHECK_WEIGHTS))
 def test_each_check_weight(check):
     bonus, penalty = CHECK_WEIGHTS[check]
-    assert score(checks={check: True}) == 5.0 + bonus
-    assert score(checks={check: False}) == 5.0 - penalty
+    assert score(checks={check: True}) == min(10.0, 5.0 + bonus)
+    assert score(checks={check: False}) == max(0.0, 5.0 - penalty)  # a penalty past the base clips at 0
 
 
 def test_unknown_checks_and_clipping():
