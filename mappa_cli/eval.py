@@ -264,13 +264,19 @@ class EvalProgress:
         self.activity = None  # the team's Activity (mappa_train.evaluation.activity), set per team
         self._set = None
 
-    def set_started(self, name: str, done: int, total: int) -> None:
+    def set_started(self, name: str, done: int, total: int, roles: int = 1) -> None:
         from mappa_cli.progress import Progress
 
         if done:
             print(f"{name}: {done}/{total} episodes already done (resuming)", file=sys.stderr)
-        activity = self.activity.line if self.activity is not None else None
-        self._set = Progress(total - done, name, bar=self.bar, activity=activity) if done < total else None
+        activity, start = self.activity, self.activity.requests if self.activity is not None else 0
+
+        def answered() -> int:  # this set's actions, for an ETA that moves before any episode ends
+            return activity.requests - start
+
+        self._set = None if done >= total else Progress(
+            total - done, name, bar=self.bar, activity=activity.line if activity else None,
+            actions=answered if activity else None, actions_per_episode=roles)
 
     def episode(self, record: dict) -> None:
         self._set.episode(record)

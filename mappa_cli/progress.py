@@ -6,6 +6,12 @@ requests answered, tokens, requests in flight), a line comes every `every_s` sec
 episode ends, so a slow model's first episode is not minutes of silence. A coach call that fails
 is announced once when it first happens and summed up at the end ("coach: 4/4 calls failed (last
 error: ...)"), so a run whose coach is unreachable does not pass for a run with low scores.
+
+With `actions` (a callable: how many actions the policies have answered so far), the ETA counts
+actions, not episodes: episodes played side by side all end near the end, so an episode count says
+"ETA ?" until then. The actions an episode takes are estimated from the finished ones, and before
+the first ends from `actions_per_episode` (the team's roles: each acts at least once), so a slow
+model's first minutes already show a moving ETA ("ETA ~4 min 10 s, 6 of ~24 actions").
 """
 from __future__ import annotations
 
@@ -18,9 +24,12 @@ from typing import TextIO
 
 class Progress:
     def __init__(self, total: int, desc: str, bar: bool | None = None, every_s: float = 10.0,
-                 stream: TextIO | None = None, activity: Callable[[], str] | None = None):
+                 stream: TextIO | None = None, activity: Callable[[], str] | None = None,
+                 actions: Callable[[], int] | None = None, actions_per_episode: float = 1.0):
         """bar: True/False forces the tqdm bar on/off; None: on when `stream` is a terminal."""
         self.total, self.desc, self.every_s, self.activity = total, desc, every_s, activity
+        self.actions, self.actions_per_episode = actions, max(actions_per_episode, 1.0)
+        self._finished_actions = 0  # actions of the episodes done
         self.stream = stream or sys.stderr
         self.done = self.failed = self.coach_calls = self.coach_failures = 0
         self.last_error: str | None = None
@@ -43,7 +52,7 @@ class Progress:
                 continue
             bar = self._bar
             if bar is not None:
-                bar.set_postfix_str(self._activity_text())
+                bar.set_postfix_str("; ".join(filter(None, (self._action_eta(), self._activity_text()))))
                 self._last_line = time.monotonic()
             else:
                 self.say(self.line())
@@ -60,6 +69,7 @@ class Progress:
                 self.coach_failures += 1
                 self.last_error = str(verdict.get("error"))[:200]
         self.done += 1
+        self._finished_actions += len(record.get("actions", ()))
         self.failed += bool(record.get("error"))  # the episode raised; the driver went on without it
         if self.coach_failures and not failures_before:
             self.say(f"coach: a call failed ({self.last_error}); further failures are counted")
@@ -74,10 +84,28 @@ class Progress:
         elapsed = time.monotonic() - self.started
         rate = self.done / elapsed if elapsed > 0 else 0.0
         left = self.total - self.done
-        when = f"done in {_duration(elapsed)}" if not left else f"ETA {_duration(left / rate)}" if rate else "ETA ?"
+        when = (f"done in {_duration(elapsed)}" if not left else self._action_eta()
+                or (f"ETA {_duration(left / rate)}" if rate else "ETA ?"))
         failures = f" ({self._failures()})" if self.failed or self.coach_failures else ""
         doing = f"; {self._activity_text()}" if self.activity is not None else ""
         return f"{self.desc}: {self.done}/{self.total} episodes{failures}, {rate:.2f} episodes/s, {when}{doing}"
+
+    def _action_eta(self) -> str | None:
+        """"ETA ~T, A of ~N actions" from the actions answered so far; None before the first is answered."""
+        answered = self._answered()
+        if not answered or self.done >= self.total:
+            return None
+        per_episode = self._finished_actions / self.done if self.done else self.actions_per_episode
+        expected = self._finished_actions + (self.total - self.done) * per_episode
+        left = max(expected - answered, self.total - self.done)  # an unfinished episode has an action left
+        eta = left * (time.monotonic() - self.started) / answered
+        return f"ETA ~{_duration(eta)}, {answered} of ~{max(expected, answered + left):.0f} actions"
+
+    def _answered(self) -> int:
+        try:
+            return int(self.actions()) if self.actions is not None else 0
+        except Exception:  # a progress line must never stop the run
+            return 0
 
     def _activity_text(self) -> str:
         try:

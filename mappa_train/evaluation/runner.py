@@ -35,7 +35,8 @@ class EvalSpecError(MappaError, ValueError):
 class Reporter(Protocol):
     """What `run_eval` reports as it goes (`mappa eval` draws its progress bars from it)."""
 
-    def set_started(self, name: str, done: int, total: int) -> None: ...  # `done` of `total` were already played
+    # `done` of `total` were already played; `roles`: how many agents act in each episode, at least once each
+    def set_started(self, name: str, done: int, total: int, roles: int = 1) -> None: ...
     def episode(self, record: dict) -> None: ...
     def set_finished(self, name: str) -> None: ...
 
@@ -237,14 +238,14 @@ def _run_sets(team: TeamSource, eval_sets: list[EvalSet], out: Path, k: int, see
 
                 return mappa_envs.make(es.env_id, **{**task_kwargs, **kwargs})
 
-            tasks, policy = _probe(team, make_env)
+            tasks, policy, roles = _probe(team, make_env)
             jobs = plan_jobs(es, tasks, k, seed)
             if es.train_kwargs is not None:
                 overlaps[es.name] = _train_overlap(es, tasks, make_env(task_kwargs=es.train_kwargs))
             _check_seeds(jobs, done, path)
             todo = [j for j in jobs if j.key not in done]
             if reporter:
-                reporter.set_started(es.name, len(jobs) - len(todo), len(jobs))
+                reporter.set_started(es.name, len(jobs) - len(todo), len(jobs), roles=roles)
             try:
                 new = play_jobs(policy, make_env, todo, batch_size, on_episode=finished) if todo else []
             finally:
@@ -255,14 +256,14 @@ def _run_sets(team: TeamSource, eval_sets: list[EvalSet], out: Path, k: int, see
     return records, overlaps
 
 
-def _probe(team: TeamSource, make_env: Callable[[], Any]) -> tuple[list, TextPolicy]:
-    """The set's tasks and the team that plays them, from one env that is closed again."""
+def _probe(team: TeamSource, make_env: Callable[[], Any]) -> tuple[list, TextPolicy, int]:
+    """The set's tasks, the team that plays them and its number of roles, from one env that is closed again."""
     probe = make_env()
     try:
         tasks = tasks_of(probe)
         policy = team if isinstance(team, TextPolicy) else team(probe)
         _check_roles(policy, probe)
-        return tasks, policy
+        return tasks, policy, len(probe.possible_agents)
     finally:
         probe.close()
 

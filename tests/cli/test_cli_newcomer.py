@@ -158,3 +158,26 @@ def test_coach_eval_num_tasks_counts_chain_tasks_too(tmp_path, capsys):
                  "--out", str(tmp_path)]) == 0
     episodes = json.loads((tmp_path / "results.json").read_text())["episodes"]
     assert episodes == len(faults_of("Chain-v0")) + len(PROBES) * 4  # 4 roles: Chain-v0's default depth
+
+
+def test_progress_eta_moves_before_any_episode_ends():
+    """Episodes played side by side end together: the ETA counts answered actions, so it shows (and moves)
+    from the first answered call, estimated from the roles until an episode ends, then from the episodes."""
+    import io
+    import re
+
+    from mappa_cli.progress import Progress
+
+    answered = [0]
+    stream = io.StringIO()
+    p = Progress(4, "synthetic:4", bar=False, every_s=0, stream=stream, actions=lambda: answered[0],
+                 actions_per_episode=3)
+    assert p.line().endswith("ETA ?")  # nothing answered yet
+    answered[0] = 4  # the first batched call: one action of each of the 4 episodes
+    assert re.search(r"0/4 episodes, 0\.00 episodes/s, ETA ~\d+ s, 4 of ~12 actions$", p.line()), p.line()
+    answered[0] = 10
+    p.episode({"actions": [{}] * 5})  # episodes take 5 actions, not 3: the estimate follows
+    assert re.search(r"1/4 episodes, .*ETA ~\d+ s, 10 of ~20 actions$", p.line()), p.line()
+    answered[0] = 40  # more answered than estimated: still an action left per open episode
+    assert re.search(r"ETA ~\d+ s, 40 of ~43 actions$", p.line()), p.line()
+    p.close()
