@@ -41,7 +41,7 @@ def overrides(args: argparse.Namespace, model: Path) -> list[str]:
     return [
         f"out_dir={args.out}", f"seed={args.seed}", f"steps={args.steps}", f"eval_every={args.steps}",
         f"eval_episodes={args.heldout}", f"eval_samples={args.k}", f"checkpoint_every={args.steps}",
-        f"model.path={model}", "model.policies=shared",
+        f"model.path={model}", "model.policies=shared", "model.dtype=float32",  # as measured (docs/results.md)
         f'env.kwargs={{task_source: "synthetic:{args.family}", num_tasks: {TRAIN_PROBLEMS}, executor_max_actions: 1, '
         f'reward_mode: "{args.reward}"}}',
         f"env.eval_sets={{heldout: {{split: eval, num_tasks: {args.heldout}}}}}",
