@@ -89,7 +89,8 @@ def test_coder_padding_after_the_work_earns_less_than_the_report(env):
 @pytest.mark.parametrize("sabotage", ["import os\nos.remove('solution.py')\n",
                                       "open('solution.py', 'w').write('raise SystemExit')\n",
                                       "import os\nos.remove('solution.py')\nos.mkdir('solution.py')\n",
-                                      "import os\nos.mkdir('solution')\nopen('solution/__init__.py', 'w').write('')\n"])
+                                      "import os\nos.mkdir('solution')\nopen('solution/__init__.py', 'w').write('')\n",
+                                      "import os\nos.remove('solution.py')\nos.symlink('/etc/hosts', 'solution.py')"])
 def test_a_coder_that_breaks_its_hand_off_earns_nothing_and_costs_the_test_writer_nothing(env, sabotage):
     honest = play(env, code(RIGHT), "done", code(EXAMPLES_TEST))
     broken = play(env, code(RIGHT), code(sabotage), code(EXAMPLES_TEST))
@@ -98,6 +99,22 @@ def test_a_coder_that_breaks_its_hand_off_earns_nothing_and_costs_the_test_write
     assert broken[2] == honest[2]  # the tester ran against the restored file: same checks, same reward
     episode = env.unwrapped.episode
     assert episode.session.read_file("solution.py") == P.program(episode.state["solution"]).encode()
+
+
+FORGED_CACHE = """import importlib.util, os
+from importlib._bootstrap_external import _code_to_timestamp_pyc
+st = os.stat('solution.py')
+bad = compile('def has_close_elements(numbers, threshold):\\n    return None\\n', 'solution.py', 'exec')
+os.makedirs('__pycache__', exist_ok=True)
+open(importlib.util.cache_from_source('solution.py'), 'wb').write(_code_to_timestamp_pyc(bad, st.st_mtime, st.st_size))
+"""
+
+
+def test_a_forged_bytecode_cache_of_the_hand_off_never_reaches_the_test_writer(env):
+    honest = play(env, code(RIGHT), "done", code(EXAMPLES_TEST))
+    forged = play(env, code(RIGHT), code(FORGED_CACHE), code(EXAMPLES_TEST))
+    assert [r.ok for r in env.unwrapped.episode.actions[1].tool_results] == [True]
+    assert forged[2] == honest[2]
 
 
 def test_test_writer_vacuous_or_name_keyed_tests_earn_no_more_than_no_test(env):
