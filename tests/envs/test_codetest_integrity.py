@@ -183,8 +183,8 @@ KEYED_TESTS = {
 @pytest.mark.parametrize("keyed", sorted(KEYED_TESTS))
 def test_a_test_keyed_on_the_programs_text_finds_no_bug_in_correct_code(sandbox, keyed):
     """Found-bug (+3) on correct code for a test that tells programs apart by anything but behaviour:
-    the text is unreadable (no file, no source), and what stays visible (names, constants) earns nothing
-    unless the team's code also fails its docstring's examples."""
+    the text is unreadable (no file, no source), and what stays visible (names, constants) earns nothing,
+    since a bug is found only in code that fails the hidden tests."""
     code = f"{_MARK}\n\n{P0.reference_solution}"
     env = mappa_envs.make("CodeTest-v0", task_ids=["HumanEval/0"], sandbox=sandbox)
     try:
