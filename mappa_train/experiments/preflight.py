@@ -78,6 +78,7 @@ def fix_budget(make: Callable[[int], object], every: int, eval_set: str, gain: f
     """Train the run `make(steps)` builds (a resumable training config), `every` steps more at a time, until
     its `eval_set` accuracy is >= its start + `gain` or `max_steps` are spent; write `path` (reused if there)
     with the budget, ceil(factor × steps to rise / every) × every steps. Raises ConfigError if it never rose."""
+    from mappa_train.checkpoints import latest_checkpoint
     from mappa_train.experiments.ablate import _train
     from mappa_train.runlog import METRICS_FILE, read_metrics
 
@@ -88,15 +89,16 @@ def fix_budget(make: Callable[[int], object], every: int, eval_set: str, gain: f
                               f"and factor {report['factor']:g}, not {eval_set}, {gain:g} and {factor:g}; use another "
                               "--out, or delete it (and the grid's runs trained at that budget) to fix a new one")
         return report
-    key, steps, hit, evals = f"{eval_set}/accuracy", 0, None, {}
-    while hit is None and steps < max_steps:
+    key, metrics = f"{eval_set}/accuracy", Path(make(every).out_dir) / METRICS_FILE
+    steps = latest_checkpoint(metrics.parent)[0]  # an interrupted pre-flight goes on from its last checkpoint
+    while True:
+        rows = read_metrics(metrics) if metrics.exists() else []
+        evals = {r["step"]: r[key] for r in rows if r["kind"] == "eval" and key in r and r["step"] <= steps}
+        hit = next((s for s, acc in sorted(evals.items()) if s and acc >= evals[0] + gain - 1e-12), None)
+        if hit is not None or steps >= max_steps:
+            break
         steps = min(steps + every, max_steps)
-        run = make(steps)
-        _train(run)
-        rows = read_metrics(Path(run.out_dir) / METRICS_FILE)
-        evals = {r["step"]: r[key] for r in rows if r["kind"] == "eval" and key in r}
-        start = evals[0]
-        hit = next((s for s, acc in sorted(evals.items()) if s and acc >= start + gain - 1e-12), None)
+        _train(make(steps))
     if hit is None:
         raise ConfigError(f"budget pre-flight: the process arm did not rise by {gain:g} over its start on {eval_set} "
                           f"within {max_steps} steps ({evals[0]:.3f} -> best {max(evals.values()):.3f}; its run is "

@@ -149,6 +149,12 @@ def test_the_budget_preflight_trains_until_the_process_arm_rises_and_fixes_the_g
     with pytest.raises(ConfigError, match=r"did not rise by 0.5 .* within 8 steps \(0.100 -> best 0.300"):
         fix_budget(make, 2, "indist", 0.5, 8, 2.0, tmp_path / "never.json")
     assert not (tmp_path / "never.json").exists()
+    # an interrupted pre-flight goes on from its last checkpoint (step 2 here), not from step 0
+    (tmp_path / "run" / "checkpoints" / "step_000002").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "step_000002" / "state.json").write_text('{"step": 2}')
+    trained.clear()
+    assert fix_budget(make, 2, "indist", 0.1, 8, 3.0, tmp_path / "again.json")["budget_steps"] == 10  # 3 × 3 -> 10
+    assert trained == [4]
 
 
 def test_arm_overrides_decide_the_outcome_credit_and_fill_in_the_seed():
