@@ -17,7 +17,8 @@ TINY = ["model.path=tiny", "env.kwargs={task_source: synthetic, num_tasks: 16, e
         "env.sandbox_kwargs={preimport: []}", "generation.max_new_tokens=12", "generation.max_prompt_tokens=1024",
         "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
         "eval_episodes=2", "learner.lr=1e-3", "log.progress=false",
-        "algo.mask_length_cut=false"]  # a random tiny model rarely stops within 12 tokens: train on cut actions too
+        "algo.mask_length_cut=false",  # a random tiny model rarely stops within 12 tokens: train on cut actions too
+        "model.dtype=float32"]  # generator and learner log-probs are compared to 1e-4; bf16 rounding gives ~5e-4
 # A random model's actions all score 0 under the rule coach (no answer, no code), so every advantage is 0
 # and the first step (policy = reference, KL 0) has no gradient. Tests of the plumbing that need a step
 # to change the weights draw each score uniformly from [0, 10] instead.
