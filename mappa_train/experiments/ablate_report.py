@@ -240,8 +240,9 @@ def format_gains(results: dict) -> str:
     gains = [f"{g:g}" for g in results.get("target_gains", [])]
     if not gains:
         return ""
-    blocks = results.get("conditions") or {"": {"arms": results["arms"], "depth": None, "coach_noise": 0.0}}
     chosen = results.get("baselines_chosen", {})
+    flat = {next(iter(chosen), ""): {"arms": results.get("arms", {})}}  # one condition (e.g. one of its depths)
+    blocks = results.get("conditions") or flat
     lines = ["", "Cost to first reach start + g (mean over the seeds that reached it; coach calls 0 for an arm that "
              "asks no coach), and rollouts to it, arm / baseline, over the seeds where both reached it [95% paired "
              "bootstrap interval] (both, arm only, baseline only, neither).", "",

@@ -87,6 +87,16 @@ def test_rollouts_to_each_gain_and_their_ratio_interval_match_a_brute_force_comp
     table = format_table(results)
     assert "outcome (on each role's last action only: ablation)" in table
     assert "| — | outcome (baseline) | +0.1 |" in table
+    ratio = row["rollouts_ratio"]["0.1"]
+    shown = f"{ratio['ratio']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]"
+    assert shown in table  # the cost table reads the paired ratio
+    cfg.depths = [2]  # one depth of a sweep keeps the flat layout, its condition named depth2
+    for name, arm in ARMS.items():
+        for seed in cfg.seeds:
+            _fake_run(run_dir(tmp_path, Condition(2), name, arm, seed), curves[name, seed])
+    table = format_table(summarise(cfg, ARMS, tmp_path))
+    assert "| depth2 | outcome (baseline) | +0.1 |" in table
+    assert shown in table  # before, a one-depth run looked its ratio up under "" and showed none
 
 
 def test_the_ratio_interval_of_many_seeds_is_a_random_bootstrap_close_to_the_exact_one():
