@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("mappa_cli.quickstart", "build a tiny model offline and watch it learn (<= 10 min on CPU)"),
     "blame": ("mappa_cli.blame", "blame precision: does the coach credit the right (faulty) agent?"),
     "coach-eval": ("mappa_cli.coach_eval", "a coach's report card: AUROC, blame, master keys, calibration"),
+    "coach-train": ("mappa_cli.coach_train", "fine-tune a judge model on labelled actions (rule checks, human labels)"),
     "ablate": ("mappa_cli.ablate", "train one start several ways (reward, normalisation, curriculum) x seeds"),
     "export": ("mappa_cli.export", "a training checkpoint as Hugging Face models; transcripts as a datasets dataset"),
     "review": ("mappa_cli.review", "a local web page over a run's transcripts; human verdicts in SQLite"),

@@ -1,0 +1,178 @@
+"""`train_judge`: fine-tune a causal LM to answer the coach's prompt with the labelled verdict.
+
+Supervised next-token loss on the reply only (the prompt's tokens are context, not targets), a fixed
+number of seeded AdamW steps over shuffled examples, LoRA (merged into the weights at the end) or the
+full model. Weights stay float32; forward and backward run under bf16 autocast where
+`mappa_train.precision` says this machine multiplies bf16 fast. The result is a plain transformers
+folder (weights, tokenizer, `judge_training.json`) written aside and moved into `out` at the end, so a
+failed run leaves no half-written folder; held-out actions go to `out/heldout/` as a labels dataset
+that `mappa coach-eval --labels` reads, so any coach (this one served, or the untrained base) is
+measured on exactly the tasks this judge never saw.
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from mappa_train.coach_training.examples import LabelError, Labelled
+from mappa_train.coach_training.format import REPLY_FORMATS, prompt_messages, target_reply
+
+HELDOUT_DIR = "heldout"
+RECORD = "judge_training.json"
+
+
+@dataclass
+class JudgeTrainConfig:
+    model: str = "smollm2-135m"  # anything model.path takes: a built-in name, "tiny", a folder, a .gguf, a hub id
+    steps: int = 200  # optimizer steps
+    batch_size: int = 4
+    lr: float = 2e-4
+    lora: bool = True  # False: every weight is trained
+    lora_rank: int = 16
+    lora_targets: list = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    reply: str = "json"  # "json": the structured-output schema; "text": RATIONALE/SCORE lines
+    rationale_chars: int = 160  # the label's rationale, cut to this; 0 trains an empty rationale (fast replies)
+    max_tokens: int = 2048  # prompt + reply; a longer prompt keeps its end (the evidence and the reply format)
+    dtype: str = "auto"  # as model.dtype: "auto", "bfloat16" or "float32"
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.reply not in REPLY_FORMATS:
+            raise LabelError(f"--reply must be one of {', '.join(REPLY_FORMATS)}, got {self.reply!r}")
+        if min(self.steps, self.batch_size, self.lora_rank, self.max_tokens) < 1 or self.rationale_chars < 0:
+            raise LabelError("--steps, --batch-size, --lora-rank and --max-tokens must be >= 1, --rationale-chars >= 0")
+        if not self.lr > 0:
+            raise LabelError(f"--lr must be > 0, got {self.lr}")
+
+
+def check_out(out: Path) -> None:
+    """`out` must be absent or an empty folder: a trained judge never overwrites anything."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise LabelError(f"{out} exists and is not an empty folder; choose another --out")
+
+
+def encode(tokenizer, example: Labelled, cfg: JudgeTrainConfig) -> tuple[list[int], int, bool]:
+    """(token ids of prompt + reply + end of turn, how many of them are the prompt, whether it was cut)."""
+    messages = prompt_messages(example.request, cfg.reply)
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    reply = target_reply(example.score, example.rationale[:cfg.rationale_chars], cfg.reply) + tokenizer.eos_token
+    prompt_ids = tokenizer(prompt, add_special_tokens=False).input_ids
+    reply_ids = tokenizer(reply, add_special_tokens=False).input_ids
+    room = cfg.max_tokens - len(reply_ids)
+    if room < 1:
+        raise LabelError(f"--max-tokens {cfg.max_tokens} leaves no room for the prompt; raise it or lower "
+                         "--rationale-chars")
+    cut = len(prompt_ids) > room
+    prompt_ids = prompt_ids[-room:]
+    return prompt_ids + reply_ids, len(prompt_ids), cut
+
+
+def train_judge(train: Sequence[Labelled], heldout: Sequence[Labelled], out: str | Path, cfg: JudgeTrainConfig,
+                say=print) -> dict:
+    """Fine-tune `cfg.model` on `train`, write it to `out` (with `heldout` as a labels dataset); the record."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mappa_train.model_source import resolve_model
+    from mappa_train.precision import resolve_precision
+
+    out = Path(out)
+    cfg.check()
+    check_out(out)
+    if not train:
+        raise LabelError("no training examples are left after the split by task; lower --heldout or add labels")
+    base = resolve_model(cfg.model, label=f"--model {cfg.model!r}")
+    precision = resolve_precision(cfg.dtype)
+    say(precision.describe())
+    torch.manual_seed(cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    if cfg.lora:
+        from mappa_train.config.schema import LoraConfig
+        from mappa_train.lora import add_adapters
+
+        model = add_adapters(model, LoraConfig(rank=cfg.lora_rank, alpha=2.0 * cfg.lora_rank,
+                                               target_modules=list(cfg.lora_targets)), ["judge"])
+    encoded = [encode(tokenizer, ex, cfg) for ex in train]
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    order, rng, losses = [], random.Random(cfg.seed), []
+    model.train()
+    for step in range(cfg.steps):
+        batch = []
+        while len(batch) < cfg.batch_size:
+            if not order:
+                order = list(range(len(encoded)))
+                rng.shuffle(order)
+            batch.append(encoded[order.pop()])
+        loss = _loss(model, batch, tokenizer.pad_token_id or 0, precision.torch_dtype)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+        if step == 0 or (step + 1) % max(1, cfg.steps // 10) == 0:
+            say(f"step {step + 1}/{cfg.steps}: loss {losses[-1]:.4f}")
+    if cfg.lora:
+        model = model.merge_and_unload()
+    record = {"config": asdict(cfg), "base": str(base), "precision": precision.dtype,
+              "train_actions": len(train), "train_tasks": len({ex.task_key for ex in train}),
+              "heldout_actions": len(heldout), "heldout_tasks": len({ex.task_key for ex in heldout}),
+              "prompts_cut": sum(cut for _, _, cut in encoded),
+              "reply_tokens": max(len(ids) - n for ids, n, _ in encoded),  # the longest reply, end of turn included
+              "sources": sorted({ex.source for ex in train}), "loss_first": losses[0], "loss_last": losses[-1]}
+    _write(model, tokenizer, heldout, record, out)
+    return record
+
+
+def _loss(model, batch: list[tuple[list[int], int, bool]], pad_id: int, dtype):
+    """Mean cross-entropy over the reply tokens of a right-padded batch."""
+    import torch
+
+    width = max(len(ids) for ids, _, _ in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (tokens, prompt_len, _) in enumerate(batch):
+        ids[row, :len(tokens)] = torch.tensor(tokens)
+        labels[row, prompt_len:len(tokens)] = torch.tensor(tokens[prompt_len:])
+        mask[row, :len(tokens)] = 1
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    logits = logits[:, :-1].float()
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                                             ignore_index=-100)
+
+
+def _write(model, tokenizer, heldout: Sequence[Labelled], record: dict, out: Path) -> None:
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    if heldout:
+        heldout_dataset(heldout).save_to_disk(str(partial / HELDOUT_DIR))
+    (partial / RECORD).write_text(json.dumps(record, indent=2))
+    if out.exists():
+        out.rmdir()
+    partial.rename(out)
+
+
+def heldout_dataset(examples: Sequence[Labelled]):
+    """The held-out actions as a labels dataset (`mappa export labels`' columns that `load_labels` and
+    `coach-eval --labels` read): `label` is the verdict >= 5, `human_score` the verdict, `coach_score` too."""
+    import datasets
+
+    rows = [{"env_id": ex.request.env_id, "task_id": "", "role": ex.request.role, "task": ex.request.task,
+             "action": ex.request.action, "request": json.dumps(ex.request.to_dict(), ensure_ascii=False, default=str),
+             "label": ex.score >= 5.0, "human_score": ex.score, "human_right": None, "coach_score": ex.score,
+             "coach_rationale": ex.rationale, "note": ex.source} for ex in examples]
+    features = datasets.Features({
+        **{k: datasets.Value("string") for k in ("env_id", "task_id", "role", "task", "action", "request",
+                                                 "coach_rationale", "note")},
+        "label": datasets.Value("bool"), "human_right": datasets.Value("bool"),
+        "human_score": datasets.Value("float64"), "coach_score": datasets.Value("float64")})
+    return datasets.Dataset.from_list(rows, features=features)

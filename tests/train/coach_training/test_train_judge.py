@@ -1,0 +1,60 @@
+"""A judge trained on labelled actions ranks held-out actions better than the untrained one, loads as a
+served coach through `make_coach`, and its replies parse with the coach's own parse."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mappa_envs.coach import make_coach
+from mappa_train.coach_training.examples import LabelError, from_labels, split_by_task
+from mappa_train.coach_training.judge import LocalJudge, auroc_of
+from mappa_train.coach_training.train import HELDOUT_DIR, RECORD, JudgeTrainConfig, train_judge
+from tests.openai_stub import StubServer
+from tests.train.coach_training.conftest import chain_examples
+
+# 96 tokens keep the end of the coach's prompt (the checks and the reply format): cheap on a loaded CPU
+CONFIG = dict(steps=60, batch_size=8, lr=2e-3, lora=False, rationale_chars=0, max_tokens=96, seed=0)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model_dir, tmp_path_factory):
+    train, held = split_by_task(chain_examples(20), 0.3, seed=0)
+    out = tmp_path_factory.mktemp("judge") / "judge"
+    record = train_judge(train, held, out, JudgeTrainConfig(model=tiny_model_dir, **CONFIG), say=lambda _: None)
+    return out, held, record
+
+
+@pytest.mark.slow
+def test_training_moves_heldout_auroc_above_the_untrained_judge(trained, tiny_model_dir):
+    out, held, record = trained
+    requests, labels = [e.request for e in held], [e.score >= 5 for e in held]
+    assert record["heldout_tasks"] >= 3
+    assert record["loss_last"] < record["loss_first"]
+    before, _ = auroc_of(LocalJudge(tiny_model_dir, max_new_tokens=24), requests, labels)
+    after, unscored = auroc_of(LocalJudge(out, max_new_tokens=24), requests, labels)
+    assert unscored == 0
+    assert after >= 0.9
+    assert after > before
+
+
+@pytest.mark.slow
+def test_the_trained_folder_is_a_served_coach_whose_replies_parse(trained):
+    out, held, _ = trained
+    judge = LocalJudge(out, max_new_tokens=24)
+    with StubServer(respond=lambda body: judge.answer(body["messages"])) as stub:  # stands in for vLLM
+        coach = make_coach(f"judge@{stub.url}", {"structured_output": "true", "max_tokens": "24"})
+        verdicts = [coach.score(e.request) for e in held[:4]]
+    assert [v.score for v in verdicts] == [e.score for e in held[:4]]
+    assert stub.requests[0]["response_format"]["json_schema"]["name"] == "coach_verdict"
+
+
+@pytest.mark.slow
+def test_the_folder_holds_its_record_and_its_heldout_tasks(trained):
+    out, held, record = trained
+    assert (out / "config.json").is_file()
+    assert json.loads((out / RECORD).read_text())["config"]["seed"] == 0
+    back = from_labels(out / HELDOUT_DIR)
+    assert [b.request.task for b in back] == [e.request.task for e in held]
+    with pytest.raises(LabelError, match="not an empty folder"):
+        train_judge(held, [], out, JudgeTrainConfig(model=str(out), **CONFIG))
