@@ -32,7 +32,8 @@ from pathlib import Path
 from mappa_train.evaluation.report import git_commit
 
 ROOT = Path(__file__).resolve().parents[2]
-EXPECTED = ["bench_sandbox.py", "bench_coach.py", "bench_rollout.py", "bench_learner.py"]  # reported even when missing
+EXPECTED = ["bench_sandbox.py", "bench_coach.py", "bench_rollout.py", "bench_learner.py",
+            "bench_cpu_step.py"]  # reported even when missing
 QUICK_FLAGS = ("--quick", "--short")
 _FIGURE = re.compile(r"^\s*([A-Za-z][^:=]{0,80}?)\s*[:=]\s*"  # name, then ':' or '='
                      r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/%µ]*)(?:\s.*)?$")  # number, unit

@@ -91,3 +91,32 @@ def test_results_are_on_disk_while_a_later_benchmark_runs(bench_dir, tmp_path):
                 os.killpg(int(marker.read_text().split()[1]), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.slow
+def test_the_cpu_step_benchmark_reports_every_figure_per_dtype(tmp_path):
+    """benchmarks/bench_cpu_step.py --quick (the tiny model): the JSON holds the issue-37 figures, each per
+    dtype, the step by phase, and the targets; run_all passes it --quick and --json (it says it takes them)."""
+    out = tmp_path / "figures.json"
+    script = ROOT / "benchmarks" / "bench_cpu_step.py"
+    helptext = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120).stdout
+    assert "--quick" in helptext
+    assert "--json" in helptext
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--json", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(out.read_text())
+    dtypes = {"float32", "bfloat16"}
+    for key in ("learner_tokens_per_s", "generation_tokens_per_s", "logprob_tokens_per_s",
+                "learner_fraction_of_probe", "generation_bound_tokens_per_s"):
+        assert set(r[key]) == dtypes, key
+        assert all(v > 0 for v in r[key].values()), key
+    assert set(r["probe"]["matmul_gflops"]) == dtypes
+    assert set(r["step_s"]) == dtypes
+    for phases in r["step_s"].values():
+        assert {"generate", "env", "logprobs", "update", "sync", "total"} <= set(phases)
+        assert phases["total"] >= phases["logprobs"] + phases["update"] > 0
+    assert set(r["targets"]) == {"learner_bf16_over_fp32", "step_fp32_over_bf16", "learner_fraction_of_bf16_probe"}
+    assert all("held_back_by" in t for t in r["targets"].values() if not t["met"])  # a miss names its cause
+    assert len(r["load"]["before"]) == 3
