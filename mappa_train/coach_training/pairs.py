@@ -13,12 +13,12 @@ Both are `datasets` datasets saved to DIR/pairs and DIR/sft, written aside and m
 """
 from __future__ import annotations
 
-import shutil
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from mappa_train.coach_training.examples import LabelError, action_request
+from mappa_train.coach_training.train import aside
 
 MARGIN, GOOD = 3.0, 7.0
 
@@ -124,15 +124,10 @@ def export_pairs(run: str | Path, out: str | Path, db: str | Path | None = None,
         raise LabelError(f"{run}: no two actions of one role on the same state differ by >= {margin:g} in verdict, "
                          "and no verdict was overruled; review some actions (mappa review), name a stronger "
                          "--coach, or lower --margin")
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    for name, rows, columns in (("pairs", pairs, PAIR_COLUMNS), ("sft", sft, SFT_COLUMNS)):
-        features = datasets.Features({k: datasets.Value(kind) for k, kind in columns.items()})
-        datasets.Dataset.from_list(rows, features=features).save_to_disk(str(partial / name))
-    if out.exists():
-        out.rmdir()
-    partial.rename(out)
+    with aside(out) as partial:
+        for name, rows, columns in (("pairs", pairs, PAIR_COLUMNS), ("sft", sft, SFT_COLUMNS)):
+            features = datasets.Features({k: datasets.Value(kind) for k, kind in columns.items()})
+            datasets.Dataset.from_list(rows, features=features).save_to_disk(str(partial / name))
     return len(pairs), len(sft)
 
 

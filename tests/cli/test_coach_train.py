@@ -61,4 +61,4 @@ def test_coach_train_on_transcripts_writes_a_judge_folder(tmp_path, capsys, chai
     assert record["sources"] == ["rule"]
     assert (out / "model.safetensors").is_file()
     assert (out / "heldout").is_dir()
-    assert not (tmp_path / "judge.partial").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["judge", "run"]  # nothing left aside

@@ -35,7 +35,11 @@ def test_a_human_verdict_overrules_the_recorded_coach(chain_transcripts):
 def test_export_writes_trl_columns_and_never_into_a_non_empty_folder(chain_transcripts, tmp_path):
     import datasets
 
+    (tmp_path / "out.partial").mkdir()  # a user's folder that only looks like a leftover
+    (tmp_path / "out.partial" / "mine.txt").write_text("keep")
     assert export_pairs(chain_transcripts, tmp_path / "out") == (6, 6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.partial", "run"]  # nothing left aside
+    assert (tmp_path / "out.partial" / "mine.txt").read_text() == "keep"
     pairs = datasets.load_from_disk(str(tmp_path / "out" / "pairs"))
     sft = datasets.load_from_disk(str(tmp_path / "out" / "sft"))
     assert {"prompt", "chosen", "rejected"} <= set(pairs.column_names)
@@ -44,7 +48,7 @@ def test_export_writes_trl_columns_and_never_into_a_non_empty_folder(chain_trans
         export_pairs(chain_transcripts, tmp_path / "out")
     with pytest.raises(LabelError, match="no two actions"):
         export_pairs(chain_transcripts, tmp_path / "none", margin=20)
-    assert not (tmp_path / "none").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.partial", "run"]
 
 
 @pytest.mark.slow
