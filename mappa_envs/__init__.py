@@ -46,7 +46,8 @@ register(
 register(
     "Team-v0",
     "mappa_envs.teams.env:TeamEnv",
-    description="Any team spec (YAML or dict: roles, what each sees, chain/DAG/loops) on any scenario.",
+    description="Any team spec (YAML or dict: roles, what each sees, chain/DAG/loops) on any scenario; "
+                "without spec= it runs the shipped review team (spec='review').",
     scripted_policy="mappa_envs.teams.env:scripted",
     task_sources=("from its scenario: scenario_args={...} go to the scenario the spec names (e.g. MathChat's "
                   "tasks=, DSBench's tasks=)",),

@@ -86,6 +86,32 @@ def load_callable(target: str | Callable[..., Any]) -> Callable[..., Any]:
 
 registry: dict[str, EnvSpec] = {}
 
+# The scenarios a team spec may name (`scenario: NAME`, or the entry point's own "module:callable"):
+# trusted factories, so a spec can choose among them without naming code to call.
+scenarios: dict[str, str | Callable[..., Any]] = {
+    "chain": "mappa_envs.chain.env:make_scenario",
+    "codetest": "mappa_envs.codetest.env:make_scenario",
+    "dsbench": "mappa_envs.dsbench.env:make_scenario",
+    "mathchat": "mappa_envs.mathchat.env:make_scenario",
+}
+_SCENARIO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def register_scenario(name: str, entry_point: str | Callable[..., Any]) -> None:
+    """Let team specs name a scenario factory (`scenario: NAME`): "module:callable" or a callable that
+    takes the spec's `scenario_args` (and `team`, if its signature has it) and returns a Scenario."""
+    if not isinstance(name, str) or not _SCENARIO_NAME.match(name):
+        raise EnvArgumentError(f"scenario name {name!r} must be an identifier (letters, digits, _)")
+    scenarios[name] = entry_point
+
+
+def registered_scenario(target: str) -> Callable[..., Any] | None:
+    """The factory of a registered scenario, named by its name or by its "module:callable"; else None."""
+    entry = scenarios.get(target)
+    if entry is None:
+        entry = next((e for e in scenarios.values() if isinstance(e, str) and e == target), None)
+    return None if entry is None else load_callable(entry)
+
 
 def register(env_id: str, entry_point: str | Callable[..., Any], *, description: str = "",
              scripted_policy: str | None = None, task_sources: tuple[str, ...] = (), **default_kwargs) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -233,8 +234,6 @@ class PipelineEnv(AECEnv):
         finished = not continues and following is None
         truncated = self._over_limits(text, results) and not finished  # a limit hit by the last action is no cut
         done = finished or truncated
-        if done:
-            ep.outcome = self._judge(errors)
 
         coach = None
         reward = 0.0
@@ -246,6 +245,8 @@ class PipelineEnv(AECEnv):
                 reward = min(10.0, max(0.0, float(coach.score)))
         record = ActionRecord(agent, self._turn_actions - 1, text, results, checks, coach, reward, input_error, errors)
         ep.actions.append(record)
+        if done:  # judged with every action recorded, the closing one included
+            ep.outcome = self._judge(errors)
         self.rewards[agent] = reward
         self.infos[agent] = {**self.infos[agent], "action": record.to_info(self.timings_in_infos)}
 
@@ -378,7 +379,8 @@ class PipelineEnv(AECEnv):
             return default
 
     def _judge(self, errors: list[str]) -> Outcome:
-        outcome = self._guard(errors, "scenario.outcome", lambda: self.scenario.outcome(self.episode), None)
+        outcome = self._guard(errors, "scenario.outcome", lambda: checked_outcome(self.scenario.outcome(self.episode)),
+                              None)
         if outcome is None:  # no verdict could be had: an honest zero that says why
             return Outcome(score=0.0, correct=False, details={"env_error": errors[-1]})
         return Outcome(outcome.score, outcome.correct, sanitized(outcome.details))
@@ -432,6 +434,18 @@ class PipelineEnv(AECEnv):
         if self._session_cm is not None:
             cm, self._session_cm = self._session_cm, None
             cm.__exit__(None, None, None)
+
+
+def checked_outcome(outcome: Any) -> Outcome:
+    """A scenario's verdict as it is paid: an `Outcome` whose score is a finite number in [0, 1] (10 x score
+    goes to every agent), else a one-line ValueError (the env then pays an honest zero and says why)."""
+    if not isinstance(outcome, Outcome):
+        raise ValueError(f"scenario.outcome must return an Outcome, got a {type(outcome).__name__}")
+    score = outcome.score
+    if isinstance(score, bool) or not isinstance(score, numbers.Real) or not math.isfinite(score) \
+            or not 0.0 <= score <= 1.0:
+        raise ValueError(f"an outcome score must be a finite number in [0, 1], got {score!r}")
+    return replace(outcome, score=float(score))
 
 
 def _failure(what: str, e: BaseException) -> str:

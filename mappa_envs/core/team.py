@@ -3,7 +3,7 @@
 A spec is a YAML file or a dict:
 
     name: Review-v0                     # the env id transcripts and the coach see (default Team-v0)
-    scenario: mappa_envs.mathchat.env:make_scenario   # "module:callable(**scenario_args) -> Scenario"
+    scenario: mathchat                  # a registered scenario, or "package.module:Class" (see below)
     scenario_args: {num_tasks: 64}
     scripted: mappa_envs.mathchat.scripted:for_env    # optional: "module:callable(env, **kw)", a scripted team
     roles:
@@ -27,11 +27,22 @@ again, at most `max_rounds` times per episode; the target is shown the sender's 
 tells the sender how (one sentence appended to its prompt). A spec is checked when it is loaded:
 every mistake (a duplicate name, an unknown role in `sees` or `flow`, a cycle without a bound, a
 role no path reaches) is one `SpecError` line.
+
+A spec is data. Its `name` and role names are identifiers (the name picks the coach's rubric among
+the shipped ones, never a path); YAML aliases are refused (a few bytes of them expand to billions of
+items); checking is near-linear in roles and edges. Its `scenario` is the name of a registered
+scenario (`mappa_envs.registration.scenarios`) or a class implementing the `Scenario` protocol,
+checked before anything is called (`teams.env.scenario_factory`); nothing else a spec names is
+called while the env is made. Naming `package.module:ATTR` (a scenario class, `prompt_from`,
+`scripted`) imports that module, so a spec is trusted as far as the modules it names are.
 """
 from __future__ import annotations
 
+import functools
+import heapq
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -44,7 +55,10 @@ from mappa_envs.errors import SpecError
 ROLE_KEYS = ("name", "prompt", "prompt_from", "tools", "max_actions", "sees", "kernel")
 SPEC_KEYS = ("name", "description", "scenario", "scenario_args", "scripted", "roles", "start", "flow")
 EDGE_KEYS = ("from", "to", "max_rounds", "signal")
+MAX_SPEC_BYTES = 1 << 20  # a 256-role spec is ~40 kB
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TEAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}(?:-v\d{1,4})?$")  # an env id: never a path
+_TARGET = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")  # package.module:attr
 _SIGNAL = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
@@ -61,6 +75,47 @@ class Loop:
         from mappa_envs.core.tools import strip_think
 
         return re.search(rf"(?<![\w-]){re.escape(self.signal)}(?![\w-])", strip_think(text)) is not None
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """The forward edges of a team, indexed once: each role's direct senders, and its ancestors and
+    descendants as bit sets over the acting order (bit i: the role acting i-th)."""
+
+    order: tuple[str, ...]
+    position: dict[str, int]
+    senders: dict[str, list[str]]
+    ancestors: dict[str, int]
+    descendants: dict[str, int]
+
+    @classmethod
+    def of(cls, order: Sequence[str], edges: Sequence[tuple[str, str]]) -> _Graph:
+        """`order` must be a topological order of `edges` (each role after every role with an edge to it)."""
+        bit = {n: 1 << i for i, n in enumerate(order)}
+        senders: dict[str, list[str]] = {n: [] for n in order}
+        receivers: dict[str, list[str]] = {n: [] for n in order}
+        for a, b in edges:
+            senders[b].append(a)
+            receivers[a].append(b)
+        ancestors: dict[str, int] = {}
+        for n in order:
+            ancestors[n] = functools.reduce(int.__or__, (ancestors[a] | bit[a] for a in senders[n]), 0)
+        descendants: dict[str, int] = {}
+        for n in reversed(order):
+            descendants[n] = functools.reduce(int.__or__, (descendants[b] | bit[b] for b in receivers[n]), 0)
+        return cls(tuple(order), {n: i for i, n in enumerate(order)}, senders, ancestors, descendants)
+
+    def bit(self, name: str) -> int:
+        return 1 << self.position[name]
+
+    def members(self, bits: int) -> list[str]:
+        """The roles of a bit set, in acting order."""
+        found = []
+        while bits:
+            low = bits & -bits
+            found.append(self.order[low.bit_length() - 1])
+            bits ^= low
+        return found
 
 
 @dataclass(frozen=True)
@@ -87,33 +142,23 @@ class Team:
     def names(self) -> list[str]:
         return [r.name for r in self.roles]
 
+    @functools.cached_property
+    def _graph(self) -> _Graph:
+        return _Graph.of(self.names, self.edges)
+
     def upstream(self, role: str) -> list[str]:
         """Every role with a forward path to `role`, in acting order."""
-        found, todo = set(), [role]
-        while todo:
-            here = todo.pop()
-            for a, b in self.edges:
-                if b == here and a not in found:
-                    found.add(a)
-                    todo.append(a)
-        return [n for n in self.names if n in found]
+        return self._graph.members(self._graph.ancestors[role])
 
     def downstream(self, role: str) -> list[str]:
-        found, todo = set(), [role]
-        while todo:
-            here = todo.pop()
-            for a, b in self.edges:
-                if a == here and b not in found:
-                    found.add(b)
-                    todo.append(b)
-        return [n for n in self.names if n in found]
+        return self._graph.members(self._graph.descendants[role])
 
     def rerun(self, loop: Loop) -> list[str]:
         """The roles that act again when `loop` fires: its target, then whatever of its downstream leads
         to the sender, and the sender (roles on other branches keep their work)."""
-        before_sender = set(self.upstream(loop.sender))
-        return [n for n in self.names if n == loop.to or n == loop.sender
-                or (n in before_sender and n in self.downstream(loop.to))]
+        g = self._graph
+        between = g.ancestors[loop.sender] & g.descendants[loop.to]
+        return g.members(between | g.bit(loop.to) | g.bit(loop.sender))
 
     def with_max_actions(self, max_actions: Mapping[str, int]) -> Team:
         """The team with some roles' `max_actions` replaced (an env argument that overrides the spec)."""
@@ -126,9 +171,13 @@ class Team:
     def describe(self) -> str:
         """The topology in words, for the coach prompt and `mappa envs`: the order, fan-in, what each
         role is shown, and the loops."""
+        return self._description
+
+    @functools.cached_property
+    def _description(self) -> str:
         parts = []
         for role in self.roles:
-            ups = [a for a, b in self.edges if b == role.name]
+            ups = self._graph.senders[role.name]
             shown = f"sees {', '.join(role.sees)}" if role.sees else "sees only the task"
             parts.append(f"{role.name} ({'after ' + ', '.join(ups) if ups else 'starts'}; {shown})")
         text = "Agents act in this order: " + " -> ".join(parts) + "."
@@ -156,12 +205,7 @@ def load_team(spec: str | os.PathLike | Mapping | Team) -> Team:
         raise SpecError(f"spec must be a YAML path, a shipped spec name {shipped_specs()} or a dict, "
                         f"got {type(spec).__name__}")
     text, where = _spec_text(spec)
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SpecError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None
+    data = _yaml_data(text, where)
     if not isinstance(data, Mapping):
         raise SpecError(f"{where}: a team spec is a mapping with roles: [...], got {type(data).__name__}")
     try:
@@ -182,57 +226,81 @@ def _spec_text(spec: str | os.PathLike) -> tuple[str, str]:
     path = Path(name).expanduser()
     if not path.is_file():
         raise SpecError(f"spec {name!r} is neither a YAML file nor a shipped spec ({', '.join(shipped_specs())})")
+    if path.stat().st_size > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: a team spec is at most {MAX_SPEC_BYTES} bytes, this file has {path.stat().st_size}")
     return path.read_text(), str(path)
 
 
+def _yaml_data(text: str, where: str) -> Any:
+    """The spec's YAML as plain data; aliases (`*name`, which let a few bytes expand to billions of
+    items) are refused before anything is built."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster where installed
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.AliasEvent):
+                raise SpecError(f"{where}: YAML aliases (*{event.anchor}) are not allowed in a team spec; "
+                                "write the value out where it is used")
+        return yaml.load(text, Loader=loader)  # a safe loader: plain data only
+    except yaml.YAMLError as e:
+        raise SpecError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: the YAML is nested too deeply to be a team spec") from None
+
+
 def build_team(data: Mapping) -> Team:
-    """Check a spec dict and build its `Team`; every mistake is one `SpecError` line."""
+    """Check a spec dict and build its `Team`; every mistake is one `SpecError` line. Near-linear in the
+    roles and edges (plus the default `sees` lists it writes out)."""
     unknown = sorted(set(data) - set(SPEC_KEYS))
     if unknown:
         raise SpecError(f"unknown spec key(s) {unknown}; a spec has {list(SPEC_KEYS)}")
     name = data.get("name", "Team-v0")
-    if not isinstance(name, str) or not name:
-        raise SpecError(f"name must be a non-empty string, got {name!r}")
+    if not isinstance(name, str) or not _TEAM_NAME.match(name):
+        raise SpecError(f"name must be an env id like 'MyTeam-v0' (letters, digits, _ and an optional -vN; "
+                        f"it picks the coach's rubric, never a path), got {name!r}")
     raw_roles = data.get("roles")
     if not isinstance(raw_roles, Sequence) or isinstance(raw_roles, str) or not raw_roles:
         raise SpecError("roles must be a non-empty list of {name: ..., prompt: ...} entries")
     roles = [_parse_role(r, i) for i, r in enumerate(raw_roles)]
     names = [r.name for r in roles]
-    dup = sorted({n for n in names if names.count(n) > 1})
+    dup = sorted(n for n, count in Counter(names).items() if count > 1)
     if dup:
         raise SpecError(f"duplicate role name(s) {dup}; every role needs its own name")
-    edges, loops = _parse_flow(data.get("flow"), names)
-    start = _names(data.get("start", [names[0]]), "start", names)
-    order = _acting_order(names, edges)
-    reached = _reachable(start, edges)
-    lost = [n for n in names if n not in reached]
+    known = set(names)
+    edges, loops = _parse_flow(data.get("flow"), names, known)
+    start = _names(data.get("start", [names[0]]), "start", names, known)
+    graph = _Graph.of(_acting_order(names, edges), edges)
+    reached = functools.reduce(int.__or__, (graph.descendants[s] | graph.bit(s) for s in set(start)), 0)
+    lost = [n for n in names if not reached & graph.bit(n)]
     if lost:
         raise SpecError(f"role(s) {lost} can never act: no forward path from start {start} reaches them; "
                         "add a flow edge to them or list them in start")
     for loop in loops:
-        if loop.to == loop.sender or loop.sender not in _reachable([loop.to], edges):
+        if not graph.ancestors[loop.sender] & graph.bit(loop.to):
             raise SpecError(f"the loop {loop.sender} -> {loop.to} does not go back upstream: {loop.to} has no "
                             f"forward path to {loop.sender}; a loop returns work to an earlier role")
-    sees_default = {n: [u for u in order if u in _upstream(n, edges)] for n in names}
     by_name = {r.name: r for r in roles}
+    loop_of = {lp.sender: lp for lp in loops}
     final = []
-    for n in order:
+    for n in graph.order:
         r = by_name[n]
-        sees = sees_default[n] if r.sees is None else r.sees
-        bad = [s for s in sees if s not in names]
+        sees = graph.members(graph.ancestors[n]) if r.sees is None else r.sees
+        bad = [s for s in sees if s not in known]
         if bad:
             raise SpecError(f"role {n!r} sees unknown role(s) {bad}; the roles are {names}")
         if n in sees:
             raise SpecError(f"role {n!r} lists itself in sees; a role always has its own conversation")
-        duties = r.duties + "".join(
+        lp = loop_of.get(n)
+        duties = r.duties if lp is None else r.duties + (
             f"\n\nTo send the work back to the {lp.to} for another round (at most {lp.max_rounds} time(s) per "
-            f"task), write the word {lp.signal} in your last message; without it the work goes on."
-            for lp in loops if lp.sender == n)
+            f"task), write the word {lp.signal} in your last message; without it the work goes on.")
         final.append(replace(r, sees=tuple(sees), duties=duties))
     scenario, scripted = data.get("scenario"), data.get("scripted")
-    for key, value in (("scenario", scenario), ("scripted", scripted)):
-        if value is not None and (not isinstance(value, str) or ":" not in value):
-            raise SpecError(f"{key} must be 'package.module:callable', got {value!r}")
+    if scenario is not None and not (isinstance(scenario, str) and (_NAME.match(scenario) or _TARGET.match(scenario))):
+        raise SpecError(f"scenario must be a registered scenario's name or 'package.module:Class', got {scenario!r}")
+    if scripted is not None and not (isinstance(scripted, str) and _TARGET.match(scripted)):
+        raise SpecError(f"scripted must be 'package.module:callable', got {scripted!r}")
     args = data.get("scenario_args", {})
     if not isinstance(args, Mapping):
         raise SpecError(f"scenario_args must be a mapping of keyword arguments, got {type(args).__name__}")
@@ -274,39 +342,45 @@ def _parse_role(raw: Any, i: int) -> Role:
 def _prompt_from(target: Any, role: str) -> str:
     from mappa_envs.registration import resolve
 
-    if not isinstance(target, str) or ":" not in target:
+    if not isinstance(target, str) or not _TARGET.match(target):
         raise SpecError(f"role {role!r}: prompt_from must be 'package.module:ATTR', got {target!r}")
-    return resolve(target, f"role {role!r}: prompt_from", SpecError)
+    return resolve(target, f"role {role!r}: prompt_from", SpecError)  # an attribute read, never a call
 
 
-def _names(value: Any, what: str, names: list[str]) -> list[str]:
+def _names(value: Any, what: str, names: list[str], known: set[str]) -> list[str]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, Sequence) or not items or not all(isinstance(v, str) for v in items):
         raise SpecError(f"{what} must be a role name or a non-empty list of them, got {value!r}")
-    bad = [v for v in items if v not in names]
+    bad = [v for v in items if v not in known]
     if bad:
         raise SpecError(f"{what} names unknown role(s) {bad}; the roles are {names}")
     return list(items)
 
 
-def _parse_flow(flow: Any, names: list[str]) -> tuple[list[tuple[str, str]], list[Loop]]:
+def _parse_flow(flow: Any, names: list[str], known: set[str]) -> tuple[list[tuple[str, str]], list[Loop]]:
     if flow is None:  # a chain in the order listed
         return list(zip(names, names[1:])), []
     if isinstance(flow, str) or not isinstance(flow, Sequence):
         raise SpecError(f"flow must be a list of {{from: ..., to: ...}} edges, got {type(flow).__name__}")
-    edges: list[tuple[str, str]] = []
+    edges: dict[tuple[str, str], None] = {}  # ordered and without repeats
     loops: list[Loop] = []
+    senders: set[str] = set()
     for i, raw in enumerate(flow):
         if not isinstance(raw, Mapping) or "from" not in raw or "to" not in raw:
             raise SpecError(f"flow[{i}] must be a mapping with from: and to:, got {raw!r}")
         unknown = sorted(set(raw) - set(EDGE_KEYS))
         if unknown:
             raise SpecError(f"flow[{i}]: unknown key(s) {unknown}; an edge has {list(EDGE_KEYS)}")
-        sources, targets = _names(raw["from"], f"flow[{i}].from", names), _names(raw["to"], f"flow[{i}].to", names)
+        sources = _names(raw["from"], f"flow[{i}].from", names, known)
+        targets = _names(raw["to"], f"flow[{i}].to", names, known)
         if "max_rounds" not in raw:
             if "signal" in raw:
                 raise SpecError(f"flow[{i}]: signal only goes with max_rounds (a loop edge)")
-            edges += [(a, b) for a in sources for b in targets if (a, b) not in edges]
+            for a in sources:
+                for b in targets:
+                    if a == b:
+                        raise SpecError(f"flow: {a} -> {a} is a cycle without a bound; give the edge max_rounds: N")
+                    edges[(a, b)] = None
             continue
         bound, signal = raw["max_rounds"], raw.get("signal", "REVISE")
         if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
@@ -315,59 +389,51 @@ def _parse_flow(flow: Any, names: list[str]) -> tuple[list[tuple[str, str]], lis
             raise SpecError(f"flow[{i}]: signal must be one word (letters, digits, _ or -), got {signal!r}")
         if len(sources) != 1 or len(targets) != 1:
             raise SpecError(f"flow[{i}]: a loop goes from one role to one role, got {sources} -> {targets}")
-        if any(lp.sender == sources[0] for lp in loops):
+        if sources[0] in senders:
             raise SpecError(f"flow[{i}]: {sources[0]} already has a loop; a role may send work back to one role")
+        senders.add(sources[0])
         loops.append(Loop(sources[0], targets[0], bound, signal))
-    for a, b in edges:
-        if a == b:
-            raise SpecError(f"flow: {a} -> {a} is a cycle without a bound; give the edge max_rounds: N")
-    return edges, loops
+    return list(edges), loops
 
 
 def _acting_order(names: list[str], edges: list[tuple[str, str]]) -> list[str]:
     """Kahn's topological sort, ties broken by the order listed; a leftover is a cycle without a bound."""
-    indegree = {n: sum(1 for _, b in edges if b == n) for n in names}
+    listed = {n: i for i, n in enumerate(names)}
+    receivers: dict[str, list[str]] = {n: [] for n in names}
+    indegree = dict.fromkeys(names, 0)
+    for a, b in edges:
+        receivers[a].append(b)
+        indegree[b] += 1
+    ready = [listed[n] for n in names if indegree[n] == 0]  # a heap of listing positions (sorted: a heap)
     order: list[str] = []
-    ready = [n for n in names if indegree[n] == 0]
     while ready:
-        here = ready.pop(0)
+        here = names[heapq.heappop(ready)]
         order.append(here)
-        for a, b in edges:
-            if a == here:
-                indegree[b] -= 1
-                if indegree[b] == 0:
-                    ready.append(b)
-        ready.sort(key=names.index)
+        for b in receivers[here]:
+            indegree[b] -= 1
+            if indegree[b] == 0:
+                heapq.heappush(ready, listed[b])
     if len(order) < len(names):
-        cycle = _a_cycle([n for n in names if n not in order], edges)
+        placed = set(order)
+        cycle = _a_cycle([n for n in names if n not in placed], edges)
         raise SpecError(f"flow has a cycle without a bound ({' -> '.join(cycle)}); mark the edge that goes "
                         "back with max_rounds: N to make it a loop")
     return order
 
 
 def _a_cycle(stuck: list[str], edges: list[tuple[str, str]]) -> list[str]:
-    path = [stuck[0]]
+    in_stuck = set(stuck)
+    sender = {}
+    for a, b in edges:
+        if a in in_stuck and b in in_stuck:
+            sender.setdefault(b, a)
+    path, on_path = [stuck[0]], {stuck[0]: 0}
     while True:  # every stuck role has a stuck predecessor, so walking back must repeat a role
-        prev = next(a for a, b in edges if b == path[-1] and a in stuck)
-        if prev in path:
-            cycle = path[path.index(prev):] + [prev]
-            return cycle[::-1]
+        prev = sender[path[-1]]
+        if prev in on_path:
+            return (path[on_path[prev]:] + [prev])[::-1]
+        on_path[prev] = len(path)
         path.append(prev)
-
-
-def _reachable(start: Sequence[str], edges: Sequence[tuple[str, str]]) -> set[str]:
-    found, todo = set(start), list(start)
-    while todo:
-        here = todo.pop()
-        for a, b in edges:
-            if a == here and b not in found:
-                found.add(b)
-                todo.append(b)
-    return found
-
-
-def _upstream(role: str, edges: Sequence[tuple[str, str]]) -> set[str]:
-    return _reachable([role], [(b, a) for a, b in edges]) - {role}
 
 
 def _role_dict(r: Role) -> dict:

@@ -42,9 +42,10 @@ def role_key(name: str) -> str:
 
 @functools.cache
 def load_template(env_id: str) -> PromptTemplate:
-    """The template for `env_id`, or the generic one when the env has none."""
-    path = _DIR / f"{env_id}.md"
-    return _parse(path if path.exists() else _DIR / "generic.md")
+    """The template for `env_id`, or the generic one when the env has none. Only the shipped files are
+    candidates: an env id comes from a team spec, so it must never become a path."""
+    shipped = {p.stem for p in _DIR.glob("*.md")}
+    return _parse(_DIR / f"{env_id if env_id in shipped else 'generic'}.md")
 
 
 def _parse(path: Path) -> PromptTemplate:
