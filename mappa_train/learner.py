@@ -164,14 +164,20 @@ class PolicyLearner:
                  attn_implementation: str = "sdpa", temperature: float = 1.0, pad_id: int = 0, seed: int = 0,
                  adapters: Adapters | None = None):
         import deepspeed
+        from deepspeed.accelerator import get_accelerator
         from transformers import AutoModelForCausalLM
 
         self.cfg, self.algo, self.temperature, self.pad_id = cfg, algo_cfg, temperature, pad_id
         self.attn, self.adapters = attn_implementation, adapters
         self.rank, self.world = init_distributed()
         torch.manual_seed(seed)
-        self.precision = resolve_precision(dtype)  # bf16: DeepSpeed keeps fp32 master weights and Adam moments
-        load = dict(dtype=self.precision.torch_dtype, attn_implementation=attn_implementation)
+        self.precision = resolve_precision(dtype)
+        # bf16 on CPU: autocast over fp32 weights, which torch's AdamW steps directly. DeepSpeed's bf16 mode
+        # (bf16 weights, fp32 master copies) on one CPU rank spent more in its per-parameter copies and
+        # overflow checks than the bf16 matmuls saved (docs/performance.md). On GPU it is the usual bf16 mode.
+        self.autocast = self.precision.dtype == "bfloat16" and get_accelerator().device_name() == "cpu"
+        weights = torch.float32 if self.autocast else self.precision.torch_dtype
+        load = dict(dtype=weights, attn_implementation=attn_implementation)
         model = AutoModelForCausalLM.from_pretrained(model_path, **load)
         model.config.use_cache = False
         if adapters is not None:
@@ -181,7 +187,7 @@ class PolicyLearner:
             if adapters is not None:  # the frozen embeddings' output must carry grad into checkpointed layers
                 model.enable_input_require_grads()
         # adapters are kept in fp32 over a bf16 base: they need no bf16 master copies
-        config = ds_config(cfg, self.precision.dtype if adapters is None else "float32")
+        config = ds_config(cfg, "float32" if self.autocast or adapters is not None else self.precision.dtype)
         params = [p for p in model.parameters() if p.requires_grad]
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=params, config=config)
         self.ref = None
@@ -264,6 +270,10 @@ class PolicyLearner:
         An empty `micro` runs a one-token pass through the same modules and returns an empty tensor,
         so that a rank without data takes part in every ZeRO-3 gather (and, with grad, backward).
         """
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):  # forward only; backward follows it
+            return self._forward_pass(model, micro)
+
+    def _forward_pass(self, model, micro: list[Sample]):
         device = self.engine.device
         rows = micro or [Sample([self.pad_id], [])]
         if self.cfg.packed:

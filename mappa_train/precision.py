@@ -6,10 +6,11 @@ that builds the learner or generator, to bfloat16 where the hardware multiplies 
 AMD Zen 4 and later) and to float32 elsewhere: a CPU without those units emulates bf16 and runs
 slower than in float32.
 
-What runs in the resolved dtype: the weights of the generators (HF and vLLM), of the learner's
-forward and backward and of the frozen reference model. The optimizer keeps float32 master weights
-and float32 Adam moments (DeepSpeed's bf16 mode), and log-probs are taken in float32 from the
-bf16 logits (mappa_train.learner). docs/performance.md has the measured speeds.
+What runs in the resolved dtype: the generators (HF and vLLM hold bf16 weights), the learner's
+forward and backward and the frozen reference model. The optimizer keeps float32 weights and Adam
+moments (on CPU the learner autocasts over fp32 weights; on GPU DeepSpeed's bf16 mode keeps fp32
+master copies), and log-probs are taken in float32 from the bf16 logits (mappa_train.learner).
+docs/performance.md has the measured speeds.
 """
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ class Precision:
         """The one start-up line: what runs in which precision, and why."""
         if self.dtype == "float32":
             return f"precision: float32 everywhere ({self.reason})"
-        return (f"precision: bfloat16 weights and compute for generation, learner and reference; float32 master "
-                f"weights, optimizer state and log-probs ({self.reason})")
+        return (f"precision: bfloat16 matmuls in generation, learner and reference; float32 master weights, "
+                f"optimizer state and log-probs ({self.reason})")
 
 
 def bf16_units() -> list[str]:
