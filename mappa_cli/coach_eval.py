@@ -33,13 +33,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="also measure each coach against human labels (`mappa export labels`): AUROC, agreement, "
                              "calibration, in labels.json and labels.md")
     parser.add_argument("--out", type=Path, default=Path("runs/coach-eval"),
-                        help="writes results.json, coach_eval.md, roc.png and calibration.png here")
+                        help="writes results.json, coach_eval.md, roc.png, calibration.png and transcripts.jsonl "
+                             "(every action with each coach's verdict, for `mappa review`) here")
 
 
 def run(args: argparse.Namespace) -> int:
     from mappa_envs.dsbench import builtin_tasks
     from mappa_train.evaluation.blame import spec_targets
-    from mappa_train.evaluation.coacheval import evaluate, markdown, record_all, write_plots
+    from mappa_train.evaluation.coacheval import evaluate, markdown, record_all, write_plots, write_transcripts
 
     given = args.num_tasks is not None
     if min(args.num_tasks if given else 1, args.probe_tasks, args.batch, args.concurrency) < 1 or args.tolerance < 0:
@@ -60,8 +61,10 @@ def run(args: argparse.Namespace) -> int:
     say = lambda m: print(m, flush=True)  # noqa: E731
     targets = (args.env or ([] if specs else ENVS)) + list(specs)
     episodes = record_all(targets, env_kwargs, args.probe_tasks, args.batch, say=say)
-    rows = evaluate(episodes, coaches, not args.no_backprop, args.tolerance, args.concurrency, say=say)
+    scored: dict = {}
+    rows = evaluate(episodes, coaches, not args.no_backprop, args.tolerance, args.concurrency, say=say, scored=scored)
     args.out.mkdir(parents=True, exist_ok=True)
+    write_transcripts(args.out / "transcripts.jsonl", episodes, scored)
     (args.out / "results.json").write_text(json.dumps({"episodes": len(episodes), "rows": rows}, indent=2))
     table = markdown(rows)
     (args.out / "coach_eval.md").write_text(table)

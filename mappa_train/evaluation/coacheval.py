@@ -300,18 +300,68 @@ def _ds_tasks(kwargs: dict) -> list:
 
 
 def evaluate(episodes: Sequence[Episode], coaches: dict[str, Any], with_backprop: bool = True,
-             tolerance: float = 1.0, concurrency: int = 8, say: Callable[[str], None] = print) -> list[dict]:
-    """One report card per coach (and per coach under back-propagation, when asked)."""
+             tolerance: float = 1.0, concurrency: int = 8, say: Callable[[str], None] = print,
+             scored: dict[str, list[list[CoachScore]]] | None = None) -> list[dict]:
+    """One report card per coach (and per coach under back-propagation, when asked). `scored`: each
+    coach's per-action scores, filled in here as they are made (the CLI writes them as transcripts)."""
     rows = []
+    scored = {} if scored is None else scored
     for name, coach in coaches.items():
         say(f"scoring {sum(len(e.requests) for e in episodes)} actions with {name!r} ...")
-        rows.append(card(name, episodes, score_episodes(coach, episodes, concurrency), tolerance))
+        scored[name] = score_episodes(coach, episodes, concurrency)
+        rows.append(card(name, episodes, scored[name], tolerance))
         if with_backprop:
             real = [e for e in episodes if not e.fault.startswith("probe:")]
             say(f"back-propagating {len(real)} outcomes with {name!r} ...")
             rows.append(card(f"{name} (backprop)", real, backprop_episodes(coach, real, concurrency), tolerance,
                              shares=True))
     return rows
+
+
+# ---- the per-action records ------------------------------------------------------------------------
+
+def transcript_rows(episodes: Sequence[Episode], scored: dict[str, list[list[CoachScore]]]) -> list[dict]:
+    """One record per episode in the review's transcript shape (`mappa_train.review.transcripts`), each
+    action carrying the known fault label and every coach's verdict keyed by coach spec."""
+    rows = []
+    for e, ep in enumerate(episodes):
+        faulty = set(ep.faulty_steps) | set(ep.probe_steps)
+        probe = ep.fault.startswith("probe:")
+        first = ep.requests[0] if ep.requests else None
+        actions = [{"role": r.role, "index": r.action_index, "text": r.action, "seen": r.context,
+                    "tool_results": r.tool_results, "checks": r.checks, "faulty": k in faulty,
+                    "right": action_right(ep, k),
+                    "coaches": {name: _verdict(scores[e][k]) for name, scores in scored.items()}}
+                   for k, r in enumerate(ep.requests)]
+        rows.append({"kind": "coach-eval", "env_id": ep.env_id, "task_id": ep.task_id, "task_type": ep.task_type,
+                     "task": first.task if first else "", "ground_truth": first.ground_truth if first else None,
+                     "set": "coach-eval", "fault": ep.fault,
+                     "faulty_role": ep.fault.split(":")[2] if probe else faults_of(ep.env_id).get(ep.fault),
+                     "outcome": ep.outcome, "actions": actions})
+    return rows
+
+
+def _verdict(s: CoachScore) -> dict:
+    return {"score": s.score, "rationale": s.rationale, "ok": s.ok, "error": s.error}
+
+
+def write_transcripts(path, episodes: Sequence[Episode], scored: dict[str, list[list[CoachScore]]]) -> None:
+    """`transcript_rows` as JSON lines at `path`, written whole or not at all (a temp file renamed over it)."""
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            for row in transcript_rows(episodes, scored):
+                out.write(json.dumps(row, default=str) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 # ---- the report ----------------------------------------------------------------------------------

@@ -162,6 +162,40 @@ def test_cli_writes_the_card_and_bad_specs_are_one_line(tmp_path, capsys):
     assert (out / "roc.png").stat().st_size > 0
     assert (out / "calibration.png").stat().st_size > 0
     assert "master key" in (out / "coach_eval.md").read_text()
+    rows = [json.loads(line) for line in (out / "transcripts.jsonl").read_text().splitlines()]
+    assert len(rows) == data["episodes"]
+    assert all(set(a["coaches"]) == {"rule"} for r in rows for a in r["actions"])  # backprop shares are not scores
+
+
+def test_transcripts_hold_every_action_with_its_fault_label_and_each_coachs_verdict(math_episodes, tmp_path):
+    from mappa_train.evaluation.coacheval import action_right, transcript_rows, write_transcripts
+
+    scored: dict = {}
+    evaluate(math_episodes, {"rule": RuleCoach(), "lazy": Lazy()}, with_backprop=False, say=lambda m: None,
+             scored=scored)
+    rows = transcript_rows(math_episodes, scored)
+    assert [(r["env_id"], r["task_id"], r["fault"]) for r in rows] == \
+        [(e.env_id, e.task_id, e.fault) for e in math_episodes]
+    for r, ep, rule in zip(rows, math_episodes, scored["rule"]):
+        assert [a["text"] for a in r["actions"]] == [q.action for q in ep.requests]
+        assert [k for k, a in enumerate(r["actions"]) if a["faulty"]] == sorted(set(ep.faulty_steps + ep.probe_steps))
+        assert [a["right"] for a in r["actions"]] == [action_right(ep, k) for k in range(len(ep.requests))]
+        assert [a["coaches"]["lazy"]["score"] for a in r["actions"]] == [8.0] * len(ep.requests)
+        assert [a["coaches"]["rule"]["score"] for a in r["actions"]] == [s.score for s in rule]
+        if ep.fault.startswith("probe:"):
+            assert r["faulty_role"] == ep.fault.split(":")[2]
+    faulty = [r for r in rows if r["fault"] != "none" and not r["fault"].startswith("probe:")]
+    assert faulty
+    assert all(r["faulty_role"] for r in faulty)
+    assert any(a["faulty"] for r in faulty for a in r["actions"])
+    path = tmp_path / "transcripts.jsonl"
+    path.write_text("the previous run's records\n")
+    with pytest.raises(KeyError):  # a coach whose scores are missing: nothing is written, the old file stays
+        write_transcripts(path, math_episodes, {"rule": scored["rule"], "gone": {}})
+    assert path.read_text() == "the previous run's records\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["transcripts.jsonl"]
+    write_transcripts(path, math_episodes, scored)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == json.loads(json.dumps(rows))
 
 
 ONE_TASK = {"MathChat-v0": {"num_tasks": 1}, "CodeTest-v0": {"num_tasks": 1}, "Chain-v0": {"num_tasks": 1}}
