@@ -19,7 +19,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from mappa_train.review.templates import ENV
-from mappa_train.review.transcripts import Episode, Index, priority
+from mappa_train.review.transcripts import DISAGREEMENTS, Episode, Index, priority
 from mappa_train.review.verdicts import Verdict, VerdictError, VerdictStore
 
 PAGE_SIZE = 100
@@ -68,7 +68,8 @@ def build_app(index: Index, store: VerdictStore, hosts: list[str] | None, token:
         def link(n: int) -> str:
             return "/?" + urlencode({**query, "page": n})
 
-        return page("list", title="episodes", f=f, envs=index.envs(), roles=index.roles(), steps=index.steps(),
+        return page("list", title="episodes", f=f, kinds=list(DISAGREEMENTS), envs=index.envs(), roles=index.roles(),
+                    steps=index.steps(),
                     rows=rows, total=len(matched), all=len(index.episodes), page=number, pages=pages, link=link)
 
     async def episode(request: Request) -> Response:
@@ -222,7 +223,8 @@ def _matches(e: Episode, f: dict) -> bool:
                    and (hi is None or a.coach_score <= hi)]
         if not actions:
             return False
-    return not f["disagree"] or any(a.disagreements for a in actions)
+    kind = f["disagree"]  # "1": any kind; else one of DISAGREEMENTS
+    return not kind or any(kind in a.disagreements if kind in DISAGREEMENTS else a.disagreements for a in actions)
 
 
 def _row(e: Episode, reviewed: int) -> dict:
@@ -230,7 +232,7 @@ def _row(e: Episode, reviewed: int) -> dict:
     return {"id": e.id, "env_id": e.env_id, "set": e.set, "step": e.step, "task": e.task or e.task_id,
             "task_id": e.task_id, "roles": ", ".join(sorted(e.roles)), "n_actions": len(e.actions),
             "mean": sum(scores) / len(scores) if scores else None, "correct": e.correct,
-            "disagreements": e.disagreements, "reviewed": reviewed}
+            "disagreements": e.disagreements, "reviewed": reviewed, "fault": e.fault, "faulty_role": e.faulty_role}
 
 
 def _histograms(index: Index) -> list[tuple[str, list[dict], int]]:

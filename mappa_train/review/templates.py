@@ -46,8 +46,9 @@ LIST = """{% extends "base" %}{% block main %}
  </select></label>
  <label>coach score ≥<input name="min" size="3" value="{{ f.min }}"></label>
  <label>coach score ≤<input name="max" size="3" value="{{ f.max }}"></label>
- <label><span><input type="checkbox" name="disagree" value="1"{% if f.disagree %} checked{% endif %}>
-  disagreements</span></label>
+ <label>disagreements<select name="disagree">{% for v in ["", "1"] + kinds %}
+  <option value="{{ v }}"{% if v == f.disagree %} selected{% endif %}>{{ {"": "–", "1": "any"}.get(v, v) }}</option>
+  {% endfor %}</select></label>
  <button type="submit" id="apply">filter</button>
 </form>
 <p id="count">{{ total }} of {{ all }} episodes{% if pages > 1 %} · page {{ page }} of {{ pages }}{% endif %}</p>
@@ -55,7 +56,8 @@ LIST = """{% extends "base" %}{% block main %}
 <th class="num">actions</th><th class="num">mean coach</th><th>outcome</th><th class="num">disagree</th>
 <th class="num">reviewed</th></tr>
 {% for e in rows %}<tr><td><a href="/episode/{{ e.id }}">{{ e.id }}</a></td><td>{{ e.env_id }}</td><td>{{ e.set }}</td>
-<td>{{ e.step if e.step is not none else "" }}</td><td title="{{ e.task_id }}">{{ e.task|truncate(90) }}</td>
+<td>{{ e.step if e.step is not none else "" }}</td><td title="{{ e.task_id }}">{% if e.fault %}<span class="tag"
+ title="known culprit: {{ e.faulty_role or 'none' }}">{{ e.fault }}</span>{% endif %}{{ e.task|truncate(90) }}</td>
 <td>{{ e.roles }}</td><td class="num">{{ e.n_actions }}</td>
 <td class="num">{{ "%.1f"|format(e.mean) if e.mean is not none else "–" }}</td>
 <td>{% if e.correct %}<span class="tag good">correct</span>{% elif e.correct is sameas false %}<span
@@ -69,7 +71,8 @@ LIST = """{% extends "base" %}{% block main %}
 EPISODE = """{% extends "base" %}{% block main %}
 <h2>Episode {{ e.id }} · {{ e.env_id }} · {{ e.task_id }}</h2>
 <p class="muted">{{ e.source }}:{{ e.line }}{% if e.set %} · set {{ e.set }}{% endif %}{% if e.step is not none %}
- · step {{ e.step }}{% endif %}{% if e.seed is not none %} · seed {{ e.seed }}{% endif %} · outcome:
+ · step {{ e.step }}{% endif %}{% if e.seed is not none %} · seed {{ e.seed }}{% endif %}{% if e.fault %}
+ · fault <b id="fault">{{ e.fault }}</b> (known culprit: {{ e.faulty_role or "none" }}){% endif %} · outcome:
 {% if e.correct %}<span class="tag good">correct</span>{% elif e.correct is sameas false %}<span class="tag bad">wrong
 </span>{% else %}–{% endif %}{% if e.outcome_score is not none %} score {{ e.outcome_score }}{% endif %}</p>
 <details><summary>task</summary><pre>{{ e.task }}</pre>
@@ -91,7 +94,11 @@ EPISODE = """{% extends "base" %}{% block main %}
 {% for d in a.disagreements %}<span class="tag warn">disagrees: {{ d }}</span>{% endfor %}
 · reward trained on: {{ a.reward if a.reward is not none else "–" }}
 {% if a.share is not none %}· blame share: {{ "%.3f"|format(a.share) }}{% endif %}</p>
-{% if a.rationale %}<pre class="rationale">{{ a.rationale }}</pre>{% endif %}
+{% if a.faulty %}<span class="tag bad">the known fault is here</span>{% endif %}
+{% if a.coaches %}<table class="coaches"><tr><th>coach</th><th class="num">score</th><th>rationale</th></tr>
+{% for spec, v in a.coaches.items() %}<tr><td>{{ spec }}</td><td class="num">{{ v.score if v.score is not none
+ else "unscored" }}</td><td><pre>{{ v.rationale or v.error or "" }}</pre></td></tr>{% endfor %}</table>
+{% elif a.rationale %}<pre class="rationale">{{ a.rationale }}</pre>{% endif %}
 {% if a.checks %}<p class="muted">checks: {% for key, v in a.checks|dictsort %}{{ key }}={{ v }} {% endfor %}</p>
 {% endif %}
 <div class="verdict">{% for v in history.get(k, []) %}<div class="given">{% if loop.first %}<b>verdict</b>{% else %}

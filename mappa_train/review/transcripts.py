@@ -5,6 +5,9 @@ Three record shapes are read, each into the same `Episode`/`Action`:
   "coach", "reward", "share", "seen"?...}], "outcome"}` (eval adds "set", "sample", "seen");
 - `TranscriptRecorder` lines: actions are `{"role", "messages", "action", "reward", "record"}`, the
   env's own record (tool results, checks, coach verdict) under "record";
+- `mappa coach-eval` transcripts: the first shape with a known "fault" and "faulty_role" per episode,
+  and per action a "faulty" label and "coaches": {coach spec: {"score", "rationale", "ok"}} in place
+  of one "coach" (the first spec's verdict is the action's coach score);
 - a training run's `train_episodes.jsonl` / `eval_episodes.jsonl`: outcomes only (step, task,
   correct, score), listed without actions.
 `metrics.jsonl` files are a run's curves. Anything else is skipped. An episode's key is its file and
@@ -24,6 +27,7 @@ OUTCOME_ONLY = ("train_episodes.jsonl", "eval_episodes.jsonl")
 METRICS = "metrics.jsonl"
 LOW, HIGH = 3.0, 7.0  # a score at or below LOW calls an action wrong, at or above HIGH right
 COACHES_APART = 3.0  # two coaches this far apart on the same action disagree
+DISAGREEMENTS = ("outcome", "blame", "coaches", "fault")
 
 
 class ReviewInputError(MappaError, ValueError):
@@ -43,7 +47,9 @@ class Action:
     coach_ok: bool | None
     reward: float | None  # what the env paid, i.e. what a trainer trains on
     share: float | None  # the action's share of the outcome by blame (backprop reward mode)
-    disagreements: list[str] = field(default_factory=list)  # "outcome", "blame", "coaches"
+    disagreements: list[str] = field(default_factory=list)  # "outcome", "blame", "coaches", "fault"
+    coaches: dict[str, dict] = field(default_factory=dict)  # coach-eval: every coach's verdict, by spec
+    faulty: bool | None = None  # coach-eval: the known fault lives in this action
 
 
 @dataclass
@@ -63,6 +69,8 @@ class Episode:
     actions: list[Action]
     outcome: dict
     ground_truth: object = None
+    fault: str = ""  # coach-eval: the injected fault ("none", a fault name, "probe:<kind>:<role>")
+    faulty_role: str = ""  # coach-eval: the role the fault is in (the known culprit)
 
     @property
     def roles(self) -> set[str]:
@@ -156,12 +164,15 @@ def _episode(row: dict, eid: int, file: Path, line: int) -> Episode | None:
         step=_int(row.get("step")) if row.get("step") is not None else _step_of(file),
         seed=_int(row.get("seed")), sample=_int(row.get("sample")) or 0,
         correct=None if correct is None else bool(correct), outcome_score=_num(outcome.get("score")),
-        actions=actions, outcome=outcome, ground_truth=row.get("ground_truth"))
+        actions=actions, outcome=outcome, ground_truth=row.get("ground_truth"), fault=_text(row.get("fault") or ""),
+        faulty_role=_text(row.get("faulty_role") or ""))
 
 
 def _action(a: dict) -> Action:
     record = a.get("record") if isinstance(a.get("record"), dict) else a  # TranscriptRecorder nests the env's record
-    coach = record.get("coach") if isinstance(record.get("coach"), dict) else {}
+    coaches = {_text(k): v for k, v in record.get("coaches", {}).items() if isinstance(v, dict)} \
+        if isinstance(record.get("coaches"), dict) else {}
+    coach = record.get("coach") if isinstance(record.get("coach"), dict) else next(iter(coaches.values()), {})
     messages = a.get("messages") if isinstance(a.get("messages"), list) else []
     prompt = a.get("seen") or "\n\n".join(f"[{m.get('role', '')}]\n{m.get('content', '')}"
                                           for m in messages if isinstance(m, dict))
@@ -173,30 +184,47 @@ def _action(a: dict) -> Action:
         tool_results=[r for r in results if isinstance(r, dict)] if isinstance(results, list) else [],
         checks=record.get("checks") if isinstance(record.get("checks"), dict) else {},
         coach_score=_num(coach.get("score")), rationale=_text(coach.get("rationale") or coach.get("error") or ""),
-        coach_ok=coach.get("ok"), reward=_num(a.get("reward")), share=_num(record.get("share")))
+        coach_ok=coach.get("ok"), reward=_num(a.get("reward")), share=_num(record.get("share")), coaches=coaches,
+        faulty=record["faulty"] if isinstance(record.get("faulty"), bool) else None)
 
 
 def mark_disagreements(episodes: list[Episode]) -> None:
     """Flag actions whose coach score contradicts the outcome (the final action, whose answer the outcome
     judged, scored high in a failed episode or low in a solved one), the blame (a negative share of the
-    outcome with a high score, a positive one with a low score) or another file's coach on the same action."""
+    outcome with a high score, a positive one with a low score), another coach on the same action (of this
+    record or another file) or the known fault (coach-eval: an action the fault lives in scored high)."""
     same: dict[tuple, list[Action]] = defaultdict(list)  # the same episode scored from several files
     for ep in episodes:
         for k, a in enumerate(ep.actions):
-            s = a.coach_score
-            if s is None:
+            s, scores = a.coach_score, _scores(a)
+            if not scores:
                 continue
             final = k == len(ep.actions) - 1
-            if final and ep.correct is not None and ((ep.correct and s <= LOW) or (not ep.correct and s >= HIGH)):
+            if s is not None and final and ep.correct is not None and \
+                    ((ep.correct and s <= LOW) or (not ep.correct and s >= HIGH)):
                 a.disagreements.append("outcome")
-            if a.share is not None and ((a.share < 0 and s >= HIGH) or (a.share > 0 and s <= LOW)):
+            if s is not None and a.share is not None and ((a.share < 0 and s >= HIGH) or (a.share > 0 and s <= LOW)):
                 a.disagreements.append("blame")
-            same[(ep.env_id, ep.task_id, ep.seed, ep.sample, k, a.text)].append(a)
-    for actions in same.values():
-        scores = [a.coach_score for a in actions]
-        if len(actions) > 1 and max(scores) - min(scores) >= COACHES_APART:
-            for a in actions:
+            if a.faulty and max(scores) >= HIGH:
+                a.disagreements.append("fault")
+            if _apart(scores):
                 a.disagreements.append("coaches")
+            same[(ep.env_id, ep.task_id, ep.fault, ep.seed, ep.sample, k, a.text)].append(a)
+    for actions in same.values():
+        if _apart([a.coach_score for a in actions if a.coach_score is not None]):
+            for a in actions:
+                if "coaches" not in a.disagreements:
+                    a.disagreements.append("coaches")
+
+
+def _scores(a: Action) -> list[float]:
+    """Every coach's score of `a`: the one coach's, or each of a coach-eval record's coaches'."""
+    got = [s for v in a.coaches.values() if (s := _num(v.get("score"))) is not None]
+    return got or ([a.coach_score] if a.coach_score is not None else [])
+
+
+def _apart(scores: list[float]) -> bool:
+    return len(scores) > 1 and max(scores) - min(scores) >= COACHES_APART
 
 
 def priority(a: Action) -> float:
