@@ -40,8 +40,8 @@ register(
     "mappa_envs.chain.env:ChainEnv",
     description="depth agents (default 4) each do one arithmetic step and pass its value on; a generated chain spec.",
     scripted_policy="mappa_envs.chain.scripted:for_env",
-    task_sources=("generated offline: depth=D steps, split='train' (default) | 'eval' (disjoint), num_tasks=N, "
-                  "task_seed=S",),
+    task_sources=("generated offline: depth=D steps, split='train' (default) | 'eval' (held out, same distribution) "
+                  "| 'shift' (odd starts), num_tasks=N, task_seed=S",),
 )
 register(
     "Team-v0",
