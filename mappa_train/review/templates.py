@@ -97,7 +97,7 @@ EPISODE = """{% extends "base" %}{% block main %}
 {% if a.faulty %}<span class="tag bad">the known fault is here</span>{% endif %}
 {% if a.coaches %}<table class="coaches"><tr><th>coach</th><th class="num">score</th><th>rationale</th></tr>
 {% for spec, v in a.coaches.items() %}<tr><td>{{ spec }}</td><td class="num">{{ v.score if v.score is not none
- else "unscored" }}</td><td><pre>{{ v.rationale or v.error or "" }}</pre></td></tr>{% endfor %}</table>
+ else "unscored" }}</td><td><pre>{{ v.rationale }}</pre></td></tr>{% endfor %}</table>
 {% elif a.rationale %}<pre class="rationale">{{ a.rationale }}</pre>{% endif %}
 {% if a.checks %}<p class="muted">checks: {% for key, v in a.checks|dictsort %}{{ key }}={{ v }} {% endfor %}</p>
 {% endif %}

@@ -170,8 +170,7 @@ def _episode(row: dict, eid: int, file: Path, line: int) -> Episode | None:
 
 def _action(a: dict) -> Action:
     record = a.get("record") if isinstance(a.get("record"), dict) else a  # TranscriptRecorder nests the env's record
-    coaches = {_text(k): v for k, v in record.get("coaches", {}).items() if isinstance(v, dict)} \
-        if isinstance(record.get("coaches"), dict) else {}
+    coaches = _coaches(record.get("coaches"))
     coach = record.get("coach") if isinstance(record.get("coach"), dict) else next(iter(coaches.values()), {})
     messages = a.get("messages") if isinstance(a.get("messages"), list) else []
     prompt = a.get("seen") or "\n\n".join(f"[{m.get('role', '')}]\n{m.get('content', '')}"
@@ -186,6 +185,15 @@ def _action(a: dict) -> Action:
         coach_score=_num(coach.get("score")), rationale=_text(coach.get("rationale") or coach.get("error") or ""),
         coach_ok=coach.get("ok"), reward=_num(a.get("reward")), share=_num(record.get("share")), coaches=coaches,
         faulty=record["faulty"] if isinstance(record.get("faulty"), bool) else None)
+
+
+def _coaches(given) -> dict[str, dict]:
+    """A coach-eval action's verdicts by coach spec, each reduced to a score, a rationale and ok."""
+    if not isinstance(given, dict):
+        return {}
+    return {_text(k): {"score": _num(v.get("score")), "rationale": _text(v.get("rationale") or v.get("error") or ""),
+                       "ok": v.get("ok") if isinstance(v.get("ok"), bool) else None}
+            for k, v in given.items() if isinstance(v, dict)}
 
 
 def mark_disagreements(episodes: list[Episode]) -> None:

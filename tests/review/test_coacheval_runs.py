@@ -95,3 +95,21 @@ def test_the_list_filters_by_kind_of_disagreement_and_the_episode_shows_every_co
     for a in e.actions:
         for spec in COACHES:
             assert f"<td>{spec}</td><td class=\"num\">{a.coaches[spec]['score']}</td>" in html
+
+
+def test_a_hand_made_record_with_odd_coach_verdicts_renders_escaped(tmp_path):
+    row = {"env_id": "Chain-v0", "task_id": "t", "fault": "<i>f</i>", "faulty_role": "step_1", "outcome": {},
+           "actions": [{"role": "step_1", "text": "x", "faulty": True,
+                        "coaches": {"<b>judge</b>": {}, "rule": {"score": "high", "error": "<script>x</script>"},
+                                    "lazy": {"score": 9}, "junk": 3}}]}
+    (tmp_path / "transcripts.jsonl").write_text(json.dumps(row) + "\n")
+    a = load([tmp_path]).episodes[0].actions[0]
+    assert list(a.coaches) == ["<b>judge</b>", "rule", "lazy"]
+    assert a.coach_score is None
+    assert a.disagreements == ["fault"]  # lazy paid the known fault; the unscored ones say nothing
+    served = prepare([tmp_path], tmp_path / "v.sqlite", "127.0.0.1", 8765, None, "ann")
+    html = TestClient(served.app, base_url=f"http://{HOST}").get("/episode/0").text
+    assert "&lt;b&gt;judge&lt;/b&gt;" in html
+    assert "&lt;script&gt;x&lt;/script&gt;" in html
+    assert "&lt;i&gt;f&lt;/i&gt;" in html
+    assert "<script>" not in html
