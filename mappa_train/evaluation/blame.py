@@ -115,11 +115,13 @@ def first_tasks_kwargs(target: str, kwargs: dict, n: int) -> dict:
     """`kwargs` with the spec target's scenario cut to its first `n` tasks, when its scenario takes
     `num_tasks` (every shipped one but DSBench's); otherwise `kwargs` as they are (all its tasks)."""
     from mappa_envs.core.team import load_team
-    from mappa_envs.registration import accepted_kwargs, load_callable
+    from mappa_envs.registration import accepted_kwargs
+    from mappa_envs.teams.env import scenario_factory
 
     team = load_team(target[len(SPEC):])
     scenario = kwargs.get("scenario") or team.scenario
-    accepted = accepted_kwargs(load_callable(scenario)) if isinstance(scenario, str) else set()
+    # the same resolution make() uses: a registered scenario by name, or a checked Scenario class
+    accepted = accepted_kwargs(scenario_factory(scenario, "scenario")) if isinstance(scenario, str) else set()
     if accepted is not None and "num_tasks" not in accepted:
         return kwargs
     return {**kwargs, "scenario_args": {**kwargs.get("scenario_args", {}), "num_tasks": n}}

@@ -3,6 +3,7 @@ through `Coach.ascore`, and the three fractions computed from hand-made scores."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +184,12 @@ def test_bad_specs_for_blame_are_one_line(tmp_path, capsys):
         assert message in err
         assert "\n" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_spec_naming_a_registered_scenario_is_cut_to_its_first_tasks(tmp_path):
+    # blame resolves a spec's scenario as make() does: a registered name, not only "module:attr"
+    text = (Path(__file__).parents[3] / "mappa_envs" / "teams" / "review.yaml").read_text()
+    spec = tmp_path / "review_by_name.yaml"
+    spec.write_text(text.replace("scenario: mappa_envs.mathchat.env:make_scenario", "scenario: mathchat"))
+    kwargs = blame.first_tasks_kwargs(f"spec:{spec}", {}, 3)
+    assert kwargs["scenario_args"]["num_tasks"] == 3
