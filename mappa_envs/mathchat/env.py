@@ -69,7 +69,7 @@ class MathChatScenario:
         return _answer_checks(extract_answer(action), episode.task)
 
     def outcome(self, episode: Episode) -> Outcome:
-        # judged before the closing action is recorded: read the final role's whole turn, which holds it
+        # read the final role's whole turn (episode.outputs), not only its last action
         final = episode.outputs.get(self.final_role)
         predicted = extract_answer(final) if final else None
         correct = _answers(predicted, episode.task)
