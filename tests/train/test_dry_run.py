@@ -125,7 +125,7 @@ def test_a_bad_template_or_missing_data_is_reported(tmp_path, stand_ins):
 
 
 def test_cpu_runs_have_no_gpu_placement(tmp_path):
-    rc, out = run(load_config(ROOT / "configs" / "quickstart.yaml", [f"out_dir={tmp_path}"]))
+    rc, out = run(load_config(ROOT / "configs" / "mathchat_tiny.yaml", [f"out_dir={tmp_path}"]))
     assert rc == 0
     assert "hardware.gpus=0: a CPU run" in out
 
@@ -156,12 +156,12 @@ def test_activation_estimate_scales_as_documented():
     shape = Shape.of({"hidden_size": 576, "num_hidden_layers": 30, "intermediate_size": 1536, "vocab_size": 49152,
                       "num_attention_heads": 9, "num_key_value_heads": 3, "tie_word_embeddings": True})
     assert 134e6 < shape.params < 135e6  # SmolLM2-135M
-    cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["learner.grad_checkpointing=true"])
+    cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["learner.grad_checkpointing=true", "model.dtype=float32"])
     a, b = activation_bytes(shape, 1000, cfg), activation_bytes(shape, 2000, cfg)
     chunk = cfg.learner.logprob_chunk_tokens  # 3 fp32 copies of a chunk's logits + the head's weight gradient
     assert b["layers"] == 2 * a["layers"]
     assert a["logits_chunk"] == 3 * chunk * 49152 * 4 + 49152 * 576 * 4
-    cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["learner.grad_checkpointing=false"])
+    cfg = load_config(ROOT / "configs" / "quickstart.yaml", ["learner.grad_checkpointing=false", "model.dtype=float32"])
     assert activation_bytes(shape, 1000, cfg)["layers"] > 5 * a["layers"]  # every layer keeps everything
 
 

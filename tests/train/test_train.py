@@ -204,11 +204,11 @@ def test_every_evaluation_plays_the_same_dice(tmp_path):
 
 
 def _quickstart_on_a_random_model(tmp_path, *extra):
-    """`mappa train --config configs/quickstart.yaml` on a random tiny model (no warm start), made small:
+    """`mappa train --config configs/mathchat_tiny.yaml` on a random tiny model (no warm start), made small:
     at 4 new tokens every action is cut at max_new_tokens, so with mask_length_cut nothing trains."""
     from mappa_cli.main import main
 
-    return main(["train", "--config", "configs/quickstart.yaml", f"out_dir={tmp_path}", "eval_every=0",
+    return main(["train", "--config", "configs/mathchat_tiny.yaml", f"out_dir={tmp_path}", "eval_every=0",
                  "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
                  "generation.max_new_tokens=4", "log.progress=false", "log.plot=false", *extra])
 

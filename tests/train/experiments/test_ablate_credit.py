@@ -175,7 +175,7 @@ def test_the_warm_start_teacher_is_the_envs_scripted_team():
     assert teacher_kwargs(chain, StartConfig(teacher={"skill": 0.7})) == {"skill": 0.7}
     with pytest.raises(ConfigError, match="start.teacher is empty"):
         teacher_kwargs(chain, StartConfig())
-    mathchat = load_config(ROOT / "configs" / "quickstart.yaml", [])
+    mathchat = load_config(ROOT / "configs" / "mathchat_tiny.yaml", [])
     assert teacher_kwargs(mathchat, StartConfig(code_skill=0.15)) == {"skill": 0.0, "code_skill": 0.15}
 
 
