@@ -102,7 +102,7 @@ def test_the_documented_judge_starts_within_a_24_gb_machine_and_scores(judge):
 
 def test_a_capped_rationale_reaches_the_score_within_few_tokens(judge):
     """The served judge honours the schema's rationale cap: with rationale_chars=60 a reply ends in its
-    score within 60 tokens, where the default 800-character rationale can loop past 300 (docs/results.md)."""
+    score within 60 tokens, where the default 800-character rationale can loop past 300 (docs/history.md)."""
     url, _, _ = judge
     coach = LLMCoach(LLMCoachConfig(model="smollm2", base_url=url, api_key_env=None, max_tokens=60,
                                     rationale_chars=60, structured_output=True, timeout_s=600, max_retries=1,
