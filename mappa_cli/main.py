@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": ("mappa_cli.sandbox", "build the sandbox image offline, or check a backend"),
     "train": ("mappa_cli.train", "train a team with MAPPA (REINFORCE++ on coach rewards)"),
     "eval": ("mappa_cli.eval", "evaluate agent teams on eval sets; leaderboard and comparisons"),
-    "quickstart": ("mappa_cli.quickstart", "build a tiny model offline and watch it learn (<= 10 min on CPU)"),
+    "quickstart": ("mappa_cli.quickstart", "the main job: SmolLM2 learns a MathChat team, beside a control arm"),
     "blame": ("mappa_cli.blame", "blame precision: does the coach credit the right (faulty) agent?"),
     "coach-eval": ("mappa_cli.coach_eval", "a coach's report card: AUROC, blame, master keys, calibration"),
     "coach-train": ("mappa_cli.coach_train", "fine-tune a judge model on labelled actions (rule checks, human labels)"),
