@@ -234,6 +234,12 @@ class PipelineEnv(AECEnv):
         finished = not continues and following is None
         truncated = self._over_limits(text, results) and not finished  # a limit hit by the last action is no cut
         done = finished or truncated
+        if done:  # judged before the coach, which sees the outcome (DSBench's metrics), with the closing action
+            # already among the episode's actions (Chain reads the value handed on from there): unscored for now
+            ep.actions.append(ActionRecord(agent, self._turn_actions - 1, text, results, checks, None, 0.0,
+                                           input_error, errors))
+            ep.outcome = self._judge(errors)
+            ep.actions.pop()
 
         coach = None
         reward = 0.0
@@ -245,8 +251,6 @@ class PipelineEnv(AECEnv):
                 reward = min(10.0, max(0.0, float(coach.score)))
         record = ActionRecord(agent, self._turn_actions - 1, text, results, checks, coach, reward, input_error, errors)
         ep.actions.append(record)
-        if done:  # judged with every action recorded, the closing one included
-            ep.outcome = self._judge(errors)
         self.rewards[agent] = reward
         self.infos[agent] = {**self.infos[agent], "action": record.to_info(self.timings_in_infos)}
 
