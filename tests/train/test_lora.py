@@ -25,7 +25,9 @@ ROLES = ("problem_solver", "code_executor", "verifier")
 
 
 def lora_cfg(*overrides: str):
-    return load_config(None, ["model.policies=lora", "learner.lr=1e-2", "lora.rank=4", "lora.alpha=8", *overrides])
+    # float32: these tests compare generator and learner log-probs token-exactly (bf16 rounds them)
+    return load_config(None, ["model.policies=lora", "model.dtype=float32", "learner.lr=1e-2", "lora.rank=4",
+                              "lora.alpha=8", *overrides])
 
 
 @pytest.fixture(scope="module")
