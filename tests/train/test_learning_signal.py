@@ -28,7 +28,7 @@ pytest.importorskip("deepspeed")
 LETTERS = "ABCDEFGH"
 RIGHT = "C"
 WORDS = ("lamp", "river", "stone", "cloud", "seed", "glass", "wolf", "paper", "salt", "bell", "moss", "iron")
-STEPS = 12
+STEPS = 16
 BATCH = 32
 
 
@@ -93,10 +93,14 @@ def run(path, train: list[str], heldout: list[str], sign: float) -> dict:
 
     base = TrainConfig()
     cfg = dataclasses.replace(
-        base, model=dataclasses.replace(base.model, path=str(path)),
+        # float32: the test is about the update's sign and plumbing, the same on every CPU (in bf16 on this
+        # machine's AMX the generator and learner round differently)
+        base, model=dataclasses.replace(base.model, path=str(path), dtype="float32"),
         generation=dataclasses.replace(base.generation, max_new_tokens=2, max_prompt_tokens=64),
         algo=dataclasses.replace(base.algo, whiten="global", reward_scale=0.1),
-        learner=dataclasses.replace(base.learner, lr=3e-3, train_batch_size=BATCH, micro_batch_size=BATCH))
+        # lr 1.5e-3: at 3e-3 the run sat at the edge of collapse (one step fell to 0.06 right; after
+        # later changes to the update it fell to 0.00 there and stayed)
+        learner=dataclasses.replace(base.learner, lr=1.5e-3, train_batch_size=BATCH, micro_batch_size=BATCH))
     torch.manual_seed(0)
     generator = make_generators(cfg, path, ["shared"])["shared"]
     learner = make_learners(cfg, path, ["shared"])["shared"]
