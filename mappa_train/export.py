@@ -89,6 +89,7 @@ def new_folder(out: Path) -> Iterator[Path]:
     _check_new(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp's 0700 would follow the folder to `out`
     try:
         yield tmp
         _check_new(out)  # something may have appeared there meanwhile

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mappa_train.coach_training.examples import LabelError, action_request
-from mappa_train.coach_training.train import aside
+from mappa_train.export import new_folder
 
 MARGIN, GOOD = 3.0, 7.0
 
@@ -124,7 +124,7 @@ def export_pairs(run: str | Path, out: str | Path, db: str | Path | None = None,
         raise LabelError(f"{run}: no two actions of one role on the same state differ by >= {margin:g} in verdict, "
                          "and no verdict was overruled; review some actions (mappa review), name a stronger "
                          "--coach, or lower --margin")
-    with aside(out) as partial:
+    with new_folder(out) as partial:
         for name, rows, columns in (("pairs", pairs, PAIR_COLUMNS), ("sft", sft, SFT_COLUMNS)):
             features = datasets.Features({k: datasets.Value(kind) for k, kind in columns.items()})
             datasets.Dataset.from_list(rows, features=features).save_to_disk(str(partial / name))

@@ -11,17 +11,15 @@ measured on exactly the tasks this judge never saw.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import random
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mappa_train.coach_training.examples import LabelError, Labelled
 from mappa_train.coach_training.format import REPLY_FORMATS, prompt_messages, target_reply
+from mappa_train.export import new_folder
 
 HELDOUT_DIR = "heldout"
 RECORD = "judge_training.json"
@@ -151,28 +149,12 @@ def _loss(model, batch: list[tuple[list[int], int, bool]], pad_id: int, dtype):
 
 
 def _write(model, tokenizer, heldout: Sequence[Labelled], record: dict, out: Path) -> None:
-    with aside(out) as partial:
+    with new_folder(out) as partial:
         model.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
         if heldout:
             heldout_dataset(heldout).save_to_disk(str(partial / HELDOUT_DIR))
         (partial / RECORD).write_text(json.dumps(record, indent=2))
-
-
-@contextlib.contextmanager
-def aside(out: Path):
-    """A fresh hidden folder beside `out`, moved to `out` when the block succeeds and removed when it fails:
-    no half-written `out`, and no existing folder (a user's `out.partial`, say) is touched."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    partial.chmod(0o755)  # mkdtemp's 0700 would follow the folder to `out`
-    try:
-        yield partial
-        if out.exists():
-            out.rmdir()  # empty (checked before the run); rmdir refuses anything else
-        partial.rename(out)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
 
 
 def heldout_dataset(examples: Sequence[Labelled]):

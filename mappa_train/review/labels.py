@@ -13,11 +13,11 @@ The row named `recorded` is the coach whose scores the transcripts hold, measure
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from mappa_train.evaluation import coachmetrics as cm
+from mappa_train.export import new_folder
 from mappa_train.review.verdicts import VerdictError, open_existing
 
 THRESHOLD = 5.0
@@ -69,12 +69,8 @@ def export_labels(db: str | Path, out: str | Path):
                                                  "created_at", "coach_rationale", "task", "context", "action",
                                                  "request")}})
     dataset = datasets.Dataset.from_list(rows, features=features)
-    partial = out.with_name(out.name + ".partial")  # written aside, then moved: never a half-written --out
-    shutil.rmtree(partial, ignore_errors=True)
-    dataset.save_to_disk(str(partial))
-    if out.exists():
-        out.rmdir()
-    partial.rename(out)
+    with new_folder(out) as partial:  # written aside, then moved: never a half-written --out
+        dataset.save_to_disk(str(partial))
     return dataset
 
 
