@@ -77,7 +77,7 @@ def shot(driver, name: str) -> None:
 
 def test_a_reviewer_filters_opens_judges_reloads_and_exports(site, browser, tmp_path):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     base = site.url
     browser.get(base)
@@ -109,6 +109,8 @@ def test_a_reviewer_filters_opens_judges_reloads_and_exports(site, browser, tmp_
     form.find_element(By.CSS_SELECTOR, "input[name=right][value='0']").click()
     form.find_element(By.NAME, "note").send_keys("checked in a browser <b>")
     form.find_element(By.TAG_NAME, "button").click()
+    # the click returns before the POST's redirect lands: wait for it, then check where it landed
+    WebDriverWait(browser, 20).until(lambda b: b.current_url.endswith(f"/episode/{target.id}#a1"))
     assert browser.current_url.endswith(f"/episode/{target.id}#a1")
     browser.refresh()
     given = browser.find_element(By.CSS_SELECTOR, "#a1 .given").text
