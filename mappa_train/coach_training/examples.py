@@ -92,7 +92,7 @@ def from_labels(folder: str | Path) -> list[Labelled]:
 def from_scripted(env_id: str, env_kwargs: dict | None = None, probe_tasks: int = 2) -> list[Labelled]:
     """The rule coach's verdicts on coach-eval's scripted episodes of `env_id` (faults and master-key probes)."""
     from mappa_envs.coach import RuleCoach
-    from mappa_train.evaluation.coacheval import record_all
+    from mappa_envs.coach_eval.card import record_all
 
     episodes = record_all([env_id], {env_id: dict(env_kwargs or {})}, probe_tasks, say=lambda _: None)
     rule = RuleCoach()

@@ -59,7 +59,7 @@ class LocalJudge:
 def auroc_of(judge, requests: Sequence[CoachRequest], labels: Sequence[bool]) -> tuple[float | None, int]:
     """(AUROC of the judge's scores for `labels`, how many replies gave no score); an unscored action
     counts as 5, the midpoint: a judge that never answers ranks at chance, not at its best."""
-    from mappa_train.evaluation.coachmetrics import auroc
+    from mappa_envs.coach_eval.metrics import auroc
 
     scores = [judge.score(r) for r in requests]
     values = [s.score if s.ok and s.score is not None else 5.0 for s in scores]

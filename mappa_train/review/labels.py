@@ -7,7 +7,7 @@ right/wrong: the reviewer's right/wrong where given, else their score >= 5.
 
 Against the labels a coach is measured three ways: AUROC of its score for `label`; agreement, the
 share of actions where its score >= 5 says what the label says (and the mean distance to the human
-score where one was given); calibration, its mean score per role at equal label (`coachmetrics`).
+score where one was given); calibration, its mean score per role at equal label (`mappa_envs.coach_eval.metrics`).
 The row named `recorded` is the coach whose scores the transcripts hold, measured without a call.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from mappa_train.evaluation import coachmetrics as cm
+from mappa_envs.coach_eval import metrics as cm
 from mappa_train.export import new_folder
 from mappa_train.review.verdicts import VerdictError, open_existing
 

@@ -151,8 +151,8 @@ def test_a_damaged_run_folder_is_one_line_naming_its_file(tmp_path, capsys, conf
 def test_coach_eval_num_tasks_counts_chain_tasks_too(tmp_path, capsys):
     """Each fault is played on the first --num-tasks tasks (it was read for MathChat-v0 only: 20 here;
     CodeTest-v0 takes it the same way)."""
-    from mappa_train.evaluation.blame import faults_of
-    from mappa_train.evaluation.coacheval import PROBES
+    from mappa_envs.coach_eval.blame import faults_of
+    from mappa_envs.coach_eval.card import PROBES
 
     assert main(["coach-eval", "--env", "Chain-v0", "--num-tasks", "1", "--probe-tasks", "1", "--no-backprop",
                  "--out", str(tmp_path)]) == 0

@@ -177,7 +177,7 @@ def test_noisy_rule_coach_spec():
 
 
 def test_blame_on_chain_rule_coach_is_exact_and_noise_lowers_it():
-    from mappa_train.evaluation import blame
+    from mappa_envs.coach_eval import blame
 
     coaches = {"rule": RuleCoach(), "noisy": make_coach("rule:noise=0.5,seed=2")}
     rows = blame.measure(["Chain-v0"], coaches, env_kwargs={"Chain-v0": {"num_tasks": 8}}, say=lambda m: None)

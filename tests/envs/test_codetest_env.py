@@ -219,7 +219,7 @@ def test_the_humaneval_eval_split_is_checked_against_the_train_split():
 @pytest.mark.slow
 def test_blame_singles_out_each_faulty_role_with_the_rule_coach(local_sandbox):
     from mappa_envs.coach.rule import RuleCoach
-    from mappa_train.evaluation.blame import measure
+    from mappa_envs.coach_eval.blame import measure
 
     rows = measure(["CodeTest-v0"], {"rule": RuleCoach()}, env_kwargs={"CodeTest-v0": {"num_tasks": 8}},
                    sandbox=local_sandbox, say=lambda m: None)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from mappa_train.evaluation.blame import faults_of
+from mappa_envs.coach_eval.blame import faults_of
 from mappa_train.review.server import prepare
 from mappa_train.review.transcripts import COACHES_APART, HIGH, load
 

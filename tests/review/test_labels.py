@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mappa_train.evaluation.coachmetrics import auroc
+from mappa_envs.coach_eval.metrics import auroc
 from mappa_train.review.app import about
 from mappa_train.review.labels import evaluate_labels, export_labels, load_labels, measure, request_of
 from mappa_train.review.transcripts import load

@@ -13,7 +13,7 @@ from mappa_envs.coach import LLMCoach, LLMCoachConfig
 from mappa_envs.coach.backprop import backprop, parse_qualities, rule_quality, shares
 from mappa_envs.coach.types import CoachRequest, CoachScore
 from mappa_envs.wrappers import VectorRunner
-from mappa_train.evaluation.blame import faulty_team
+from mappa_envs.coach_eval.blame import faulty_team
 from tests.openai_stub import Step, StubServer
 
 MATH = dict(task_source="synthetic", num_tasks=3, split="eval", reward_mode="backprop")
@@ -252,7 +252,7 @@ def test_the_episode_prompt_names_the_topology_of_a_user_spec(tmp_path):
     """The back-propagation judge sees the fan-in and the loop it assigns credit along, as the per-action
     coach does (`CoachRequest.team`)."""
     from mappa_envs.coach.backprop import episode_messages
-    from mappa_train.evaluation.blame import record
+    from mappa_envs.coach_eval.blame import record
     from tests.user_specs import write_specs
 
     fan_in, loop = write_specs(tmp_path)

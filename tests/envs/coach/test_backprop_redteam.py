@@ -285,7 +285,7 @@ def test_the_env_pays_the_judges_final_block_not_the_agents_claim():
         return ("The verifier claims:\nA3: 10\nIt overruled a correct answer, so it broke the result.\n\n"
                 "A0: 10\nA1: 10\nA2: 10\nA3: 0")
 
-    from mappa_train.evaluation.blame import faulty_team
+    from mappa_envs.coach_eval.blame import faulty_team
 
     with StubServer(respond=respond) as stub:
         coach = LLMCoach(LLMCoachConfig(model="m", base_url=stub.url, api_key_env=None, structured_output=False))

@@ -2,8 +2,8 @@
 
     mappa coach-eval --coach rule --coach smollm2@http://127.0.0.1:8123/v1 --out runs/coach-eval
 
-The episodes are those of `mappa blame` (scripted teams of the shipped envs, and of any team spec
-given with `--spec`, one known fault at a time, `mappa_train.evaluation.blame`), plus master-key
+The episodes are those of `mappa blame` (scripted teams of the registered envs, and of any team spec
+given with `--spec`, one known fault at a time, `mappa_envs.coach_eval.blame`), plus master-key
 probes: fault-free episodes in which one role writes an action that carries no work (`PROBES`), with
 the env computing its checks as for any action.
 Every action's coach request is recorded once; each coach then scores all of them, and, with
@@ -12,7 +12,7 @@ Every action's coach request is recorded once; each coach then scores all of the
 Ground truth: an action is *right* when the env's checks say it did its job (`rule_quality` = 1; no
 checks, no label; a probe is never right); an episode is right when its outcome is correct. The rule
 coach reads those same checks, so its AUROC is high by construction: it is the ceiling, and the rows
-worth reading are the other coaches'. The metrics themselves are in `coachmetrics`.
+worth reading are the other coaches'. The metrics themselves are in `metrics`.
 """
 from __future__ import annotations
 
@@ -26,12 +26,11 @@ from mappa_envs.coach.backprop import backprop, rule_quality
 from mappa_envs.coach.batch import score_many
 from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.coach.types import CoachRequest, CoachScore, excused
-from mappa_train.evaluation import coachmetrics as cm
-from mappa_train.evaluation.blame import (
-    DEFAULT_KWARGS,
-    FAULTS,
+from mappa_envs.coach_eval import metrics as cm
+from mappa_envs.coach_eval.blame import (
     SPEC,
     blame_row,
+    default_kwargs,
     excused_roles,
     faults_of,
     first_tasks_kwargs,
@@ -39,6 +38,7 @@ from mappa_train.evaluation.blame import (
     play_team,
     role_scores,
 )
+from mappa_envs.coach_eval.faults import family, faults, measured_envs
 
 PROBES = {  # no-work actions a coach must not pay for (the "master keys" of a lazy judge)
     "step_by_step": "Let me solve this step by step.",
@@ -92,12 +92,9 @@ class _ProbeTeam:
 
 
 def task_type(env_id: str, task) -> str:
-    """MathChat: the problem family; DSBench: classification / regression (from its metric)."""
-    if env_id == "DSBench-v0" and task.meta.get("metric"):
-        from mappa_envs.coach.stateful import metric_kind
-
-        return metric_kind(task.meta["metric"])
-    return str(task.meta.get("family", "math"))
+    """The task's group, as its env registers it (`Faults.task_type`; e.g. DSBench: classification or
+    regression); by default, and for a spec, its family (MathChat's problem families) or "math"."""
+    return family(task) if env_id.startswith(SPEC) else faults(env_id).type_of(task)
 
 
 def play(env_id: str, kwargs: dict, fault: str, batch: int = 4, sandbox: Any = None,
@@ -223,19 +220,20 @@ def _by_probe(episodes, values) -> dict[str, float | None]:
 
 
 def _blame(episodes, scored, values, name: str, tolerance: float) -> tuple[dict, dict]:
-    """Step-level (coachmetrics.step_blame) and agent-level (blame.blame_row) precision, per fault and overall."""
+    """Step-level (metrics.step_blame) and agent-level (blame.blame_row) precision, per fault and overall."""
     by = {(ep.env_id, ep.fault, ep.task_id): (ep, ss, vs) for ep, ss, vs in zip(episodes, scored, values)}
     step, agent = {}, {}
     present = list(dict.fromkeys(ep.env_id for ep in episodes))
-    for env_id in [e for e in FAULTS if e in present] + [e for e in present if e not in FAULTS]:
-        faults = faults_of(env_id)
+    registered = [e for e in measured_envs() if e in present]
+    for env_id in registered + [e for e in present if e not in registered]:
+        known = faults_of(env_id)
         clean = {t: (ep, ss, vs) for (e, f, t), (ep, ss, vs) in by.items() if e == env_id and f == "none"}
         if not clean:
             continue
         roles = list(dict.fromkeys(r.role for ep, _, _ in clean.values() for r in ep.requests))
         base = role_scores([r for ep, _, _ in clean.values() for r in ep.requests],
                            [s for _, ss, _ in clean.values() for s in ss])
-        for fault in (f for f, role in faults.items() if role is not None):
+        for fault in (f for f, role in known.items() if role is not None):
             mine = [(ep, ss, vs) for (e, f, _), (ep, ss, vs) in by.items() if e == env_id and f == fault]
             if not mine:
                 continue
@@ -263,7 +261,7 @@ def record_all(env_ids: Sequence[str], env_kwargs: dict[str, dict] | None = None
     """The fixed episode set: every fault of every env, then each probe in each role on `probe_tasks` tasks."""
     episodes: list[Episode] = []
     for env_id in env_ids:
-        kwargs = {**DEFAULT_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
+        kwargs = {**default_kwargs(env_id), **(env_kwargs or {}).get(env_id, {})}
         for fault in faults_of(env_id):
             say(f"{env_id}: playing the scripted team with fault {fault!r} ...")
             episodes += play(env_id, kwargs, fault, batch, sandbox)
@@ -278,11 +276,12 @@ def record_all(env_ids: Sequence[str], env_kwargs: dict[str, dict] | None = None
 
 
 def _first_tasks(env_id: str, kwargs: dict, n: int) -> dict:
-    """`kwargs` cut to the env's first `n` tasks, in the form the env accepts: DSBench takes a task list,
-    every other env (MathChat, CodeTest, Chain) a `num_tasks` count (they reject `tasks=`); a spec
-    target, its scenario's `num_tasks` where it takes one (`blame.first_tasks_kwargs`)."""
-    if env_id == "DSBench-v0":
-        return {**kwargs, "tasks": _ds_tasks(kwargs)[:n]}
+    """`kwargs` cut to the env's first `n` tasks, in the form the env accepts: as its faults say
+    (`Faults.first_tasks`, e.g. DSBench's task list), else a `num_tasks` count; a spec target, its
+    scenario's `num_tasks` where it takes one (`blame.first_tasks_kwargs`)."""
+    cut = None if env_id.startswith(SPEC) else faults(env_id).first_tasks
+    if cut is not None:
+        return cut(kwargs, n)
     env = make_env(env_id, **kwargs)
     try:
         count = len(env.unwrapped.tasks)
@@ -291,12 +290,6 @@ def _first_tasks(env_id: str, kwargs: dict, n: int) -> dict:
     if env_id.startswith(SPEC):
         return first_tasks_kwargs(env_id, kwargs, min(n, count))
     return {**kwargs, "num_tasks": min(n, count)}
-
-
-def _ds_tasks(kwargs: dict) -> list:
-    from mappa_envs.dsbench import builtin_tasks
-
-    return list(kwargs.get("tasks") or builtin_tasks())
 
 
 def evaluate(episodes: Sequence[Episode], coaches: dict[str, Any], with_backprop: bool = True,
@@ -401,9 +394,12 @@ def write_plots(rows: Sequence[dict], out_dir) -> list:
     """roc.png (action ROC per coach), calibration.png (mean value by task type at equal ground truth)."""
     from pathlib import Path
 
-    from mappa_train.evaluation.plots import _pyplot
+    import matplotlib
 
-    plt, out, written = _pyplot(), Path(out_dir), []
+    matplotlib.use("Agg")  # files only; never open a window
+    import matplotlib.pyplot as plt
+
+    out, written = Path(out_dir), []
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     for r in rows:
         if r["roc"]:

@@ -10,8 +10,8 @@ import pytest
 
 from mappa_envs.coach import LLMCoach, LLMCoachConfig, RuleCoach
 from mappa_envs.coach.types import CoachScore
-from mappa_train.evaluation import coachmetrics as cm
-from mappa_train.evaluation.coacheval import PROBES, evaluate, mark_faults, play, record_all
+from mappa_envs.coach_eval import metrics as cm
+from mappa_envs.coach_eval.card import PROBES, evaluate, mark_faults, play, record_all
 from tests.openai_stub import StubServer
 
 MATH = {"task_source": "synthetic", "num_tasks": 3, "split": "eval"}
@@ -168,7 +168,7 @@ def test_cli_writes_the_card_and_bad_specs_are_one_line(tmp_path, capsys):
 
 
 def test_transcripts_hold_every_action_with_its_fault_label_and_each_coachs_verdict(math_episodes, tmp_path):
-    from mappa_train.evaluation.coacheval import action_right, transcript_rows, write_transcripts
+    from mappa_envs.coach_eval.card import action_right, transcript_rows, write_transcripts
 
     scored: dict = {}
     evaluate(math_episodes, {"rule": RuleCoach(), "lazy": Lazy()}, with_backprop=False, say=lambda m: None,

@@ -11,52 +11,57 @@ from mappa_envs.coach import LLMCoach
 from mappa_envs.coach.batch import score_many
 from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.coach.types import CoachRequest
-from mappa_train.evaluation import blame
+from mappa_envs.coach_eval import blame
+from mappa_envs.coach_eval.faults import Faults
 from tests.openai_stub import StubServer
 
 ROLES = ["problem_solver", "code_executor", "verifier"]
+SHIPPED = ["Chain-v0", "CodeTest-v0", "DSBench-v0", "MathChat-v0"]
+TOY = Faults(roles={"none": None, "a_fault": "a"}, team=lambda env, fault: None)
+
+
+@pytest.fixture
+def toy_env():
+    """Toy-v0, registered with fault facts of its own (`TOY`) for the length of a test."""
+    import mappa_envs
+
+    mappa_envs.register("Toy-v0", "mappa_envs.chain.env:ChainEnv", faults=f"{__name__}:TOY")
+    yield "Toy-v0"
+    mappa_envs.registry.pop("Toy-v0")
 
 
 def test_the_rule_coach_blames_each_faulty_math_role_and_spares_the_others(tmp_path):
     rows = blame.measure(["MathChat-v0"], {"rule": RuleCoach()}, env_kwargs={"MathChat-v0": {"num_tasks": 4}},
                          say=lambda m: None)
     by = {r.fault: r for r in rows}
-    assert set(by) == set(blame.FAULTS["MathChat-v0"])
+    assert set(by) == set(blame.faults_of("MathChat-v0"))
     assert by["none"].episodes == 4
     assert by["none"].precision is None
     for fault in ("solver_wrong", "executor_miscopy", "verifier_overrules"):
         row = by[fault]
-        assert row.faulty_role == blame.FAULTS["MathChat-v0"][fault]
+        assert row.faulty_role == blame.faults_of("MathChat-v0")[fault]
         assert (row.episodes, row.lowest, row.spared, row.precision) == (4, 1.0, 1.0, 1.0), row
         assert row.mean_by_role[row.faulty_role] < by["none"].mean_by_role[row.faulty_role]
 
 
-def test_the_three_fractions_from_hand_made_scores():
+def test_the_three_fractions_from_hand_made_scores(toy_env):
     base = {"t1": {"a": 8, "b": 8, "c": 8}, "t2": {"a": 8, "b": 8, "c": 8}, "t3": {"a": 8, "b": 8, "c": 8}}
     episodes = {
         "t1": {"a": 2, "b": 8, "c": 8},  # blamed and others spared
         "t2": {"a": 2, "b": 5, "c": 8},  # blamed, but b punished (8 -> 5 is more than the tolerance 1)
         "t3": {"a": 6, "b": 6, "c": 8},  # a ties b: not strictly the lowest; b punished too
     }
-    blame.FAULTS["Toy-v0"] = {"none": None, "a_fault": "a"}
-    try:
-        row = blame.blame_row("Toy-v0", "a_fault", "toy", episodes, base, ["a", "b", "c"], failed=0, tolerance=1.0)
-    finally:
-        del blame.FAULTS["Toy-v0"]
+    row = blame.blame_row(toy_env, "a_fault", "toy", episodes, base, ["a", "b", "c"], failed=0, tolerance=1.0)
     assert (row.episodes, row.lowest, row.spared, row.precision) == (3, 2 / 3, 1 / 3, 1 / 3)
     assert row.mean_by_role == {"a": 10 / 3, "b": 19 / 3, "c": 8}
 
 
-def test_an_excused_role_is_neither_blamed_nor_punished():
+def test_an_excused_role_is_neither_blamed_nor_punished(toy_env):
     """The analyst's inputs were broken upstream in t1 (the env excused it): it is left out of both fractions."""
     base = {"t1": {"a": 8, "b": 8, "c": 8}, "t2": {"a": 8, "b": 8, "c": 8}}
     episodes = {"t1": {"a": 2, "b": 8}, "t2": {"a": 2, "b": 8, "c": 1}}
-    blame.FAULTS["Toy-v0"] = {"none": None, "a_fault": "a"}
-    try:
-        row = blame.blame_row("Toy-v0", "a_fault", "toy", episodes, base, ["a", "b", "c"], failed=0, tolerance=1.0,
-                              excused_in={"t1": {"c"}})
-    finally:
-        del blame.FAULTS["Toy-v0"]
+    row = blame.blame_row(toy_env, "a_fault", "toy", episodes, base, ["a", "b", "c"], failed=0, tolerance=1.0,
+                          excused_in={"t1": {"c"}})
     assert (row.episodes, row.lowest, row.spared, row.precision, row.excused_episodes) == (2, 0.5, 0.5, 0.5, 1)
     requests = [CoachRequest(env_id="DSBench-v0", role=r, role_duties="", task="t1", action="x",
                              checks={"inputs_ready": ok}) for r, ok in (("b", True), ("c", False), ("c", False))]
@@ -121,17 +126,17 @@ def test_the_command_writes_results_and_a_table_for_both_envs(tmp_path):
 
     assert main(["blame", "--out", str(tmp_path), "--num-tasks", "3"]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())
-    assert {(r["env_id"], r["fault"]) for r in rows} == {(e, f) for e, fs in blame.FAULTS.items() for f in fs}
+    assert {(r["env_id"], r["fault"]) for r in rows} == {(e, f) for e in SHIPPED for f in blame.faults_of(e)}
     table = (tmp_path / "blame.md").read_text()
     assert table.count("\n") == 2 + len(rows)
     assert "engineer_missing_file" in table
 
 
 def test_the_command_passes_coach_settings_to_llm_coaches_and_rejects_bad_ones(tmp_path, capsys):
-    from mappa_cli.blame import ENVS
+    from mappa_cli.blame import measured_envs
     from mappa_cli.main import main
 
-    assert sorted(blame.FAULTS) == ENVS
+    assert measured_envs() == SHIPPED  # every env registered with fault facts, and only those
     seen = []
 
     def respond(body):

@@ -1,5 +1,5 @@
 """The report card's metrics, on plain lists: each has a brute-force twin in
-tests/train/evaluation/test_coach_eval.py.
+tests/envs/coach_eval/test_coach_eval.py.
 
 - `auroc`: the probability that a random positive outscores a random negative (ties count half);
 - `step_blame`: per faulty episode, is a faulty action (one whose verifiable facts the fault changed)

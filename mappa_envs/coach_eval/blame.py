@@ -3,13 +3,11 @@
     mappa blame --coach rule --coach http-model@http://127.0.0.1:8000/v1 --out runs/blame
 
 Scripted teams play every task once per fault, with one role deliberately faulty at a time and the
-others doing their job (MathChat: a wrong answer from the Problem Solver, an answer the Code Executor
-mis-copies from its own correct output, a Verifier that overrules a right answer; DSBench: a missing
-or inconsistent hand-off file from the Data Engineer, a Modeler that saves no model; CodeTest: a Coder's
-bug, a Test Writer's wrong test, a Reviewer that breaks working code; Chain: one agent of four that
-always slips on its step, the others doing theirs on whatever value they get; a team spec of one's
-own, `spec:PATH` (`--spec`): each role in turn always wrong, through the spec's scripted team with
-skill={role: 0.0}). Every action's
+others doing their job: the faults each env registers (`faults.Faults`, e.g. mappa_envs/mathchat/faults.py:
+a wrong answer from the Problem Solver, an answer the Code Executor mis-copies from its own correct
+output, a Verifier that overrules a right answer), or for a team spec of one's own, `spec:PATH`
+(`--spec`), each role in turn always wrong, through the spec's scripted team with skill={role: 0.0}.
+Every action's
 coach request is recorded as the env builds it; the team's actions do not depend on the scores, so
 scoring them afterwards is scoring them online. Each coach under test then scores every request
 (`score_many`: concurrent `ascore` calls). Per fault, over episodes:
@@ -26,7 +24,6 @@ command is the measurement, which is as good for a strong coach as for a weak on
 """
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,21 +32,10 @@ from typing import Any
 from mappa_envs.coach.batch import score_many
 from mappa_envs.coach.rule import RuleCoach
 from mappa_envs.coach.types import CoachRequest, CoachScore, excused
+from mappa_envs.coach_eval.faults import faults
 from mappa_envs.errors import InputError
 
-FAULTS: dict[str, dict[str, str | None]] = {  # env id -> fault -> the role at fault
-    "MathChat-v0": {"none": None, "solver_wrong": "problem_solver", "executor_miscopy": "code_executor",
-                    "verifier_overrules": "verifier"},
-    "DSBench-v0": {"none": None, "engineer_missing_file": "data_engineer", "engineer_inconsistent": "data_engineer",
-                   "modeler_no_model": "modeler"},
-    "CodeTest-v0": {"none": None, "coder_bug": "coder", "tester_wrong_test": "test_writer",
-                    "reviewer_breaks": "reviewer"},
-    "Chain-v0": {"none": None, "step_1_slips": "step_1", "step_2_slips": "step_2", "step_4_slips": "step_4"},
-}
 SPEC = "spec:"  # a target "spec:PATH" is Team-v0 built from the team spec PATH (a YAML file or a shipped name)
-DEFAULT_KWARGS = {"MathChat-v0": {"task_source": "synthetic", "num_tasks": 20, "split": "eval"},
-                  "DSBench-v0": {}, "CodeTest-v0": {"split": "eval", "with_examples": True, "num_tasks": 20},
-                  "Chain-v0": {"depth": 4, "num_tasks": 20, "task_seed": 1}}
 
 
 # ---- what is measured: a registered env, or Team-v0 from a user's spec -------------------------
@@ -93,13 +79,18 @@ def spec_targets(specs: Sequence[str], num_tasks: int) -> dict[str, dict]:
 
 
 def faults_of(target: str) -> dict[str, str | None]:
-    """fault -> the role at fault: `FAULTS` for a registered env; for a spec, "none" and, per role R,
-    "R_wrong" (R's scripted actions are wrong every time, the others right)."""
+    """fault -> the role at fault: the faults a registered env registers (`faults.faults`); for a spec,
+    "none" and, per role R, "R_wrong" (R's scripted actions are wrong every time, the others right)."""
     if target.startswith(SPEC):
         from mappa_envs.core.team import load_team
 
         return {"none": None, **{f"{r}_wrong": r for r in load_team(target[len(SPEC):]).names}}
-    return FAULTS[target]
+    return dict(faults(target).roles)
+
+
+def default_kwargs(target: str) -> dict:
+    """The env keywords of the measured task set: what the env registers with its faults (none for a spec)."""
+    return {} if target.startswith(SPEC) else dict(faults(target).kwargs)
 
 
 def make_env(target: str, **kwargs):
@@ -129,83 +120,16 @@ def first_tasks_kwargs(target: str, kwargs: dict, n: int) -> dict:
 
 # ---- faulty scripted teams --------------------------------------------------------------------
 
-def _wrong(answer: str) -> str:
-    """A different, plausible answer."""
-    try:
-        return str(int(float(answer)) + 7)
-    except ValueError:
-        return "0" if answer != "0" else "1"
-
-
-class MathTeam:
-    """MathChat's three roles from the ground truth, with one of `FAULTS` injected."""
-
-    def __init__(self, tasks: Sequence, fault: str):
-        self.tasks, self.fault = sorted(tasks, key=lambda t: -len(t.prompt)), fault
-
-    def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
-        return [self._one(c, r) for c, r in zip(conversations, roles)]
-
-    def _one(self, conversation: list[dict], role: str) -> str:
-        user = conversation[1]["content"]
-        task = next(t for t in self.tasks if t.prompt in user)  # longest first: no prefix mix-ups
-        gold, wrong = str(task.answer), _wrong(str(task.answer))
-        if role == "problem_solver":
-            answer = wrong if self.fault == "solver_wrong" else gold
-            return f"Setting up the count and simplifying, the quantity asked for is {answer}.\n\\boxed{{{answer}}}"
-        if role == "code_executor":
-            if not any(m["role"] == "assistant" for m in conversation):
-                code = task.meta.get("solution_code") or f"print({gold!r})"
-                return f"Let me compute it.\n```python\n{code}\n```"
-            answer = wrong if self.fault == "executor_miscopy" else gold
-            return f"The code computed the answer.\n\\boxed{{{answer}}}"
-        answer = wrong if self.fault == "verifier_overrules" else gold
-        return f"I checked the reasoning against the computation.\n\\boxed{{{answer}}}"
-
-
-class DSTeam:
-    """DSBench's scripted team (mappa_envs.dsbench.scripted) with one of `FAULTS` injected."""
-
-    def __init__(self, env, fault: str):
-        from mappa_envs.dsbench.scripted import for_env
-
-        forget = ("X_test.csv",) if fault == "engineer_missing_file" else ()
-        self.inner, self.fault = for_env(env, forget=forget), fault
-
-    def respond(self, conversations: list[list[dict]], roles: list[str]) -> list[str]:
-        return [self._spoil(text, role) for text, role in zip(self.inner.respond(conversations, roles), roles)]
-
-    def _spoil(self, text: str, role: str) -> str:
-        if "```python" not in text:
-            return text
-        if self.fault == "engineer_inconsistent" and role == "data_engineer":
-            extra = "X_test.drop(columns=X_test.columns[-1]).to_csv('X_test.csv', index=False)"
-            return text[: text.rindex("```")] + extra + "\n```"
-        if self.fault == "modeler_no_model" and role == "modeler":
-            saving = r"pickle\.dump\(bundle, open\('model\.pkl', 'wb'\)\)"
-            return re.sub(saving, "pass  # (the model is not saved)", text)
-        return text
-
-
 def faulty_team(env_id: str, env, fault: str):
     """The scripted team of `env` (a made env of `env_id`, a registered id or a spec target) with `fault` injected."""
-    faults = faults_of(env_id)
-    if fault not in faults:
-        raise InputError(f"unknown fault {fault!r} for {env_id}; faults: {', '.join(faults)}")
+    known = faults_of(env_id)
+    if fault not in known:
+        raise InputError(f"unknown fault {fault!r} for {env_id}; faults: {', '.join(known)}")
     if env_id.startswith(SPEC):  # the spec's own scripted team, the faulty role always wrong
         from mappa_envs.teams.env import scripted
 
-        return scripted(env, **({"skill": {faults[fault]: 0.0}} if faults[fault] else {}))
-    if env_id == "CodeTest-v0":  # its scripted team takes the fault itself
-        from mappa_envs.codetest.scripted import for_env
-
-        return for_env(env, fault=fault)
-    if env_id == "Chain-v0":
-        from mappa_envs.chain.scripted import ScriptedChainPolicy
-
-        faulty = FAULTS[env_id][fault]
-        return ScriptedChainPolicy(skill={faulty: 0.0} if faulty else 1.0)
-    return MathTeam(env.unwrapped.tasks, fault) if env_id == "MathChat-v0" else DSTeam(env, fault)
+        return scripted(env, **({"skill": {known[fault]: 0.0}} if known[fault] else {}))
+    return faults(env_id).team(env, fault)
 
 
 # ---- recording the requests -------------------------------------------------------------------
@@ -260,9 +184,6 @@ def _roles(env_id: str, kwargs: dict) -> list[str]:
         return list(env.possible_agents)
     finally:
         env.close()
-
-
-
 
 # ---- the measurement --------------------------------------------------------------------------
 
@@ -337,7 +258,7 @@ def measure(env_ids: Sequence[str], coaches: dict[str, Any], tolerance: float = 
     """Record every (env, fault) once, score the requests with every coach, return the table's rows."""
     rows = []
     for env_id in env_ids:
-        kwargs = {**DEFAULT_KWARGS.get(env_id, {}), **(env_kwargs or {}).get(env_id, {})}
+        kwargs = {**default_kwargs(env_id), **(env_kwargs or {}).get(env_id, {})}
         roles = _roles(env_id, kwargs)
         recorded = {}
         for fault in faults_of(env_id):
@@ -367,6 +288,3 @@ def markdown(rows: Sequence[FaultRow]) -> str:
         lines.append(f"| {r.env_id} | {r.fault} | {r.faulty_role or '–'} | {r.coach} | {r.episodes}{failed} | "
                      f"{pct(r.lowest)} | {pct(r.spared)} | {pct(r.precision)} | {means} | {r.excused_episodes} |")
     return "\n".join(lines) + "\n"
-
-
-# ---- `mappa blame` ----------------------------------------------------------------------------
