@@ -4,7 +4,7 @@
 """
 import sys
 
-from mappa_train.evaluation.leaderboard import main
+from mappa_cli.eval import leaderboard_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(leaderboard_main())

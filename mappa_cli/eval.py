@@ -78,6 +78,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", type=float, default=0.95, help="--compare: confidence level, in (0, 1)")
 
 
+def leaderboard_main(argv: list[str] | None = None) -> int:
+    """benchmarks/leaderboard.py: print the leaderboard of RUNS and, with --out, write it to a Markdown file."""
+    from mappa_train.evaluation.leaderboard import write
+
+    parser = argparse.ArgumentParser(description="A Markdown leaderboard across eval runs: one row per (run, eval "
+                                                 "set), best first within a set.")
+    parser.add_argument("runs", nargs="+", help="run directories, results.json files, or folders holding runs")
+    parser.add_argument("--out", help="also write the table to this Markdown file")
+    args = parser.parse_args(argv)
+    return write(args.runs, args.out)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.compare:
         return _compare(args)

@@ -1,7 +1,6 @@
 """A Markdown leaderboard across eval runs: one row per (run, eval set), best first within a set."""
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
@@ -92,19 +91,8 @@ def _table(header: list[str], rows: list[tuple]) -> str:
     return "\n".join(lines)
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", help="run directories, results.json files, or folders holding runs")
-    parser.add_argument("--out", help="also write the table to this Markdown file")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    configure(parser)
-    args = parser.parse_args(argv)
-    return write(args.runs, args.out)
-
-
 def write(runs: list[str], out: str | None) -> int:
+    """Print the leaderboard of `runs` (see `find_runs`) and, given `out`, write it there too."""
     table = leaderboard([load_results(p) for p in find_runs(runs)])
     print(table, end="")
     if out:
