@@ -7,10 +7,9 @@ others doing their job: the faults each env registers (`faults.Faults`, e.g. map
 a wrong answer from the Problem Solver, an answer the Code Executor mis-copies from its own correct
 output, a Verifier that overrules a right answer), or for a team spec of one's own, `spec:PATH`
 (`--spec`), each role in turn always wrong, through the spec's scripted team with skill={role: 0.0}.
-Every action's
-coach request is recorded as the env builds it; the team's actions do not depend on the scores, so
-scoring them afterwards is scoring them online. Each coach under test then scores every request
-(`score_many`: concurrent `ascore` calls). Per fault, over episodes:
+Every action's coach request is recorded as the env builds it; the team's actions do not depend on the
+scores, so scoring them afterwards is scoring them online. Each coach under test then scores every
+request (`score_many`: concurrent `ascore` calls). Per fault, over episodes:
 
 - lowest: the faulty role's mean score is strictly the lowest of the team;
 - spared: no other role scores more than `tolerance` below its own mean on the same tasks with no
