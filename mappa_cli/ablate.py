@@ -13,13 +13,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/ablate", help="output directory (reused: finished runs are kept)")
     parser.add_argument("--arms", default="", help="comma-separated subset of the preset's arms")
     parser.add_argument("--seeds", default="", help="comma-separated seeds instead of the preset's")
-    parser.add_argument("--depths", default="", help="comma-separated subset of the preset's Chain-v0 depths")
+    parser.add_argument("--sweep-values", default="", metavar="VALUES",
+                        help="comma-separated subset of the preset's sweep values (sweep.values, e.g. depths 2,4)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="training overrides for every arm")
 
 
 def run(args: argparse.Namespace) -> int:
     from mappa_train.config import ConfigError
-    from mappa_train.experiments.ablate import ablate, base_config, format_table, load_ablation
+    from mappa_train.experiments.ablate import ablate, base_config
+    from mappa_train.experiments.ablate_preset import load_ablation
+    from mappa_train.experiments.ablate_report import format_table
 
     cfg, arms = load_ablation(args.config)  # a ConfigError is one line in the CLI
     if args.arms:
@@ -32,20 +35,32 @@ def run(args: argparse.Namespace) -> int:
             cfg.baseline = [b for b in cfg.baseline if b in arms] or cfg.baseline
     if args.seeds:
         cfg.seeds = _integers("--seeds", args.seeds)
-    if args.depths:
-        chosen = _integers("--depths", args.depths)
-        if not set(chosen) <= set(cfg.depths):
-            raise ConfigError(f"--depths {chosen} must be among the preset's depths {cfg.depths}")
-        noisy = [d for d in cfg.noise_depths if d in chosen]
-        if cfg.noise_depths and not noisy:  # the noisy coaches ran only at depths left out: none here
+    if args.sweep_values:
+        chosen = _values(args.sweep_values)
+        if not cfg.sweep.key or not all(v in cfg.sweep.values for v in chosen):
+            raise ConfigError(f"--sweep-values {chosen} must be among the preset's sweep values {cfg.sweep.values}")
+        noisy = [v for v in cfg.noise_at if v in chosen]
+        if cfg.noise_at and not noisy:  # the noisy coaches ran only at values left out: none here
             cfg.coach_noise = [0.0]
-        cfg.depths, cfg.noise_depths = chosen, noisy
+        cfg.sweep.values, cfg.noise_at = chosen, noisy
     cfg.overrides = [*cfg.overrides, *args.overrides]
     base_config(cfg, Path(args.out))  # fail now, not after the warm start
     results = ablate(cfg, arms, Path(args.out))
     print(format_table(results))
     print(f"results.json, results.md and accuracy_vs_rollouts.png are in {args.out}")
     return 0
+
+
+def _values(text: str) -> list:
+    """Comma-separated sweep values, each read as YAML (2 -> 2, own -> "own")."""
+    import yaml
+
+    from mappa_train.config import ConfigError
+
+    try:
+        return [yaml.safe_load(v.strip()) for v in text.split(",")]
+    except yaml.YAMLError:
+        raise ConfigError(f"--sweep-values must be comma-separated values, e.g. 2,4; got {text!r}") from None
 
 
 def _integers(flag: str, text: str) -> list[int]:

@@ -23,6 +23,8 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+from mappa_train.experiments.ablate_preset import Sweep, arms_at, baselines, calls_coach, conditions, run_dir
+
 
 def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): the Student-t interval for the mean of `values` (n − 1 degrees of freedom);
@@ -97,9 +99,8 @@ def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool, targ
 
 
 def summarise(cfg, arms: dict, out: Path) -> dict:
-    """results.json: per condition the arms' curves and targets, every run's record, and the paired summary."""
-    from mappa_train.experiments.ablate import arms_at, calls_coach, conditions, run_dir
-
+    """results.json: per condition the arms' curves and targets, every run's record, and the paired summary
+    (a record, block and pair carries its sweep value under the sweep's name, e.g. "depth": 2)."""
     conds, records, blocks = conditions(cfg), [], {}
     gains = tuple(cfg.target_gains)
     for cond in conds:
@@ -108,25 +109,27 @@ def summarise(cfg, arms: dict, out: Path) -> dict:
             seeds = {s: run_summary(run_dir(out, cond, name, arm, s), cfg.eval_set, cfg.target_accuracy,
                                     coached=calls_coach(arm), target_gain=cfg.target_gain, gains=gains)
                      for s in cfg.seeds}
-            records += [{"condition": cond.name, "depth": cond.depth, "coach_noise": cond.noise, "arm": name,
+            records += [{"condition": cond.name, **cond.coordinate(), "coach_noise": cond.noise, "arm": name,
                          "reward": arm.reward, "seed": s, **r} for s, r in seeds.items()]
             summary[name] = _arm_block(arm, seeds, gains)
         base = strongest(summary, baselines(cfg))
-        blocks[cond.name] = {"depth": cond.depth, "coach_noise": cond.noise, "arms": summary, "baseline": base,
+        blocks[cond.name] = {**cond.coordinate(), "coach_noise": cond.noise, "arms": summary, "baseline": base,
                              "process_over_outcome": _ratio(summary, base)}
     chosen = {name: block["baseline"] for name, block in blocks.items()}
     results = {"target_accuracy": cfg.target_accuracy, "target_gain": cfg.target_gain, "target_gains": list(gains),
                "seeds": list(cfg.seeds), "eval_set": cfg.eval_set, "baseline": cfg.baseline,
                "baselines_chosen": chosen, "config": asdict(cfg), "records": records,
-               "paired": paired(records, chosen, gains)}
+               "paired": paired(records, chosen, gains, axis(asdict(cfg)))}
     if len(conds) == 1:  # a single-condition ablation keeps its flat layout
         return {**results, **{k: v for k, v in blocks[conds[0].name].items() if k in ("arms", "process_over_outcome")}}
     return {**results, "conditions": blocks}
 
 
-def baselines(cfg) -> list[str]:
-    """The arms that may be the baseline: `baseline`, one name or a list (the outcome variants)."""
-    return [cfg.baseline] if isinstance(cfg.baseline, str) else list(cfg.baseline)
+def axis(config: dict) -> str | None:
+    """The sweep's name in records and tables (e.g. "depth"), from a preset as results.json echoes it; None
+    without a sweep."""
+    sweep = Sweep(**config["sweep"])
+    return sweep.axis if sweep.key else None
 
 
 def strongest(summary: dict, candidates: list[str]) -> str:
@@ -164,19 +167,21 @@ def _arm_block(arm, seeds: dict[int, dict], gains: tuple = ()) -> dict:
             "reached_by": len(reached), "to_target": to_target, "to_gain": to_gain, "cost_per_seed": costs}
 
 
-def paired(records: list[dict], baseline: str | dict[str, str], gains: tuple = ()) -> list[dict]:
+def paired(records: list[dict], baseline: str | dict[str, str], gains: tuple = (),
+           axis: str | None = None) -> list[dict]:
     """Each arm against the baseline (one arm, or condition name -> arm) in each condition, seed by seed: the
     difference in mean held-out accuracy after the start (primary) and in final accuracy, and the
     rollouts-to-target ratios (`rollouts_ratio` per gain: `gain_ratio`). The baseline's noise-free record
-    stands for it at every coach error rate when it asks no coach (the outcome arm)."""
+    stands for it at every coach error rate when it asks no coach (the outcome arm). `axis`: the sweep's
+    name, under which each record carries its sweep value (None: no sweep)."""
     out = []
-    for cond in dict.fromkeys((r["condition"], r["depth"], r["coach_noise"]) for r in records):
-        name, depth, noise = cond
+    for cond in dict.fromkeys((r["condition"], r.get(axis), r["coach_noise"]) for r in records):
+        name, value, noise = cond
         arm_b = baseline if isinstance(baseline, str) else baseline[name]
-        base = {(r["depth"], r["coach_noise"], r["seed"]): r for r in records if r["arm"] == arm_b}
+        base = {(r.get(axis), r["coach_noise"], r["seed"]): r for r in records if r["arm"] == arm_b}
         mine = [r for r in records if r["condition"] == name and r["arm"] != arm_b]
         for arm in dict.fromkeys(r["arm"] for r in mine):
-            pairs = [(r, base.get((depth, noise, r["seed"])) or base.get((depth, 0.0, r["seed"])))
+            pairs = [(r, base.get((value, noise, r["seed"])) or base.get((value, 0.0, r["seed"])))
                      for r in mine if r["arm"] == arm]
             pairs = [(a, b) for a, b in pairs if b is not None and a["auc"] is not None and b["auc"] is not None]
             if not pairs:
@@ -191,7 +196,8 @@ def paired(records: list[dict], baseline: str | dict[str, str], gains: tuple = (
             ratio = None
             if arm_r and base_r and sum(base_r):
                 ratio = (sum(arm_r) / len(arm_r)) / (sum(base_r) / len(base_r))
-            out.append({"condition": name, "depth": depth, "coach_noise": noise, "arm": arm, "baseline": arm_b,
+            out.append({"condition": name, **({axis: value} if axis else {}), "coach_noise": noise, "arm": arm,
+                        "baseline": arm_b,
                         "seeds": [a["seed"] for a, _ in pairs], "auc_diff_per_seed": diffs,
                         "auc_diff": mean, "ci95": [lo, hi], "sign_test": sign_test(diffs),
                         "final_diff": fmean, "final_diff_ci95": [flo, fhi],
@@ -226,10 +232,11 @@ def format_table(results: dict) -> str:
     if "conditions" not in results:
         return (_arms_table(results, results["arms"], results["process_over_outcome"]) + format_paired(results)
                 + format_gains(results))
-    parts = []
+    parts, swept = [], axis(results["config"])
     for name, block in results["conditions"].items():
-        noise = f", rule coach wrong at rate {block['coach_noise']:g}" if block["coach_noise"] else ", plain rule coach"
-        parts.append(f"## {name}: depth {block['depth']}{noise}\n\n"
+        noise = f"rule coach wrong at rate {block['coach_noise']:g}" if block["coach_noise"] else "plain rule coach"
+        setting = f"{swept} {block[swept]}, " if swept else ""
+        parts.append(f"## {name}: {setting}{noise}\n\n"
                      + _arms_table(results, block["arms"], block["process_over_outcome"]))
     return "\n".join(parts) + format_paired(results) + format_gains(results)
 
@@ -241,7 +248,7 @@ def format_gains(results: dict) -> str:
     if not gains:
         return ""
     chosen = results.get("baselines_chosen", {})
-    flat = {next(iter(chosen), ""): {"arms": results.get("arms", {})}}  # one condition (e.g. one of its depths)
+    flat = {next(iter(chosen), ""): {"arms": results.get("arms", {})}}  # one condition (e.g. one sweep value)
     blocks = results.get("conditions") or flat
     lines = ["", "Cost to first reach start + g (mean over the seeds that reached it; coach calls 0 for an arm that "
              "asks no coach), and rollouts to it, arm / baseline, over the seeds where both reached it [95% paired "
@@ -271,19 +278,20 @@ def format_paired(results: dict) -> str:
     if not rows:
         return ""
     chosen = sorted(set(results.get("baselines_chosen", {}).values())) or [results["baseline"]]
+    swept = axis(results["config"])
     lines = ["", f"Paired with `{', '.join(chosen)}` (the strongest of the baseline arms {results['baseline']} in "
              "each condition) seed by seed (same start, evaluation seeds and rollouts): "
              "difference in mean held-out accuracy after the start (primary), 95% t-interval over seeds, "
              "two-sided sign test; final accuracy's difference; rollouts to target, arm / baseline.", "",
-             "| depth | coach error rate | arm | seeds | difference [95% CI] | + / − / tie | sign-test p | "
-             "final difference [95% CI] | reached (arm, baseline) | rollouts ratio |",
+             f"| {swept or 'sweep'} | coach error rate | arm | seeds | difference [95% CI] | + / − / tie | "
+             "sign-test p | final difference [95% CI] | reached (arm, baseline) | rollouts ratio |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lo, hi = r["ci95"]
         flo, fhi = r["final_diff_ci95"]
         s = r["sign_test"]
         ratio = "—" if r["rollouts_to_target_ratio"] is None else f"{r['rollouts_to_target_ratio']:.2f}"
-        lines.append(f"| {'—' if r['depth'] is None else r['depth']} | {r['coach_noise']:g} | {r['arm']} | "
+        lines.append(f"| {r[swept] if swept else '—'} | {r['coach_noise']:g} | {r['arm']} | "
                      f"{len(r['seeds'])} | {r['auc_diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {s['positive']} / "
                      f"{s['negative']} / {s['ties']} | {s['p']:.3f} | "
                      f"{r['final_diff']:+.3f} [{flo:+.3f}, {fhi:+.3f}] | "
@@ -322,13 +330,14 @@ def _arms_table(results: dict, arms: dict, ratio: float | None) -> str:
 
 
 def plot(results: dict, out_png: Path) -> Path:
-    """Accuracy vs rollouts, mean and 95% interval over seeds: one panel, or one per depth (plain coach)."""
+    """Accuracy vs rollouts, mean and 95% interval over seeds: one panel, or one per sweep value (plain coach)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = ({"": {"arms": results["arms"], "depth": None}} if "conditions" not in results else
+    swept = axis(results["config"])
+    panels = ({"": {"arms": results["arms"]}} if "conditions" not in results else
               {k: b for k, b in results["conditions"].items() if not b["coach_noise"]})
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels) + 3, 5), squeeze=False)
     for ax, block in zip(axes[0], panels.values()):
@@ -341,8 +350,8 @@ def plot(results: dict, out_png: Path) -> Path:
             ax.axhline(results["target_accuracy"], color="grey", linestyle=":", linewidth=1)
         ax.set_xlabel("training rollouts (episodes)")
         ax.set_ylabel(f"{results['eval_set']} accuracy")
-        if block["depth"] is not None:
-            ax.set_title(f"depth {block['depth']}")
+        if swept in block:
+            ax.set_title(f"{swept} {block[swept]}")
         ax.legend(fontsize=8)
     fig.suptitle(f"MAPPA ablation: mean and 95% interval over {len(results['seeds'])} seeds")
     fig.tight_layout()
@@ -351,35 +360,40 @@ def plot(results: dict, out_png: Path) -> Path:
     return out_png
 
 
-def difference_lines(rows: list[dict], x_key: str) -> tuple[dict[str, list[dict]], dict[str, dict]]:
-    """The paired rows of one difference plot: lines of two points or more by label, and on the noise axis
-    references, an arm trained only with the plain coach at a depth the noise sweep ran at (a real judge's
-    arm), drawn across the plot to be read against the curve. One point is a table row, not a trend."""
+def difference_lines(rows: list[dict], x_key: str, swept: str) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+    """The paired rows of one difference plot, along the sweep (`x_key` == `swept`, the sweep's name) or the
+    coach's error rate ("coach_noise"): lines of two points or more by label, and on the noise axis
+    references, an arm trained only with the plain coach at a sweep value the noise sweep ran at (a real
+    judge's arm), drawn across the plot to be read against the curve. One point is a table row, not a trend."""
     groups: dict = {}
     for r in rows:
-        if x_key == "depth" and r["coach_noise"]:
+        if x_key == swept and r["coach_noise"]:
             continue
-        label = r["arm"] if x_key == "depth" else f"{r['arm']}, depth {r['depth']}"
+        label = r["arm"] if x_key == swept else f"{r['arm']}, {swept} {r[swept]}"
         groups.setdefault(label, []).append(r)
     lines = {k: sorted(v, key=lambda r: r[x_key]) for k, v in groups.items() if len(v) > 1}
-    swept = {rs[0]["depth"] for rs in lines.values()} if x_key == "coach_noise" else set()
-    references = {k: v[0] for k, v in groups.items() if len(v) == 1 and v[0]["depth"] in swept}
+    noisy = {rs[0][swept] for rs in lines.values()} if x_key == "coach_noise" else set()
+    references = {k: v[0] for k, v in groups.items() if len(v) == 1 and v[0][swept] in noisy}
     return lines, references
 
 
 def plot_differences(results: dict, out: Path) -> list[Path]:
-    """The paired difference (arm − baseline, mean after the start, 95% CI) vs depth (plain coach) and vs the
-    coach's error rate (one line per depth the noise sweep ran at, and `difference_lines`' references). A
-    plot is written only when it has a line (a stale one from an earlier sweep in `out` is removed)."""
+    """The paired difference (arm − baseline, mean after the start, 95% CI) vs the sweep's values (plain coach;
+    difference_vs_<sweep name>.png) and vs the coach's error rate (one line per sweep value the noise sweep
+    ran at, and `difference_lines`' references). A plot is written only when it has a line (a stale one from
+    an earlier sweep in `out` is removed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in results["paired"] if r["depth"] is not None]
-    made = []
-    for name, x_key in (("difference_vs_depth.png", "depth"), ("difference_vs_noise.png", "coach_noise")):
-        lines, references = difference_lines(rows, x_key)
+    swept = axis(results["config"])
+    if swept is None:  # no sweep: nothing to draw along, and no trend of one noise level (a stale plot goes)
+        (out / "difference_vs_noise.png").unlink(missing_ok=True)
+        return []
+    rows, made = results["paired"], []
+    for name, x_key in ((f"difference_vs_{swept}.png", swept), ("difference_vs_noise.png", "coach_noise")):
+        lines, references = difference_lines(rows, x_key, swept)
         (out / name).unlink(missing_ok=True)
         if not lines:
             continue
@@ -393,7 +407,7 @@ def plot_differences(results: dict, out: Path) -> list[Path]:
             ax.axhline(r["auc_diff"], color=f"C{i}", linestyle="--", label=f"{label} (no noise sweep)")
             ax.axhspan(*r["ci95"], color=f"C{i}", alpha=0.12)
         ax.axhline(0, color="grey", linewidth=1)
-        ax.set_xlabel("chain depth" if x_key == "depth" else "coach error rate ε")
+        ax.set_xlabel(results["config"]["sweep"]["key"] if x_key == swept else "coach error rate ε")
         ax.set_ylabel(f"{results['eval_set']} accuracy after the start, arm − {results['baseline']}")
         ax.set_title(f"paired over {len(results['seeds'])} seeds, 95% t-interval")
         ax.legend(fontsize=8)

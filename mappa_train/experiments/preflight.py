@@ -73,13 +73,12 @@ def play_start(cfg, start: Path, episodes: int) -> dict:
             "temperature": cfg.generation.temperature}
 
 
-def fix_budget(make: Callable[[int], object], every: int, eval_set: str, gain: float, max_steps: int, factor: float,
-               path: Path) -> dict:
-    """Train the run `make(steps)` builds (a resumable training config), `every` steps more at a time, until
+def fix_budget(make: Callable[[int], object], train: Callable[[object], None], every: int, eval_set: str, gain: float,
+               max_steps: int, factor: float, path: Path) -> dict:
+    """Train (`train`) the run `make(steps)` builds (a resumable training config), `every` steps more at a time, until
     its `eval_set` accuracy is >= its start + `gain` or `max_steps` are spent; write `path` (reused if there)
     with the budget, ceil(factor × steps to rise / every) × every steps. Raises ConfigError if it never rose."""
     from mappa_train.checkpoints import latest_checkpoint
-    from mappa_train.experiments.ablate import _train
     from mappa_train.runlog import METRICS_FILE, read_metrics
 
     if path.exists():  # the budget is fixed once, before the grid: a changed pre-flight may not move it silently
@@ -98,7 +97,7 @@ def fix_budget(make: Callable[[int], object], every: int, eval_set: str, gain: f
         if hit is not None or steps >= max_steps:
             break
         steps = min(steps + every, max_steps)
-        _train(make(steps))
+        train(make(steps))
     if hit is None:
         raise ConfigError(f"budget pre-flight: the process arm did not rise by {gain:g} over its start on {eval_set} "
                           f"within {max_steps} steps ({evals[0]:.3f} -> best {max(evals.values()):.3f}; its run is "

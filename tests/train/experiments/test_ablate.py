@@ -11,7 +11,8 @@ import pytest
 
 from mappa_cli.ablate import configure, run
 from mappa_train.config import ConfigError, load_config
-from mappa_train.experiments.ablate import Arm, arm_overrides, load_ablation
+from mappa_train.experiments.ablate import arm_overrides
+from mappa_train.experiments.ablate_preset import Arm, load_ablation
 from mappa_train.experiments.ablate_report import format_table, summarise, t_interval
 
 PRESETS = sorted((Path(__file__).parents[3] / "configs" / "ablate").glob("*.yaml"))
@@ -122,7 +123,7 @@ def _fake_run(run_dir: Path, accuracies: list[float], per_step: int = 4, step_s:
 
 
 def test_summary_curves_targets_and_ratio_on_handwritten_runs(tmp_path):
-    from mappa_train.experiments.ablate import AblateConfig
+    from mappa_train.experiments.ablate_preset import AblateConfig
     from mappa_train.experiments.ablate_report import plot
 
     curves = {"process": [[0.1, 0.3, 0.5, 0.6], [0.1, 0.5, 0.6, 0.7], [0.1, 0.2, 0.3, 0.5]],

@@ -12,33 +12,65 @@ from pathlib import Path
 import pytest
 
 from mappa_train.config import ConfigError, load_config
-from mappa_train.experiments.ablate import AblateConfig, Arm, Condition, arms_at, conditions, load_ablation, run_dir
+from mappa_train.experiments.ablate_preset import (
+    AblateConfig,
+    Arm,
+    Condition,
+    Sweep,
+    arms_at,
+    conditions,
+    load_ablation,
+    run_dir,
+)
 from mappa_train.experiments.ablate_report import plot_differences, sign_test, summarise
 
 ROOT = Path(__file__).parents[3]
 ARMS = {"process": Arm(reward="process", whiten="per_role"), "outcome": Arm(reward="outcome", whiten="per_role"),
         "process+outcome": Arm(reward="process+outcome", whiten="per_role")}
+KEY = "env.kwargs.depth"
+DEPTH_SWEEP = {"sweep": {"key": KEY, "values": [2, 8], "name": ""}}  # a preset's sweep, as results.json echoes it
 
 
-def test_conditions_sweep_depths_then_noise_and_outcome_runs_once_per_depth(tmp_path):
-    cfg = AblateConfig(depths=[2, 4, 8], coach_noise=[0.0, 0.2], noise_depths=[4])
-    assert conditions(cfg) == [Condition(2), Condition(4), Condition(4, 0.2), Condition(8)]
+def depth(value, noise: float = 0.0) -> Condition:
+    """A condition of a sweep over Chain-v0's depth."""
+    return Condition(KEY, "depth", value, noise)
+
+
+def test_conditions_sweep_the_values_then_noise_and_outcome_runs_once_per_value(tmp_path):
+    cfg = AblateConfig(sweep=Sweep(KEY, [2, 4, 8]), coach_noise=[0.0, 0.2], noise_at=[4])
+    assert conditions(cfg) == [depth(2), depth(4), depth(4, 0.2), depth(8)]
     assert [c.name for c in conditions(cfg)] == ["depth2", "depth4", "depth4_noise0.2", "depth8"]
+    assert [c.overrides() for c in conditions(cfg)][:2] == [["env.kwargs.depth=2"], ["env.kwargs.depth=4"]]
     assert conditions(AblateConfig()) == [Condition()]  # a plain ablation: one condition, the old layout
     assert run_dir(tmp_path, Condition(), "process", ARMS["process"], 1) == tmp_path / "runs" / "process" / "seed1"
-    noisy = Condition(4, 0.2)
+    noisy = depth(4, 0.2)
     assert run_dir(tmp_path, noisy, "process", ARMS["process"], 0).parent.parent.name == "depth4_noise0.2"
     assert run_dir(tmp_path, noisy, "outcome", ARMS["outcome"], 0) == tmp_path / "runs" / "depth4" / "outcome" / "seed0"
     assert arms_at(cfg, ARMS, noisy) == ARMS  # noise_arms empty: every arm
-    some = AblateConfig(depths=[4], coach_noise=[0.0, 0.2], noise_arms=["process"])
+    some = AblateConfig(sweep=Sweep(KEY, [4]), coach_noise=[0.0, 0.2], noise_arms=["process"])
     assert list(arms_at(some, ARMS, noisy)) == ["process", "outcome"]  # outcome: its noise-free runs
-    assert arms_at(some, ARMS, Condition(4)) == ARMS
+    assert arms_at(some, ARMS, depth(4)) == ARMS
+
+
+def test_a_sweep_is_any_config_key_named_as_it_says():
+    lr = AblateConfig(sweep=Sweep("learner.lr", [0.0003, 0.001], name="lr"))
+    assert [(c.name, c.overrides()) for c in conditions(lr)] == [("lr0.0003", ["learner.lr=0.0003"]),
+                                                                ("lr0.001", ["learner.lr=0.001"])]
+    view = AblateConfig(sweep=Sweep("env.kwargs.view", ["own", "all"]))
+    assert [(c.name, c.overrides()) for c in conditions(view)] == [("viewown", ['env.kwargs.view="own"']),
+                                                                  ("viewall", ['env.kwargs.view="all"'])]
+    assert load_config(ROOT / "configs" / "chain.yaml", conditions(view)[0].overrides()).env.kwargs["view"] == "own"
 
 
 def test_bad_sweeps_say_what_is_wrong(tmp_path):
     bad = tmp_path / "bad.yaml"
-    for text, message in (("depths: [0]", "depths must be integers"), ("coach_noise: [0.2]", "including 0"),
-                          ("depths: [2]\nnoise_depths: [4]", "noise_depths"),
+    for text, message in (("sweep: {values: [2]}", "needs both a key and its values"),
+                          ("sweep: {key: env.kwargs.depth, values: [2, 2]}", "must be distinct"),
+                          ("sweep: {key: env.kwargs.view, values: [a/b]}", "make folder names"),
+                          ("depths: [2, 4]\nnoise_depths: [4]", r"replace depths \(now sweep: \{key: env.kwargs.depth, "
+                                                               r"values: \[...\]\}\), noise_depths \(now noise_at\)"),
+                          ("coach_noise: [0.2]", "including 0"),
+                          ("sweep: {key: env.kwargs.depth, values: [2]}\nnoise_at: [4]", "noise_at"),
                           ("preflight_episodes: -1", "preflight_episodes"), ("baseline: teamwork", "baseline"),
                           ("baseline: process\nnoise_arms: [both]", "noise_arms")):
         bad.write_text(f"arms: {{process: {{reward: process}}}}\n{text}\n")
@@ -73,7 +105,7 @@ def test_paired_summary_matches_a_brute_force_computation(tmp_path):
     from scipy import stats
 
     rng = random.Random(7)
-    cfg = AblateConfig(seeds=list(range(7)), depths=[2, 4], coach_noise=[0.0, 0.3], noise_depths=[4],
+    cfg = AblateConfig(seeds=list(range(7)), sweep=Sweep(KEY, [2, 4]), coach_noise=[0.0, 0.3], noise_at=[4],
                        target_gain=0.25)
     curves = {}
     for cond in conditions(cfg):
@@ -89,7 +121,7 @@ def test_paired_summary_matches_a_brute_force_computation(tmp_path):
     assert len(results["paired"]) == len(conditions(cfg)) * 2
     t975 = stats.t.ppf(0.975, 6)
     for row in results["paired"]:
-        cond = Condition(row["depth"], row["coach_noise"])
+        cond = depth(row["depth"], row["coach_noise"])
         diffs, finals = [], []
         for seed in cfg.seeds:
             mine = curves[run_dir(tmp_path, cond, row["arm"], ARMS[row["arm"]], seed)]
@@ -128,7 +160,7 @@ def test_a_float_rounding_difference_is_a_tie():
 def test_a_difference_plot_needs_two_points_and_a_stale_one_is_removed(tmp_path):
     row = lambda depth, noise: dict(depth=depth, coach_noise=noise, arm="process", auc_diff=0.1,  # noqa: E731
                                     ci95=[0.0, 0.2])
-    results = dict(eval_set="heldout", baseline="outcome", seeds=[0, 1])
+    results = dict(eval_set="heldout", baseline="outcome", seeds=[0, 1], config=DEPTH_SWEEP)
     (tmp_path / "difference_vs_noise.png").write_bytes(b"an earlier sweep's plot")
     made = plot_differences({**results, "paired": [row(2, 0.0), row(8, 0.0)]}, tmp_path)
     assert made == [tmp_path / "difference_vs_depth.png"]  # one noise level: no line, so no plot
@@ -144,14 +176,14 @@ def test_an_arm_without_a_noise_sweep_is_a_reference_on_the_noise_plot(tmp_path)
                                             ci95=[d - 0.1, d + 0.1])
     rows = [row("process", 2, 0.0, 0.08), row("process", 2, 0.4, 0.01), row("process", 2, 0.1, 0.05),
             row("process_judge", 2, 0.0, 0.02), row("process_judge", 8, 0.0, 0.03), row("process", 8, 0.0, 0.06)]
-    lines, references = difference_lines(rows, "coach_noise")
+    lines, references = difference_lines(rows, "coach_noise", "depth")
     assert [r["coach_noise"] for r in lines["process, depth 2"]] == [0.0, 0.1, 0.4]  # sorted along the axis
     assert set(lines) == {"process, depth 2"}
     assert references == {"process_judge, depth 2": rows[3]}  # depth 8 had no sweep: nothing to read it against
-    lines, references = difference_lines(rows, "depth")
+    lines, references = difference_lines(rows, "depth", "depth")
     assert {k: [r["depth"] for r in v] for k, v in lines.items()} == {"process": [2, 8], "process_judge": [2, 8]}
     assert references == {}
-    results = dict(eval_set="heldout", baseline="outcome", seeds=[0, 1], paired=rows)
+    results = dict(eval_set="heldout", baseline="outcome", seeds=[0, 1], paired=rows, config=DEPTH_SWEEP)
     assert plot_differences(results, tmp_path) == [tmp_path / "difference_vs_depth.png",
                                                    tmp_path / "difference_vs_noise.png"]
 
@@ -188,7 +220,7 @@ def tiny_sweep(tmp_path, **fields):
                       "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1", "generation.max_new_tokens=12",
                       "env.eval_sets={heldout: {split: eval, num_tasks: 2}}", "learner.train_batch_size=8",
                       "learner.micro_batch_size=8", "env.kwargs.num_tasks=16"],
-        "depths": [2, 3], "preflight_episodes": 2, "preflight_min_right": 0.0,
+        "sweep": {"key": KEY, "values": [2, 3]}, "preflight_episodes": 2, "preflight_min_right": 0.0,
         "start": {"sft_episodes": 4, "sft_short_steps": 2, "sft_steps": 1, "sft_batch": 4,
                   "teacher": {"skill": 0.7, "code_rate": 1.0}},
         **fields}))
@@ -199,7 +231,7 @@ def tiny_sweep(tmp_path, **fields):
 def test_every_arm_of_a_tiny_sweep_runs_and_the_results_are_complete(tmp_path):
     from mappa_cli.main import main
 
-    spec = tiny_sweep(tmp_path, seeds=[0, 1], target_gain=0.1, coach_noise=[0.0, 0.3], noise_depths=[3],
+    spec = tiny_sweep(tmp_path, seeds=[0, 1], target_gain=0.1, coach_noise=[0.0, 0.3], noise_at=[3],
                       arms={name: {"reward": arm.reward, "whiten": arm.whiten} for name, arm in ARMS.items()})
     out = tmp_path / "credit"
     assert main(["ablate", "--config", str(spec), "--out", str(out)]) == 0
@@ -232,11 +264,11 @@ def test_every_arm_of_a_tiny_sweep_runs_and_the_results_are_complete(tmp_path):
 
 
 @pytest.mark.slow
-def test_start_per_depth_builds_and_uses_one_start_for_each_depth(tmp_path):
-    """With start_per_depth each depth's arms start from a tiny model that imitated that depth's team only."""
+def test_start_per_value_builds_and_uses_one_start_for_each_depth(tmp_path):
+    """With start_per_value each depth's arms start from a tiny model that imitated that depth's team only."""
     from mappa_cli.main import main
 
-    spec = tiny_sweep(tmp_path, seeds=[0], start_per_depth=True,
+    spec = tiny_sweep(tmp_path, seeds=[0], start_per_value=True,
                       arms={"process": {"reward": "process"}, "outcome": {"reward": "outcome"}})
     out = tmp_path / "credit"
     assert main(["ablate", "--config", str(spec), "--out", str(out)]) == 0
@@ -250,19 +282,20 @@ def test_start_per_depth_builds_and_uses_one_start_for_each_depth(tmp_path):
         preflight = json.loads((out / "start" / f"preflight_depth{depth}.json").read_text())
         assert preflight["episodes"] == 2
         assert set(preflight["right_share_by_role"]) == {f"step_{k}" for k in range(1, depth + 1)}
-    # --depths keeps a subset: its start is the one built for that depth, and the other depth does not train
-    assert main(["ablate", "--config", str(spec), "--out", str(out), "--depths", "3", "--seeds", "1"]) == 0
+    # --sweep-values keeps a subset: its start is the one built for that depth, and the other depth does not train
+    assert main(["ablate", "--config", str(spec), "--out", str(out), "--sweep-values", "3", "--seeds", "1"]) == 0
     assert not (out / "start" / "model").exists()
     assert (out / "runs" / "depth3" / "process" / "seed1" / "final").is_dir()
     assert not (out / "runs" / "depth2" / "process" / "seed1").exists()
 
 
-def test_depths_outside_the_preset_are_one_line_errors(tmp_path, capsys):
+def test_sweep_values_outside_the_preset_are_one_line_errors(tmp_path, capsys):
     from mappa_cli.main import main
 
     spec = tiny_sweep(tmp_path, seeds=[0], arms={"process": {"reward": "process"}, "outcome": {"reward": "outcome"}})
-    assert main(["ablate", "--config", str(spec), "--out", str(tmp_path / "x"), "--depths", "2,5"]) == 2
-    assert capsys.readouterr().err.strip() == "mappa ablate: --depths [2, 5] must be among the preset's depths [2, 3]"
-    assert main(["ablate", "--config", str(spec), "--out", str(tmp_path / "x"), "--depths", "two"]) == 2
-    assert "--depths must be comma-separated integers" in capsys.readouterr().err
+    assert main(["ablate", "--config", str(spec), "--out", str(tmp_path / "x"), "--sweep-values", "2,5"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "mappa ablate: --sweep-values [2, 5] must be among the preset's sweep values [2, 3]"
+    assert main(["ablate", "--config", str(spec), "--out", str(tmp_path / "x"), "--sweep-values", "2,[3"]) == 2
+    assert "--sweep-values must be comma-separated values" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()  # nothing written

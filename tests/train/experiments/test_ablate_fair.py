@@ -12,7 +12,8 @@ import pytest
 
 from mappa_train.config import ConfigError, load_config
 from mappa_train.evaluation.stats import ratio_bootstrap
-from mappa_train.experiments.ablate import AblateConfig, Arm, Condition, arm_overrides, load_ablation, run_dir
+from mappa_train.experiments.ablate import arm_overrides
+from mappa_train.experiments.ablate_preset import AblateConfig, Arm, Condition, Sweep, load_ablation, run_dir
 from mappa_train.experiments.ablate_report import format_table, summarise
 
 ARMS = {"process": Arm(whiten="per_role"), "outcome": Arm(reward="outcome", whiten="per_role"),
@@ -90,10 +91,10 @@ def test_rollouts_to_each_gain_and_their_ratio_interval_match_a_brute_force_comp
     ratio = row["rollouts_ratio"]["0.1"]
     shown = f"{ratio['ratio']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]"
     assert shown in table  # the cost table reads the paired ratio
-    cfg.depths = [2]  # one depth of a sweep keeps the flat layout, its condition named depth2
+    cfg.sweep = Sweep("env.kwargs.depth", [2])  # one depth of a sweep keeps the flat layout, its condition depth2
     for name, arm in ARMS.items():
         for seed in cfg.seeds:
-            _fake_run(run_dir(tmp_path, Condition(2), name, arm, seed), curves[name, seed])
+            _fake_run(run_dir(tmp_path, Condition("env.kwargs.depth", "depth", 2), name, arm, seed), curves[name, seed])
     table = format_table(summarise(cfg, ARMS, tmp_path))
     assert "| depth2 | outcome (baseline) | +0.1 |" in table
     assert shown in table  # before, a one-depth run looked its ratio up under "" and showed none
@@ -113,12 +114,14 @@ def test_the_ratio_interval_of_many_seeds_is_a_random_bootstrap_close_to_the_exa
 
 
 def test_the_strongest_outcome_variant_is_the_baseline_in_each_condition(tmp_path):
-    cfg = AblateConfig(seeds=[0, 1], eval_set="indist", depths=[1, 2], baseline=["outcome", "outcome_last"])
+    cfg = AblateConfig(seeds=[0, 1], eval_set="indist", sweep=Sweep("env.kwargs.depth", [1, 2]),
+                       baseline=["outcome", "outcome_last"])
     auc = {("outcome", 1): 0.5, ("outcome_last", 1): 0.3, ("outcome", 2): 0.2, ("outcome_last", 2): 0.4,
            ("process", 1): 0.6, ("process", 2): 0.6}
     for (name, depth), level in auc.items():
         for seed in cfg.seeds:
-            _fake_run(run_dir(tmp_path, Condition(depth), name, ARMS[name], seed), [0.0, level, level])
+            _fake_run(run_dir(tmp_path, Condition("env.kwargs.depth", "depth", depth), name, ARMS[name], seed),
+                      [0.0, level, level])
     results = summarise(cfg, ARMS, tmp_path)
     assert results["baselines_chosen"] == {"depth1": "outcome", "depth2": "outcome_last"}
     rows = {(r["depth"], r["arm"]): r for r in results["paired"]}
@@ -129,8 +132,7 @@ def test_the_strongest_outcome_variant_is_the_baseline_in_each_condition(tmp_pat
     assert rows[2, "outcome"]["auc_diff"] == pytest.approx(-0.2)
 
 
-def test_the_budget_preflight_trains_until_the_process_arm_rises_and_fixes_the_grid(tmp_path, monkeypatch):
-    from mappa_train.experiments import ablate
+def test_the_budget_preflight_trains_until_the_process_arm_rises_and_fixes_the_grid(tmp_path):
     from mappa_train.experiments.preflight import fix_budget
 
     curve = [0.1, 0.1, 0.15, 0.2, 0.25, 0.3, 0.3, 0.3, 0.3]  # one evaluation per step: +0.10 at step 3
@@ -143,27 +145,27 @@ def test_the_budget_preflight_trains_until_the_process_arm_rises_and_fixes_the_g
         rows = [{"kind": "eval", "step": s, "indist/accuracy": curve[s]} for s in range(cfg.steps + 1)]
         (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
-    monkeypatch.setattr(ablate, "_train", fake_train)
-
     def make(steps):
         return load_config("configs/chain.yaml", [f"steps={steps}", f"out_dir={tmp_path / 'run'}"])
 
-    report = fix_budget(make, 2, "indist", 0.1, 8, 2.0, tmp_path / "budget.json")
+    report = fix_budget(make, fake_train, 2, "indist", 0.1, 8, 2.0, tmp_path / "budget.json")
     assert trained == [2, 4]  # two evaluations at a time, stopped once it rose
     assert (report["start"], report["reached"], report["steps_to_rise"]) == (0.1, 0.2, 3)
     assert report["budget_steps"] == 6  # 2 × 3, rounded up to whole evaluations
-    assert fix_budget(make, 2, "indist", 0.1, 8, 2.0, tmp_path / "budget.json") == report  # reused, not retrained
+    again = fix_budget(make, fake_train, 2, "indist", 0.1, 8, 2.0, tmp_path / "budget.json")
+    assert again == report  # reused, not retrained
     assert trained == [2, 4]
     with pytest.raises(ConfigError, match="fixed the budget with eval_set indist, gain 0.1"):  # not moved silently
-        fix_budget(make, 2, "indist", 0.5, 8, 2.0, tmp_path / "budget.json")
+        fix_budget(make, fake_train, 2, "indist", 0.5, 8, 2.0, tmp_path / "budget.json")
     with pytest.raises(ConfigError, match=r"did not rise by 0.5 .* within 8 steps \(0.100 -> best 0.300"):
-        fix_budget(make, 2, "indist", 0.5, 8, 2.0, tmp_path / "never.json")
+        fix_budget(make, fake_train, 2, "indist", 0.5, 8, 2.0, tmp_path / "never.json")
     assert not (tmp_path / "never.json").exists()
     # an interrupted pre-flight goes on from its last checkpoint (step 2 here), not from step 0
     (tmp_path / "run" / "checkpoints" / "step_000002").mkdir(parents=True)
     (tmp_path / "run" / "checkpoints" / "step_000002" / "state.json").write_text('{"step": 2}')
     trained.clear()
-    assert fix_budget(make, 2, "indist", 0.1, 8, 3.0, tmp_path / "again.json")["budget_steps"] == 10  # 3 × 3 -> 10
+    resumed = fix_budget(make, fake_train, 2, "indist", 0.1, 8, 3.0, tmp_path / "again.json")
+    assert resumed["budget_steps"] == 10  # 3 × 3 -> 10
     assert trained == [4]
 
 
