@@ -217,11 +217,12 @@ class PolicyLearner:
         model = self.ref if reference and self.ref is not None else self.engine
         model.eval()
         base_only = self.adapters.base_only(self.engine.module) if reference and self.ref is None else nullcontext()
-        out: list[torch.Tensor] = []
+        out: dict[int, torch.Tensor] = {}
         with base_only:  # adapters: the reference is the base with the adapters off
             for micro in self._micro_batches(samples, self._global_max(len(self._split(samples)))):
-                out += [lp.float().cpu() for lp in self._forward(model, micro)]  # an empty micro keeps step (ZeRO-3)
-        return out
+                for s, lp in zip(micro, self._forward(model, micro)):  # an empty micro keeps step (ZeRO-3)
+                    out[id(s)] = lp.float().cpu()
+        return [out[id(s)] for s in samples]  # micro-batches are sorted by length: back to the caller's order
 
     # ---- training --------------------------------------------------------------------------------
 
@@ -307,7 +308,10 @@ class PolicyLearner:
         return list(logp.split([len(s.action_ids) for s in micro])) if micro else logp
 
     def _split(self, samples: list[Sample]) -> list[list[Sample]]:
-        """Micro-batches: by token budget when packed (a sample longer than it goes alone), by rows when padded."""
+        """Micro-batches of samples sorted by length, so that a padded row is padded by little (a step's roles
+        differ in prompt length by 3x): by token budget when packed (a sample longer than it goes alone), by
+        rows when padded."""
+        samples = sorted(samples, key=len)
         if not self.cfg.packed:
             n = self.cfg.micro_batch_size
             return [samples[i:i + n] for i in range(0, len(samples), n)]
