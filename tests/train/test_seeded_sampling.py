@@ -53,3 +53,18 @@ def test_unseeded_calls_do_not_repeat_each_other(gen):
     params = SamplingParams(max_new_tokens=16, temperature=1.0)
     samples = {tuple(gen.generate([prompt], params)[0].token_ids) for _ in range(4)}
     assert len(samples) > 1
+
+
+def test_seeded_rows_draw_from_the_warped_distribution_and_never_a_masked_token():
+    """Per-row seeded sampling (inverse CDF on each row's own RNG) matches the top-k-warped
+    probabilities in frequency, and a token top-k removed is never drawn."""
+    from mappa_train.generation.hf import _WarpAndRecord
+
+    params = SamplingParams(max_new_tokens=1, temperature=1.0, top_k=3)
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.2, -1.0, 3.0]]).repeat(4000, 1)
+    rows = [torch.Generator().manual_seed(s) for s in range(len(logits))]
+    chosen = _WarpAndRecord(params, rows)(torch.zeros(len(logits), 1, dtype=torch.long), logits).argmax(1)
+    want = warped_logprobs(logits[:1], params).exp()[0]
+    seen = torch.bincount(chosen, minlength=logits.shape[1]) / len(chosen)
+    assert seen[want == 0].sum() == 0
+    assert torch.allclose(seen, want, atol=0.03), (seen, want)
