@@ -139,7 +139,7 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path, teachers: list
     roles = sorted(full)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(base)
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, fused=True)  # the per-tensor loop: ~4 s a step on SmolLM2
     from tqdm.auto import tqdm
 
     rng, losses, total = random.Random(cfg.seed), [], spec.sft_short_steps + spec.sft_steps
