@@ -28,7 +28,10 @@ class NothingTrained(MappaError, RuntimeError):
 
 def available_cpus() -> int:
     """CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota (a container's
-    `--cpus`), whichever is smaller; os.cpu_count() counts the host's, which oversubscribes."""
+    `--cpus`), whichever is smaller; os.cpu_count() counts the host's, which oversubscribes. A parent
+    that runs jobs side by side gives each its share in `MAPPA_CPUS`."""
+    if os.environ.get("MAPPA_CPUS", "").isdigit() and int(os.environ["MAPPA_CPUS"]) > 0:
+        return int(os.environ["MAPPA_CPUS"])
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
         quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]

@@ -23,6 +23,8 @@ from a coach that says nothing, offline, on a laptop CPU.
    bootstrap over problems, coached − control paired over problems, the teacher, per-role coach
    scores, KL, CPU seconds by phase.
 
+The start's evaluation and the two arms (3 and 4) run side by side, a process each (`side_by_side`).
+
 Nothing here sees a held-out answer: the warm start and RL use training problems only.
 """
 from __future__ import annotations
@@ -78,44 +80,48 @@ def load(config: str, out: Path, overrides: list[str]):
 
 def run_quickstart(config: str, out: Path, spec: StartConfig, overrides: list[str], n_boot: int,
                    confirmation_problems: int) -> dict:
-    """The five steps of the module's docstring; writes report.json, report.md (printed) and returns the report."""
+    """The five steps of the module's docstring; writes report.json, report.md (printed) and returns the report.
+
+    The warm start runs in a process of its own (its memory is given back when it ends); then the
+    start's evaluation and the two arms run side by side, one process each, the CPUs shared between
+    them: much of a small model's step is single-threaded, so three processes keep two cores busy
+    where one left them half idle."""
     from mappa_train.experiments import confirmation
-    from mappa_train.health import use_available_cpus
-    from mappa_train.train import train
+    from mappa_train.health import available_cpus
 
     cfg = load(config, out, overrides)
-    threads = use_available_cpus()
+    cpus = available_cpus()
     started, cpu = time.perf_counter(), {"start": _cpu_s()}
     print(f"1/5 the start: {cfg.model.path}, warm-started with {spec.sft_short_steps + spec.sft_steps} supervised "
           f"steps on {spec.sft_episodes} episodes of a noisy scripted team ...", flush=True)
-    start = build_start(cfg, spec, out / "start")
+    start = side_by_side({"warm_start": (_warm_start_job, (config, out, overrides, spec))}, cpus)["warm_start"]
     cpu["warm_start"] = _cpu_s()
-    print("2/5 the teacher and the start on the held-out problems ...", flush=True)
+    print("2/5 the teacher on the held-out problems ...", flush=True)
     teacher, overlap = teacher_and_overlap(cfg, spec, out / "teacher")
     sets = {SET: dev_records(cfg)}
     confirm_overlap = None
     if confirmation_problems:
         sets[confirmation.CONFIRM], confirm_overlap = confirmation.confirmation_tasks(cfg, heldout_kwargs(cfg),
                                                                                    confirmation_problems)
-    evaluations = {"start": evaluate_once(cfg, sets, start, out / "start", 0)}
-    cpu["teacher_and_start"] = _cpu_s()
+    cpu["teacher"] = _cpu_s()
     episodes = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
-    for i, arm in enumerate(ARMS):
-        coach = cfg.env.coach if arm == "coached" else f"{CONTROL_COACH} (the rule coach's verdict flipped at rate 0.5)"
-        print(f"3/5 arm {i + 1}/{len(ARMS)}, {arm}: {cfg.steps} MAPPA steps x {episodes} episodes, coach {coach} ...",
-              flush=True)
-        arm_cfg = load(config, out / arm, [*overrides, f"model.path={start}", *arm_overrides(arm, cfg.seed)])
-        train(arm_cfg)
-        cpu[arm] = _cpu_s()
-        print(f"4/5 {arm}: its final policy on the held-out problems ...", flush=True)
-        evaluations[arm] = evaluate_once(cfg, sets, out / arm / "final" / "shared", out / arm, cfg.steps)
-        cpu[f"{arm}_eval"] = _cpu_s()
+    print(f"3/5 side by side: the start's evaluation, and two arms of {cfg.steps} MAPPA steps x {episodes} episodes "
+          f"from it, coached by {cfg.env.coach} and by {CONTROL_COACH} (the rule coach's verdict flipped at rate "
+          f"0.5: a coach that says nothing) ...", flush=True)
+    jobs = {"start": (_evaluate_job, (config, out, overrides, sets, start, out / "start", 0))}
+    jobs.update({arm: (_arm_job, (config, out, overrides, arm, start, sets)) for arm in ARMS})
+    done = side_by_side(jobs, cpus, progress=lambda: arm_progress(out, cfg.steps))
+    evaluations = {name: r["evaluation"] for name, r in done.items()}
     print("5/5 writing the report ...", flush=True)
     report = build_report(cfg, spec, out, teacher, overlap, evaluations, n_boot)
     report["confirmation"] = (confirmation_summary(out, cfg, confirm_overlap, n_boot, evaluations)
                               if confirmation_problems else None)
-    report.update(wall_s=time.perf_counter() - started, cpu_s=cpu[ARMS[-1] + "_eval"] - cpu["start"], threads=threads,
-                  cpu_s_by_phase=cpu_by_phase(out, cpu))
+    phases = {"warm_start": cpu["warm_start"] - cpu["start"],
+              "teacher_and_start_eval": cpu["teacher"] - cpu["warm_start"] + done["start"]["cpu_s"]}
+    for arm in ARMS:
+        phases.update(done[arm]["phases"])
+    report.update(wall_s=time.perf_counter() - started, cpu_s=_cpu_s() - cpu["start"], threads=cpus,
+                  processes=len(jobs), cpu_s_by_phase=phases)
     plot_arms(out, report)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     text = format_report(report)
@@ -124,29 +130,102 @@ def run_quickstart(config: str, out: Path, spec: StartConfig, overrides: list[st
     return report
 
 
+# ---- side by side: jobs in processes of their own ------------------------------------------------
+
+def side_by_side(jobs: dict, cpus: int, progress=None, every_s: float = 20.0) -> dict:
+    """Run `jobs` ({name: (function, args)}) at once, one spawned process each, torch's threads split
+    between them (at least one each); returns {name: result}. `progress()` returns a line, printed
+    every `every_s` seconds when it changed. The first job to fail stops the rest and raises its error."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    share = max(1, cpus // len(jobs))
+    pool = cf.ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = {pool.submit(_in_process, fn, share, *args): name for name, (fn, args) in jobs.items()}
+        results, shown = {}, ""
+        pending = set(futures)
+        while pending:
+            finished, pending = cf.wait(pending, timeout=every_s, return_when=cf.FIRST_COMPLETED)
+            for f in finished:
+                results[futures[f]] = f.result()  # a job's error is raised here, in the caller
+            line = progress() if progress else ""
+            if line and line != shown:
+                print(line, flush=True)
+                shown = line
+        return results
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _in_process(fn, threads: int, *args):
+    """A job in its spawned process: torch's thread pools sized to its share of the CPUs."""
+    import os
+
+    os.environ["MAPPA_CPUS"] = str(threads)
+    return fn(*args)
+
+
+def arm_progress(out: Path, steps: int) -> str:
+    """One line: how far each arm's training and evaluation have got."""
+    from mappa_train.runlog import METRICS_FILE, read_metrics
+
+    parts = []
+    for arm in ARMS:
+        rows = [r for r in read_metrics(out / arm / METRICS_FILE) if r.get("kind") == "train"]
+        if (out / arm / "evaluation.json").exists():
+            parts.append(f"{arm}: done")
+        elif len(rows) == steps:
+            parts.append(f"{arm}: evaluating its final policy")
+        else:
+            last = f", reward {rows[-1]['reward']:.2f}" if rows and "reward" in rows[-1] else ""
+            parts.append(f"{arm}: step {len(rows)}/{steps}{last}")
+    start = "done" if (out / "start" / "evaluation.json").exists() else "evaluating"
+    return f"   start: {start} | " + " | ".join(parts)
+
+
+def _warm_start_job(config: str, out: Path, overrides: list[str], spec: StartConfig) -> Path:
+    from mappa_train.health import use_available_cpus
+
+    use_available_cpus()
+    return build_start(load(config, out, overrides), spec, out / "start")
+
+
+def _evaluate_job(config: str, out: Path, overrides: list[str], sets: dict, model: Path, where: Path,
+                  step: int) -> dict:
+    from mappa_train.health import use_available_cpus
+
+    use_available_cpus()
+    c0 = _cpu_s()
+    evaluation = evaluate_once(load(config, out, overrides), sets, model, where, step)
+    return {"evaluation": evaluation, "cpu_s": _cpu_s() - c0}
+
+
+def _arm_job(config: str, out: Path, overrides: list[str], arm: str, start: Path, sets: dict) -> dict:
+    """One arm: MAPPA training from the start, then its final policy on the held-out sets; its CPU
+    seconds by phase (rollout, update, sync from its metrics.jsonl; the rest as `other`)."""
+    from mappa_train.runlog import METRICS_FILE, read_metrics
+    from mappa_train.train import train
+
+    c0 = _cpu_s()
+    arm_cfg = load(config, out / arm, [*overrides, f"model.path={start}", "log.progress=false",
+                                       *arm_overrides(arm, load(config, out, overrides).seed)])
+    train(arm_cfg)  # sizes torch's threads to MAPPA_CPUS itself
+    c1 = _cpu_s()
+    cfg = load(config, out, overrides)
+    evaluation = evaluate_once(cfg, sets, out / arm / "final" / "shared", out / arm, cfg.steps)
+    rows = read_metrics(out / arm / METRICS_FILE)
+    phases = {f"{arm}_{k}": sum(r.get(f"cpu_{k}_s", 0.0) for r in rows) for k in ("rollout", "update", "sync")}
+    phases[f"{arm}_other"] = c1 - c0 - sum(phases.values())
+    phases[f"{arm}_eval"] = _cpu_s() - c1
+    return {"evaluation": evaluation, "phases": phases}
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process, its finished children and its live ones (sandbox kernels)."""
     from mappa_train.runlog import cpu_seconds
 
     return cpu_seconds()
-
-
-def cpu_by_phase(out: Path, marks: dict[str, float]) -> dict[str, float]:
-    """CPU seconds of each phase: the warm start, the teacher and the start's evaluation, and per arm its
-    rollouts, updates and weight syncs (from its metrics.jsonl) and its final evaluation."""
-    from mappa_train.runlog import METRICS_FILE, read_metrics
-
-    phases = {"warm_start": marks["warm_start"] - marks["start"],
-              "teacher_and_start_eval": marks["teacher_and_start"] - marks["warm_start"]}
-    before = marks["teacher_and_start"]
-    for arm in ARMS:
-        rows = read_metrics(out / arm / METRICS_FILE)
-        for k in ("rollout", "update", "sync"):
-            phases[f"{arm}_{k}"] = sum(r.get(f"cpu_{k}_s", 0.0) for r in rows)
-        phases[f"{arm}_other"] = marks[arm] - before - sum(phases[f"{arm}_{k}"] for k in ("rollout", "update", "sync"))
-        phases[f"{arm}_eval"] = marks[f"{arm}_eval"] - marks[arm]
-        before = marks[f"{arm}_eval"]
-    return phases
 
 
 # ---- the held-out sets: the teacher, and the evaluations of the start and each arm -----------------

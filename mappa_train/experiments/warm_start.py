@@ -30,7 +30,8 @@ class StartConfig:
     sft_short_steps: int = doc(450, "first supervised steps, on the conversations without their system prompts")
     sft_steps: int = doc(150, "then supervised steps on the conversations exactly as the agents see them")
     sft_batch: int = doc(16, "conversations per supervised step (the warm start's cost is about linear in it)")
-    sft_lr: float = doc(3e-3, "peak learning rate of the warm start (20 warm-up steps, linear decay to 10%)")
+    sft_lr: float = doc(3e-3, "peak learning rate of the warm start (warm-up over a quarter of the steps, at most 20; "
+                                  "linear decay to 10%)")
     solver_skill: float = doc(0.0, "how often the teacher's Problem Solver is right")
     code_skill: float = doc(0.5, "how often the teacher's code runs (else it raises NameError)")
     teacher: dict = doc({}, "keyword arguments of the env's registered scripted team, e.g. {skill: 0.7, code_rate: "
@@ -53,7 +54,7 @@ def teacher_kwargs(cfg, spec: StartConfig) -> dict:
 
 # A pretrained model's recipe: few steps, mostly on the cheap conversations without their system
 # prompts, at a fine-tuning rate (at the tiny model's 3e-3 a pretrained model forgets its language).
-PRETRAINED = dict(sft_episodes=160, sft_short_steps=30, sft_steps=10, sft_batch=8, sft_lr=2e-4)
+PRETRAINED = dict(sft_episodes=160, sft_short_steps=16, sft_steps=4, sft_batch=8, sft_lr=2e-4)
 
 
 def recipe_for(model_path: str, **overrides) -> StartConfig:
@@ -139,10 +140,11 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path, teachers: list
     roles = sorted(full)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(base)
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, fused=True)  # the per-tensor loop: ~4 s a step on SmolLM2
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, fused=True)  # the per-tensor loop: ~4 s/step
     from tqdm.auto import tqdm
 
     rng, losses, total = random.Random(cfg.seed), [], spec.sft_short_steps + spec.sft_steps
+    warmup = max(1, min(20, total // 4))  # a few dozen steps must reach the peak rate too
     for step in tqdm(range(total), desc="warm start", unit="step", disable=not cfg.log.progress):
         data = (short if step < spec.sft_short_steps else full)[roles[step % len(roles)]]
         batch = rng.sample(data, min(spec.sft_batch, len(data)))
@@ -155,7 +157,7 @@ def warm_start(cfg, spec: StartConfig, base: Path, out_dir: Path, teachers: list
             labels[i, len(p):len(p) + len(a)] = torch.tensor(a)
             attention[i, :len(p) + len(a)] = 1
         for group in opt.param_groups:
-            group["lr"] = spec.sft_lr * min(1.0, (step + 1) / 20) * (1 - 0.9 * step / total)
+            group["lr"] = spec.sft_lr * min(1.0, (step + 1) / warmup) * (1 - 0.9 * step / total)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.model.dtype == "bfloat16"):
             loss = _action_loss(model, ids, attention, labels)
         opt.zero_grad()
