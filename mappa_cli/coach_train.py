@@ -26,6 +26,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the fraction of tasks held out (never trained on), written to OUT/heldout")
     parser.add_argument("--model", default=C.model, help="the judge to start from: anything model.path takes")
     parser.add_argument("--full", action="store_true", help="train every weight instead of LoRA adapters")
+    parser.add_argument("--top-layers", type=int, default=C.top_layers, metavar="N",
+                        help="with --full: train only the top N layers and the final norm (0: all); a step then "
+                             "costs little more than a forward pass")
+    parser.add_argument("--balance", action="store_true",
+                        help="every batch draws right (verdict >= 5) and wrong actions in turn: a judge trained "
+                             "on mostly-right labels as they come gives every action the majority's verdict")
     parser.add_argument("--steps", type=int, default=C.steps)
     parser.add_argument("--batch-size", type=int, default=C.batch_size)
     parser.add_argument("--lr", type=float, default=C.lr)
@@ -52,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.scripted_set and not args.scripted:
         raise UsageError("--scripted-set needs --scripted ENV")
     cfg = JudgeTrainConfig(model=args.model, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                           lora=not args.full, lora_rank=args.lora_rank, reply=args.reply,
+                           lora=not args.full, top_layers=args.top_layers, balance=args.balance,
+                           lora_rank=args.lora_rank, reply=args.reply,
                            rationale_chars=args.rationale_chars, max_tokens=args.max_tokens, dtype=args.dtype,
                            seed=args.seed)
     cfg.check()

@@ -2,7 +2,9 @@
 
 Supervised next-token loss on the reply only (the prompt's tokens are context, not targets), a fixed
 number of seeded AdamW steps over shuffled examples, LoRA (merged into the weights at the end) or the
-full model. Weights stay float32; forward and backward run under bf16 autocast where
+full model. With `balance`, every batch draws right (verdict >= 5) and wrong actions in turn: rule
+labels are mostly right (70 % of Chain-v0's are 9.0), and a judge trained on them as they come learns
+to give every action the majority's verdict. Weights stay float32; forward and backward run under bf16 autocast where
 `mappa_train.precision` says this machine multiplies bf16 fast. The result is a plain transformers
 folder (weights, tokenizer, `judge_training.json`) written aside and moved into `out` at the end, so a
 failed run leaves no half-written folder; held-out actions go to `out/heldout/` as a labels dataset
@@ -22,6 +24,7 @@ from mappa_train.coach_training.format import REPLY_FORMATS, prompt_messages, ta
 from mappa_train.export import new_folder
 
 HELDOUT_DIR = "heldout"
+RIGHT = 5.0  # a verdict at or above it calls the action right (the held-out labels' `label`, --balance's classes)
 RECORD = "judge_training.json"
 
 
@@ -31,13 +34,16 @@ class JudgeTrainConfig:
     steps: int = 200  # optimizer steps
     batch_size: int = 4
     lr: float = 2e-4
-    lora: bool = True  # False: every weight is trained
+    lora: bool = True  # False: every weight is trained (or, with top_layers, the top layers' weights)
+    top_layers: int = 0  # without LoRA: train only the last N transformer layers and the final norm (0: all);
+    # the backward pass then stops at them, a step costs little more than a forward pass
     lora_rank: int = 16
     lora_targets: list = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     reply: str = "json"  # "json": the structured-output schema; "text": RATIONALE/SCORE lines
     rationale_chars: int = 160  # the label's rationale, cut to this; 0 trains an empty rationale (fast replies)
     max_tokens: int = 2048  # prompt + reply; a longer prompt keeps its end (the evidence and the reply format)
     dtype: str = "auto"  # as model.dtype: "auto", "bfloat16" or "float32"
+    balance: bool = False  # draw right (>= 5) and wrong actions in turn, whatever their share of the labels
     seed: int = 0
 
     def check(self) -> None:
@@ -45,6 +51,8 @@ class JudgeTrainConfig:
             raise LabelError(f"--reply must be one of {', '.join(REPLY_FORMATS)}, got {self.reply!r}")
         if min(self.steps, self.batch_size, self.lora_rank, self.max_tokens) < 1 or self.rationale_chars < 0:
             raise LabelError("--steps, --batch-size, --lora-rank and --max-tokens must be >= 1, --rationale-chars >= 0")
+        if self.top_layers < 0 or (self.top_layers and self.lora):
+            raise LabelError("--top-layers N (>= 1) trains the top N layers of a full fine-tune: give it with --full")
         if not self.lr > 0:
             raise LabelError(f"--lr must be > 0, got {self.lr}")
 
@@ -85,6 +93,7 @@ def train_judge(train: Sequence[Labelled], heldout: Sequence[Labelled], out: str
     check_out(out)
     if not train:
         raise LabelError("no training examples are left after the split by task; lower --heldout or add labels")
+    draw = sampler([ex.score for ex in train], cfg.balance, random.Random(cfg.seed))
     base = resolve_model(cfg.model, label=f"--model {cfg.model!r}")
     precision = resolve_precision(cfg.dtype)
     say(precision.describe())
@@ -97,18 +106,15 @@ def train_judge(train: Sequence[Labelled], heldout: Sequence[Labelled], out: str
 
         model = add_adapters(model, LoraConfig(rank=cfg.lora_rank, alpha=2.0 * cfg.lora_rank,
                                                target_modules=list(cfg.lora_targets)), ["judge"])
+    elif cfg.top_layers:
+        freeze_below(model, cfg.top_layers)
     encoded = [encode(tokenizer, ex, cfg) for ex in train]
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    order, rng, losses = [], random.Random(cfg.seed), []
+    losses: list[float] = []
     model.train()
     for step in range(cfg.steps):
-        batch = []
-        while len(batch) < cfg.batch_size:
-            if not order:
-                order = list(range(len(encoded)))
-                rng.shuffle(order)
-            batch.append(encoded[order.pop()])
+        batch = [encoded[draw()] for _ in range(cfg.batch_size)]
         loss = _loss(model, batch, tokenizer.pad_token_id or 0, precision.torch_dtype)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -120,13 +126,47 @@ def train_judge(train: Sequence[Labelled], heldout: Sequence[Labelled], out: str
     if cfg.lora:
         model = model.merge_and_unload()
     record = {"config": asdict(cfg), "base": str(base), "precision": precision.dtype,
-              "train_actions": len(train), "train_tasks": len({ex.task_key for ex in train}),
+              "train_actions": len(train), "train_right": sum(ex.score >= RIGHT for ex in train),
+              "train_tasks": len({ex.task_key for ex in train}),
               "heldout_actions": len(heldout), "heldout_tasks": len({ex.task_key for ex in heldout}),
               "prompts_cut": sum(cut for _, _, cut in encoded),
               "reply_tokens": max(len(ids) - n for ids, n, _ in encoded),  # the longest reply, end of turn included
               "sources": sorted({ex.source for ex in train}), "loss_first": losses[0], "loss_last": losses[-1]}
     _write(model, tokenizer, heldout, record, out)
     return record
+
+
+def freeze_below(model, top: int) -> None:
+    """Leave only the last `top` decoder layers and the final norm trainable (a Llama/Qwen-shaped model:
+    `model.model.layers`, `model.model.norm`); the embeddings, tied to the output head, stay as they are."""
+    layers = model.model.layers
+    if top > len(layers):
+        raise LabelError(f"--top-layers {top} is more than the model's {len(layers)} layers")
+    model.requires_grad_(False)
+    for module in (*layers[-top:], model.model.norm):
+        module.requires_grad_(True)
+
+
+def sampler(scores: Sequence[float], balance: bool, rng: random.Random):
+    """A function giving the next example's index: shuffled passes over all of them, or with `balance`
+    shuffled passes over the right (score >= 5) and the wrong ones in turn."""
+    classes = [list(range(len(scores)))]
+    if balance:
+        classes = [[i for i, s in enumerate(scores) if s >= RIGHT], [i for i, s in enumerate(scores) if s < RIGHT]]
+        if not all(classes):
+            raise LabelError("--balance needs right (verdict >= 5) and wrong actions among the training labels; "
+                             f"these are all {'right' if classes[0] else 'wrong'}: drop --balance or add labels")
+    queues: list[list[int]] = [[] for _ in classes]
+    turn = [rng.randrange(2) if balance else 0]  # which class the first batch starts with
+
+    def draw() -> int:
+        k = turn[0] = (turn[0] + 1) % len(classes)
+        if not queues[k]:
+            queues[k] = list(classes[k])
+            rng.shuffle(queues[k])
+        return queues[k].pop()
+
+    return draw
 
 
 def _loss(model, batch: list[tuple[list[int], int, bool]], pad_id: int, dtype):
@@ -164,7 +204,7 @@ def heldout_dataset(examples: Sequence[Labelled]):
 
     rows = [{"env_id": ex.request.env_id, "task_id": "", "role": ex.request.role, "task": ex.request.task,
              "action": ex.request.action, "request": json.dumps(ex.request.to_dict(), ensure_ascii=False, default=str),
-             "label": ex.score >= 5.0, "human_score": ex.score, "human_right": None, "coach_score": ex.score,
+             "label": ex.score >= RIGHT, "human_score": ex.score, "human_right": None, "coach_score": ex.score,
              "coach_rationale": ex.rationale, "note": ex.source} for ex in examples]
     features = datasets.Features({
         **{k: datasets.Value("string") for k in ("env_id", "task_id", "role", "task", "action", "request",

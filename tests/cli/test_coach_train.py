@@ -26,6 +26,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, chain_transc
                                "--out", str(out)], capsys)
     assert "--heldout" in fails(["coach-train", "--transcripts", str(chain_transcripts), "--heldout", "1.5",
                                  "--out", str(out)], capsys)
+    assert "give it with --full" in fails(["coach-train", "--transcripts", str(chain_transcripts), "--top-layers", "2",
+                                           "--out", str(out)], capsys)
     assert "does not exist" in fails(["coach-train", "--transcripts", str(tmp_path / "nothing"), "--out", str(out)],
                                      capsys)
     assert "not a labels dataset" in fails(["coach-train", "--labels", str(tmp_path), "--out", str(out)], capsys)
