@@ -169,6 +169,30 @@ def test_the_budget_preflight_trains_until_the_process_arm_rises_and_fixes_the_g
     assert trained == [4]
 
 
+def test_the_budget_pre_flight_is_not_fixed_by_one_lucky_evaluation(tmp_path):
+    from mappa_train.experiments.preflight import fix_budget
+
+    curve = [0.1, 0.1, 0.25, 0.1, 0.1, 0.2, 0.2, 0.3, 0.3]  # a blip at step 2; risen from step 5 on
+    trained = []
+
+    def fake_train(cfg):
+        trained.append(cfg.steps)
+        out = Path(cfg.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        rows = [{"kind": "eval", "step": s, "indist/accuracy": curve[s]} for s in range(cfg.steps + 1)]
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def make(steps):
+        return load_config("configs/chain.yaml", [f"steps={steps}", f"out_dir={tmp_path / 'run'}"])
+
+    report = fix_budget(make, fake_train, 2, "indist", 0.1, 8, 2.0, tmp_path / "budget.json")
+    assert trained == [2, 4, 6]  # the blip alone did not stop it
+    assert (report["steps_to_rise"], report["reached"], report["budget_steps"]) == (5, 0.2, 10)
+    curve[:] = [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.25]  # risen only at the last evaluation: not confirmed
+    with pytest.raises(ConfigError, match="at two evaluations in a row"):
+        fix_budget(make, fake_train, 2, "indist", 0.1, 8, 2.0, tmp_path / "flat.json")
+
+
 def test_arm_overrides_decide_the_outcome_credit_and_fill_in_the_seed():
     base = {"depth": 2}
     arm = Arm(reward="outcome", outcome_credit="last_action", overrides=["env.coach=rule:noise=0.5,seed={seed}"])
