@@ -4,6 +4,7 @@
                                    coach_state.json   a stateful coach's statistics (else absent)
                                    state.json         {"step": N}, written last: marks it complete
     out_dir/final/<policy>/                       the trained policy with its tokenizer (LoRA: adapters)
+                 ...                              and what the policy layout adds (LoRA: lora.json, merged/)
 
 Whether a new config may resume the run in out_dir is `mappa_train.resume_config`'s to say.
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from mappa_envs.coach.stateful import load_coach_state, plot_run_corrections, save_coach_state
 from mappa_train.config import TrainConfig
+from mappa_train.policy_layout import policy_layout
 from mappa_train.runlog import METRICS_FILE, plot_curves
 
 if TYPE_CHECKING:
@@ -53,29 +55,23 @@ def resume(cfg: TrainConfig, out: Path, experience: ExperienceSource, learners: 
         for name, learner in learners.items():
             learner.load_checkpoint(ckpt / name)
         load_coach_state(experience.coach, ckpt)
-    if ckpt is not None or cfg.model.policies == "lora":  # fresh adapters are random too (A; B = 0)
+    if ckpt is not None or not policy_layout(cfg).starts_in_sync:
         experience.sync({name: learner.state_dict() for name, learner in learners.items()})
     return start
 
 
 def save_final(cfg: TrainConfig, out: Path, model_path: Path, learners: Mapping[str, Learner],
                experience: ExperienceSource) -> None:
-    """final/<policy>/ (a model or an adapter, with its tokenizer), the LoRA manifest, the plots."""
+    """final/<policy>/ (a model or an adapter, with its tokenizer), what the layout adds, the plots."""
     from transformers import AutoTokenizer  # heavy, and for the run's end only: finding a checkpoint stays light
 
-    from mappa_train.factories import policy_paths
-
-    paths = policy_paths(cfg, learners, model_path)
+    layout = policy_layout(cfg)
+    paths = layout.starts(learners, model_path)
     for name, learner in learners.items():
         learner.save_pretrained(out / "final" / name)
         if learner.rank == 0:
             AutoTokenizer.from_pretrained(paths[name]).save_pretrained(out / "final" / name)
-    if cfg.model.policies == "lora":
-        from mappa_train.lora import export_merged, write_manifest
-
-        write_manifest(out / "final", Path(model_path).resolve(), experience.policy_of)
-        if cfg.lora.export_merged:
-            export_merged(out / "final", out / "final" / "merged")
+    layout.finish(out / "final", model_path, experience.policy_of)
     if cfg.log.plot:
         plot_curves(out / METRICS_FILE, out / "curves.png", title=f"MAPPA on {cfg.env.id}")
         plot_run_corrections(experience.coach, out)  # the stateful coach's offsets over the run (else nothing)

@@ -3,12 +3,11 @@
     mappa export checkpoint runs/mathchat --step 8 --out runs/mathchat-step8   # one model folder per policy
     mappa export transcripts runs/eval/base/transcripts.jsonl --out runs/base-ds  # datasets.load_from_disk
 
-A checkpoint (`out_dir/checkpoints/step_N/<policy>/`) is DeepSpeed's: weights and optimizer state in
-its own files. `export_checkpoint` reads its weights (gathering ZeRO-3 partitions when the run used
-them), puts them into a model built from the run's starting config, and saves it with the tokenizer
-as a plain transformers folder, the same as the run's `final/<policy>/`: `hf:FOLDER` in `mappa eval`,
-`from_pretrained` anywhere. A LoRA run's checkpoint holds one peft adapter per group; each is merged
-into the base (`mappa_train.lora.merge_adapter`, as `lora.export_merged` does for final/) and saved so.
+A checkpoint's policy folder (`out_dir/checkpoints/step_N/<policy>/`) becomes a plain transformers folder,
+the same as the run's `final/<policy>/` (`hf:FOLDER` in `mappa eval`, `from_pretrained` anywhere), as the
+run's policy layout says (`policy_layout.PolicyLayout.export_policy`): a whole model's DeepSpeed weights
+(ZeRO-3 partitions gathered) go into a model built from its starting config, saved with the tokenizer; a
+LoRA run's adapter is merged into the base (as `lora.export_merged` does for final/).
 
 Transcripts (`mappa run`, `mappa eval`, `TranscriptRecorder` files) become one row per action: the
 episode's env, task, seed and outcome, the role and its action, what the agent saw (`seen`: its last
@@ -63,20 +62,20 @@ def export_checkpoint(run_dir: str | Path, step: int | None, out: str | Path) ->
     if step not in steps:
         raise ExportError(f"{run_dir} has no checkpoint of step {step}; it has steps {steps} "
                           "(keep_checkpoints decides how many stay)")
+    from mappa_train.factories import resolve_model
+    from mappa_train.policy_layout import policy_layout
+
     cfg = from_dict(json.loads((run_dir / "config.json").read_text()))
     ckpt = run_dir / "checkpoints" / f"step_{step:06d}"
     policies = sorted(p.name for p in ckpt.iterdir() if p.is_dir())
+    layout = policy_layout(cfg)
     with new_folder(out) as tmp:
-        if cfg.model.policies == "lora":  # one peft adapter per group over the frozen base: merged into it
-            from mappa_train.factories import resolve_model
-
-            base = resolve_model(cfg)  # resolved once: every adapter merges into the same base
-            for policy in policies:
-                _merge_lora(ckpt / policy, base, tmp / policy)
-        else:
-            starts = _starting_models(cfg, policies)
-            for policy in policies:
-                _export_policy(ckpt / policy, starts[policy], tmp / policy)
+        model_path = resolve_model(cfg)  # resolved once: every policy starts from it (or from model.role_paths)
+        for policy in policies:
+            try:
+                layout.export_policy(policy, ckpt / policy, model_path, tmp / policy)
+            except ConfigError as e:  # the folder does not hold what the layout's learners write
+                raise ExportError(str(e)) from None
         (tmp / "export.json").write_text(json.dumps({"run": str(run_dir.resolve()), "step": step,
                                                      "policies": policies}, indent=2))
     return {policy: out / policy for policy in policies}
@@ -103,56 +102,6 @@ def _check_new(out: Path) -> None:
     if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
         raise ExportError(f"--out {out} already exists and is not an empty folder; an export writes a new folder "
                           "only: choose another --out")
-
-
-def _starting_models(cfg, policies: list[str]) -> dict[str, Path]:
-    """policy -> the folder its run started from (config and tokenizer), as training resolved it."""
-    from mappa_train.factories import policy_paths, resolve_model
-
-    return policy_paths(cfg, policies, resolve_model(cfg))
-
-
-def _merge_lora(adapter: Path, base: Path, target: Path) -> Path:
-    from mappa_train.lora import ADAPTER_FILE, merge_adapter
-
-    if not (adapter / ADAPTER_FILE).is_file():
-        raise ExportError(f"{adapter} holds no LoRA adapter ({ADAPTER_FILE}); was the checkpoint cut short?")
-    return merge_adapter(base, adapter, target)
-
-
-def _export_policy(ckpt: Path, start: Path, target: Path) -> Path:
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    state = _weights(ckpt)
-    config = AutoConfig.from_pretrained(start)
-    model = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
-    if set(missing) - tied or unexpected:
-        raise ExportError(f"{ckpt} does not fit the model of {start}: missing {sorted(set(missing) - tied)[:3]}, "
-                          f"unexpected {sorted(unexpected)[:3]}")
-    model.tie_weights()
-    with torch.no_grad():
-        model.save_pretrained(target)
-    AutoTokenizer.from_pretrained(start).save_pretrained(target)
-    return target
-
-
-def _weights(ckpt: Path) -> dict:
-    """The model weights of a DeepSpeed checkpoint folder (tag "state"), full even under ZeRO-3."""
-    import torch
-
-    files = sorted((ckpt / "state").glob("mp_rank_*_model_states.pt"))
-    if not files:
-        raise ExportError(f"{ckpt} holds no DeepSpeed model state (state/mp_rank_00_model_states.pt)")
-    module = torch.load(files[0], map_location="cpu", weights_only=False).get("module") or {}
-    if module:
-        return dict(module)
-    # ZeRO-3 keeps no weights in the model file: gather them from the partitions
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-    return dict(get_fp32_state_dict_from_zero_checkpoint(str(ckpt), tag="state"))
 
 
 def transcript_rows(path: str | Path) -> Iterator[dict]:

@@ -4,11 +4,13 @@
     experience = local_experience(cfg, model_path)             # envs + generators: an ExperienceSource
     learners = make_learners(cfg, model_path, policy names)    # policy -> Learner
 
-`mappa_train.train` runs the loop over them; `mappa_train.ray_mode` builds the same blocks as Ray actors.
+What differs between shared, per-role and LoRA policies is asked of `policy_layout(cfg)`
+(mappa_train.policy_layout). `mappa_train.train` runs the loop over these blocks;
+`mappa_train.ray_mode` builds the same blocks as Ray actors.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,8 @@ from transformers import AutoTokenizer
 
 from mappa_train.config import ConfigError, TrainConfig
 from mappa_train.experience import LocalExperience
-from mappa_train.learner import Learner, build_learner
-
-SHARED = "shared"
+from mappa_train.learner import Learner
+from mappa_train.policy_layout import policy_layout
 
 
 def resolve_model(cfg: TrainConfig) -> Path:
@@ -28,20 +29,10 @@ def resolve_model(cfg: TrainConfig) -> Path:
     return resolve(cfg.model.path, tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed)
 
 
-def policy_paths(cfg: TrainConfig, names: Iterable[str], default: Path | str) -> dict[str, Path]:
-    """policy -> its starting checkpoint: `model.role_paths` for the roles it names (per_role: a policy is
-    a role), the resolved `model.path` (`default`) for the rest."""
-    from mappa_train.model_source import resolve_model as resolve
-
-    paths = cfg.model.role_paths
-    return {n: resolve(paths[n], tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed) if n in paths
-            else Path(default) for n in names}
-
-
 def resolve_checked_model(cfg: TrainConfig) -> Path:
     """`resolve_model`, after refusing any policy's starting model whose chat template fails `check_template`."""
     model_path = resolve_model(cfg)
-    for path in {model_path, *policy_paths(cfg, cfg.model.role_paths, model_path).values()}:
+    for path in {model_path, *policy_layout(cfg).starts(cfg.model.role_paths, model_path).values()}:
         check_template(cfg, path)
     return model_path
 
@@ -51,10 +42,6 @@ def check_template(cfg: TrainConfig, model_path: Path | str):
     from mappa_train.chat_tokens import ChatFormat
 
     return ChatFormat.of(AutoTokenizer.from_pretrained(model_path), cfg.generation.continuation)
-
-
-def pad_id(model_path: Path | str) -> int:
-    return AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
 
 
 def make_coach(cfg: TrainConfig, evaluation: bool = False):
@@ -79,24 +66,15 @@ def make_envs(cfg: TrainConfig, n: int, overrides: Mapping[str, Any] | None = No
 
 def policy_map(cfg: TrainConfig, roles: Sequence[str]) -> dict[str, str]:
     """role -> policy name: one shared policy, one per role (the paper), or one LoRA adapter per role or group."""
-    if cfg.model.policies == "lora":
-        from mappa_train.lora import adapter_map
-
-        return adapter_map(cfg, roles)
-    unknown = sorted(set(cfg.model.role_paths) - set(roles))
-    if unknown:
-        raise ConfigError(f"model.role_paths names roles {unknown} that {cfg.env.id} does not have; "
-                          f"its roles: {list(roles)}")
-    return {r: (SHARED if cfg.model.policies == "shared" else r) for r in roles}
+    return policy_layout(cfg).policy_of(roles)
 
 
 def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Any]:
+    """policy name -> its Generator, after refusing a context too short for prompt + new tokens."""
     from transformers import AutoConfig
 
-    from mappa_train.generation import make_generator
-
-    g = cfg.generation
-    paths = policy_paths(cfg, names, model_path)
+    g, layout = cfg.generation, policy_layout(cfg)
+    paths = layout.starts(names, model_path)
     for path in sorted(set(paths.values())):
         limit = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
         if limit and g.max_prompt_tokens + g.max_new_tokens > limit:
@@ -107,24 +85,13 @@ def make_generators(cfg: TrainConfig, model_path: Path | str, names: Sequence[st
         kwargs: dict = {"dtype": cfg.model.dtype}  # resolved as the learner resolves it (mappa_train.precision)
     else:  # one GPU holds this process's engines: they share vllm_gpu_memory_utilization (vLLM checks the sum)
         kwargs = {"dtype": cfg.model.dtype, "max_model_len": g.max_prompt_tokens + g.max_new_tokens,
-                  "gpu_memory_utilization": g.vllm_gpu_memory_utilization / len(names), "seed": cfg.seed}
-    if cfg.model.policies == "lora":  # one engine, every adapter: the memory of one policy, not len(names)
-        from mappa_train.lora import lora_generators
-
-        if g.backend == "vllm":
-            kwargs["gpu_memory_utilization"] = g.vllm_gpu_memory_utilization
-        return lora_generators(cfg, model_path, names, **kwargs)
-    return {name: make_generator(g.backend, str(paths[name]), **kwargs) for name in names}
+                  "gpu_memory_utilization": g.vllm_gpu_memory_utilization / layout.engines(names), "seed": cfg.seed}
+    return layout.make_generators(model_path, names, **kwargs)
 
 
 def make_learners(cfg: TrainConfig, model_path: Path | str, names: Sequence[str]) -> dict[str, Learner]:
     """policy name -> its learner; in LoRA mode one base model's adapters, each behind the same interface."""
-    if cfg.model.policies == "lora":
-        from mappa_train.lora import lora_learners
-
-        return lora_learners(cfg, model_path, names, pad_id(model_path))
-    paths = policy_paths(cfg, names, model_path)
-    return {name: build_learner(cfg, paths[name], pad_id(paths[name])) for name in names}
+    return policy_layout(cfg).make_learners(model_path, names)
 
 
 def stop_rule(stop_below: Mapping[str, float], roles: Sequence[str]) -> Callable | None:

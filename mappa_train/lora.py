@@ -1,11 +1,16 @@
 """LoRA policies (`model.policies=lora`): one frozen base model, one peft adapter per role or group.
 
+`LoraLayout` is the run's `policy_layout.PolicyLayout`: the trainer asks it what to build and write
+instead of reading `model.policies` (config/validation.py checks the `lora` section). Its parts:
+
     role -> adapter:   adapter_map(cfg, roles)                 # groups share one; ConfigError on unknown names
     learner:           one PolicyLearner(adapters=LoraAdapters(...)) holds the base and every adapter;
                        `AdapterLearner` is one adapter's view of it, a `learner.Learner` like any policy's
     generator:         one HFGenerator (or one vLLM engine, `vllm_engine.LoraVLLMGenerator`) holds the base
                        and every adapter; `AdapterGenerator` is one adapter's view, switched per batch
     sync:              `AdapterLearner.state_dict()` is the adapter's tensors only (KB-MB, not the model)
+    final/:            final/<adapter>/ (peft folders), final/lora.json (base + role -> adapter), final/merged/
+    export:            a checkpoint's adapter merged into the base (`merge_adapter`)
 
 The KL reference is the base with the adapters switched off (peft's `disable_adapter`): no second copy.
 Each adapter has its own AdamW state: only the adapter being trained requires grad while it trains,
@@ -257,6 +262,45 @@ def _tokenizer(model_path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_path)
+
+
+class LoraLayout:
+    """`policy_layout.PolicyLayout` of `model.policies=lora`: one engine and one learner over the base hold
+    every adapter; a policy is an adapter."""
+
+    starts_in_sync = False  # fresh adapters are random (A; B = 0), drawn apart in the learner and the generator
+    unused_settings = ()
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+
+    def policy_of(self, roles: Sequence[str]) -> dict[str, str]:
+        return adapter_map(self.cfg, roles)
+
+    def starts(self, names: Iterable[str], model_path: str | Path) -> dict[str, Path]:
+        return {n: Path(model_path) for n in names}
+
+    def engines(self, names: Sequence[str]) -> int:
+        return 1  # every adapter in one engine: the memory of one policy, not len(names)
+
+    def adapters(self, names: Sequence[str]) -> int:
+        return len(names)
+
+    def make_generators(self, model_path: str | Path, names: Sequence[str], **kwargs) -> dict[str, Any]:
+        return lora_generators(self.cfg, model_path, names, **kwargs)
+
+    def make_learners(self, model_path: str | Path, names: Sequence[str]) -> dict[str, AdapterLearner]:
+        return lora_learners(self.cfg, model_path, names, _tokenizer(model_path).pad_token_id or 0)
+
+    def finish(self, final_dir: Path, model_path: str | Path, policy_of: Mapping[str, str]) -> None:
+        write_manifest(final_dir, Path(model_path).resolve(), policy_of)
+        if self.cfg.lora.export_merged:
+            export_merged(final_dir, Path(final_dir) / "merged")
+
+    def export_policy(self, name: str, ckpt_dir: Path, model_path: str | Path, target: Path) -> Path:
+        if not (ckpt_dir / ADAPTER_FILE).is_file():
+            raise ConfigError(f"{ckpt_dir} holds no LoRA adapter ({ADAPTER_FILE}); was the checkpoint cut short?")
+        return merge_adapter(model_path, ckpt_dir, target)
 
 
 # ---- finished runs: final/<adapter>/ + final/lora.json -----------------------------------------------

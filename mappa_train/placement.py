@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from mappa_train.config import ConfigError, TrainConfig
+from mappa_train.policy_layout import policy_layout
 
 GiB = 1 << 30
 ENGINE_OVERHEAD = 2 * GiB  # CUDA context, graphs, sampler and activation workspace of one vLLM engine
@@ -147,7 +148,7 @@ class Sizes:
     weights: int  # bytes of one copy of the weights
     max_len: int  # max_model_len: prompt + new tokens
     ranks: int  # learner ranks per policy
-    lora: bool  # one base serves every policy: one engine, one learner
+    adapters: int  # LoRA adapters on one base, which then serves every policy with one engine and one learner
     learner: dict[str, int]  # learner_bytes of one rank
 
 
@@ -160,7 +161,7 @@ def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
     sizes = _sizes(cfg, shape, policies)
     problems: list[str] = []
     gpus = [GPU(i, node) for node in range(hw.nodes) for i in range(node * hw.gpus, (node + 1) * hw.gpus)]
-    if sizes.lora:
+    if sizes.adapters:
         learner_names = [f"base + {len(policies)} LoRA adapters ({adapter_params(shape, cfg) * 4 / (1 << 20):.0f} MiB "
                          "fp32 each)"]
     else:
@@ -175,10 +176,10 @@ def place(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Plan:
 def _sizes(cfg: TrainConfig, shape: Shape, policies: list[str]) -> Sizes:
     b = dtype_bytes(cfg)
     ranks = cfg.ray.learner_ranks if cfg.ray.enabled else 1
-    lora = cfg.model.policies == "lora"
+    adapters = policy_layout(cfg).adapters(policies)
     return Sizes(cfg, shape, int(cfg.hardware.gpu_memory_gb * GiB), b, shape.params * b,
-                 cfg.generation.max_prompt_tokens + cfg.generation.max_new_tokens, ranks, lora,
-                 learner_bytes(shape, cfg, ranks, adapters=len(policies) if lora else 0))
+                 cfg.generation.max_prompt_tokens + cfg.generation.max_new_tokens, ranks, adapters,
+                 learner_bytes(shape, cfg, ranks, adapters=adapters))
 
 
 def _engine_line(s: Sizes, names: list[str], problems: list[str]) -> tuple[str, int]:
@@ -188,14 +189,14 @@ def _engine_line(s: Sizes, names: list[str], problems: list[str]) -> tuple[str, 
     if g.backend == "hf":  # a full transformers copy per policy; its KV cache grows with the batch
         kv = cfg.rollout.num_envs * s.max_len * s.shape.kv_bytes_per_token(b)
         each = s.weights + kv
-        if s.lora:
+        if s.adapters:
             each += len(names) * adapter_params(s.shape, cfg) * 4
             return (f"transformers generator, LoRA adapters {', '.join(names)}: {_gib(each)} (one base + "
                     "adapters + KV of num_envs × max_model_len)"), each
         return f"transformers generators {', '.join(names)}: {_gib(each)} each (weights + KV of num_envs × " \
                f"max_model_len)", each * len(names)
     label = f"vLLM engines {', '.join(names)}"
-    if s.lora:
+    if s.adapters:
         label, names = f"vLLM engine, multi-LoRA {', '.join(names)}", names[:1]
     share = g.vllm_gpu_memory_utilization / len(names)
     each = share * s.capacity
@@ -350,8 +351,6 @@ def dry_run(cfg: TrainConfig, echo=print) -> int:
 
 def _policies(cfg: TrainConfig, problems: list[str]) -> list[str]:
     """The policy names of the run, from the env's roles (built offline: rule coach, local sandbox)."""
-    if cfg.model.policies == "shared":
-        return ["shared"]
     import mappa_envs
     from mappa_envs.coach import RuleCoach
 
@@ -362,11 +361,7 @@ def _policies(cfg: TrainConfig, problems: list[str]) -> list[str]:
                         "is its data in place?")
         return []
     try:
-        if cfg.model.policies == "lora":  # one adapter per role or group
-            from mappa_train.lora import adapter_map
-
-            return sorted(set(adapter_map(cfg, env.possible_agents).values()))
-        return list(env.possible_agents)
+        return list(dict.fromkeys(policy_layout(cfg).policy_of(env.possible_agents).values()))  # in team order
     except ConfigError as e:
         problems.append(str(e))
         return []

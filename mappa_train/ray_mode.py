@@ -180,7 +180,8 @@ def train_with_ray(cfg: TrainConfig) -> Path:
     """`train.train` with rollout workers and learner ranks as Ray actors."""
     ray = _ray()
 
-    from mappa_train.factories import pad_id, policy_paths, resolve_checked_model
+    from mappa_train.factories import resolve_checked_model
+    from mappa_train.policy_layout import pad_id, policy_layout
     from mappa_train.train import train
 
     model_path = str(resolve_checked_model(cfg))  # before any actor starts
@@ -194,7 +195,7 @@ def train_with_ray(cfg: TrainConfig) -> Path:
     workers = [Worker.remote(cfg, model_path) for _ in range(cfg.ray.rollout_workers)]
     experience = RayExperience(workers)
     names = sorted(set(experience.policy_of.values()))
-    paths = {name: str(path) for name, path in policy_paths(cfg, names, model_path).items()}
+    paths = {name: str(path) for name, path in policy_layout(cfg).starts(names, model_path).items()}
     learners = {name: LearnerGroup([Rank.remote(r, cfg.ray.learner_ranks, paths[name], cfg, pad_id(paths[name]))
                                     for r in range(cfg.ray.learner_ranks)])
                 for name in names}

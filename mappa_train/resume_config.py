@@ -21,6 +21,7 @@ from pathlib import Path
 
 from mappa_train.checkpoints import latest_checkpoint
 from mappa_train.config import ConfigError, TrainConfig, from_dict, to_dict
+from mappa_train.policy_layout import policy_layout
 
 # Keys whose change makes the checkpoints unloadable (shapes, parameter sets, one learner per policy).
 FIXED = ("model.path", "model.policies", "model.role_paths", "model.dtype", "env.id", "lora.rank",
@@ -68,8 +69,10 @@ def check_changes(cfg: TrainConfig, old: dict, out: Path, step: int) -> dict:
     new = to_dict(cfg)
     changes = config_changes(old, new)
     changes.pop("allow_config_change", None)  # the permission itself is no change to the run
-    if "lora" not in (old.get("model", {}).get("policies"), new["model"]["policies"]):
-        changes = {k: v for k, v in changes.items() if not k.startswith("lora.")}  # no adapters: lora.* unused
+    # settings neither run's policy layout reads (lora.* without adapters) change nothing either run holds
+    old_layout = policy_layout(cfg, old.get("model", {}).get("policies"))
+    unused = tuple(set(policy_layout(cfg).unused_settings) & set(old_layout.unused_settings))
+    changes = {k: v for k, v in changes.items() if not k.startswith(unused)}
     fixed = {k: v for k, v in changes.items() if any(k == f or k.startswith(f + ".") for f in FIXED)}
     if fixed:
         raise ConfigError(f"{out} holds a run at step {step} whose checkpoints cannot load with {_describe(fixed)}; "

@@ -74,7 +74,7 @@ def test_the_lora_preset_fits_one_gpu(stand_ins):
     d = stand_ins["mathchat"]
     rc, out = run(preset("mathchat_lora", d))
     assert rc == 0, out
-    assert "vLLM engine, multi-LoRA code_executor, problem_solver, verifier: gpu_memory_utilization 0.700" in out
+    assert "vLLM engine, multi-LoRA problem_solver, code_executor, verifier: gpu_memory_utilization 0.700" in out
     assert out.count("learner ") == 1
     assert "base + 3 LoRA adapters (45 MiB fp32 each)" in out
     assert "reference 0.0 GiB" in out
