@@ -46,6 +46,8 @@ T = TypeVar("T")
 
 RewardMode = Literal["process", "outcome", "process+outcome", "backprop"]
 REWARD_MODES: tuple[str, ...] = get_args(RewardMode)
+SCORES_EACH_ACTION = ("process", "process+outcome")  # a coach score on every action as it is taken
+PAYS_OUTCOME = ("outcome", "process+outcome")  # 10 x the team's outcome at the end
 # Per-episode attributes: a pickled or copied env carries none of them (it is reset again where it lands).
 _EPISODE_ATTRS = ("agents", "rewards", "_cumulative_rewards", "terminations", "truncations", "infos",
                   "agent_selection", "_messages", "_turn_actions", "_started", "_transcript_chars", "_schedule")
@@ -245,7 +247,7 @@ class PipelineEnv(AECEnv):
         reward = 0.0
         if self.reward_mode == "backprop":  # judged once the episode is over (_finish)
             ep.held.append(self._coach_request(role, text, results, checks, done, errors))
-        elif self.reward_mode != "outcome":
+        elif self.reward_mode in SCORES_EACH_ACTION:
             coach = self._score(self._coach_request(role, text, results, checks, done, errors), errors)
             if coach.ok and coach.score is not None and math.isfinite(coach.score):
                 reward = min(10.0, max(0.0, float(coach.score)))
@@ -422,7 +424,7 @@ class PipelineEnv(AECEnv):
 
     def _finish(self, truncated: bool) -> None:
         outcome = self.episode.outcome
-        bonus = 10.0 * outcome.score if self.reward_mode in ("outcome", "process+outcome") else 0.0
+        bonus = 10.0 * outcome.score if self.reward_mode in PAYS_OUTCOME else 0.0
         paid: dict[str, float] = {}
         if self.reward_mode == "backprop":  # each role is paid the sum of its actions' shares
             paid, outcome.details["backprop"] = settle(self.coach, self.episode)

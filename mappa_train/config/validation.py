@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from mappa_envs.core.pipeline import REWARD_MODES, SCORES_EACH_ACTION
 from mappa_envs.errors import MappaError
 from mappa_train.config.schema import ConfigError, EnvConfig, TrainConfig
 
@@ -31,9 +32,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in stop.items()):
         raise ConfigError(f"rollout.stop_below must map role names to coach scores, e.g. {{code_executor: 4}}; "
                           f"got {stop!r}")
-    if stop and cfg.env.kwargs.get("reward_mode") in ("outcome", "backprop"):  # no per-action scores
-        raise ConfigError("rollout.stop_below reads per-action coach scores, which env.kwargs.reward_mode=outcome "
-                          "and backprop do not compute; drop one of them")
+    mode = cfg.env.kwargs.get("reward_mode", "process")
+    if stop and mode in REWARD_MODES and mode not in SCORES_EACH_ACTION:
+        raise ConfigError(f"rollout.stop_below reads per-action coach scores, which env.kwargs.reward_mode={mode} "
+                          "does not compute; drop one of them")
     if g.top_p < 1:  # the learner scores every action under the full softmax (mappa_train.learner)
         raise ConfigError(f"generation.top_p={g.top_p:g} would train off-policy: rollouts would be sampled from the "
                           "top-p truncated distribution while the learner scores log-probs (PPO ratio, KL) under the "

@@ -148,3 +148,12 @@ def test_role_paths_need_per_role_and_known_roles():
     cfg = load_config(None, ["model.policies=per_role", "model.role_paths={checker: tiny}"])
     with pytest.raises(ConfigError, match=r"model.role_paths names roles \['checker'\] that MathChat-v0 does not"):
         policy_map(cfg, ["problem_solver", "verifier"])
+
+
+@pytest.mark.parametrize("mode", ["outcome", "backprop"])
+def test_early_stopping_on_coach_scores_needs_a_mode_that_scores_each_action(mode):
+    """Which reward modes score each action is one fact of the env (pipeline.SCORES_EACH_ACTION)."""
+    stop = "rollout.stop_below.code_executor=4"
+    assert load_config(None, [stop, "env.kwargs.reward_mode=process+outcome"]).rollout.stop_below
+    with pytest.raises(ConfigError, match=f"reward_mode={mode} does not compute"):
+        load_config(None, [stop, f"env.kwargs.reward_mode={mode}"])
