@@ -3,6 +3,15 @@
 `LocalJudge` is a `Coach` for measuring a trained judge where no server runs (tests, the benchmark);
 in training and `mappa coach-eval` the same folder is served (scripts/serve_judge.sh, vLLM) and named
 by an endpoint spec, which sends the same prompt and reads the reply with the same `parse_reply`.
+
+`readout="expected"` reads the verdict from the model's distribution instead of sampled text: the
+reply is forced to the judge's own format up to the score (`target_reply` with an empty rationale,
+cut before the number) and one forward pass gives the probability of each first digit; the verdict
+is the expected integer score, 1 and 10 told apart by the probability of "0" after a "1". A judge
+that puts 70 % on 9 and 30 % on 2 says 6.9 rather than 9, so its ranking survives where greedy text
+ties, and an untrained model that never writes the format still gets read. It generates nothing (one
+forward per action). A served coach reads text only (LLMCoach parses the reply): this measures a
+judge, it is not yet a way to train with one.
 """
 from __future__ import annotations
 
@@ -12,16 +21,22 @@ from pathlib import Path
 
 from mappa_envs.coach.parse import parse_reply
 from mappa_envs.coach.types import CoachRequest, CoachScore
-from mappa_train.coach_training.format import prompt_messages
+from mappa_train.coach_training.format import prompt_messages, target_reply
 from mappa_train.coach_training.train import RECORD
+
+READOUTS = ("text", "expected")
 
 
 class LocalJudge:
     name = "local-judge"
 
-    def __init__(self, folder: str | Path, max_new_tokens: int = 96):
+    def __init__(self, folder: str | Path, max_new_tokens: int = 96, readout: str = "text"):
         """`folder`: any model folder; a trained judge's `judge_training.json` sets the reply format and the
-        prompt cut it was trained with (otherwise JSON replies and 2048 tokens)."""
+        prompt cut it was trained with (otherwise JSON replies and 2048 tokens). `readout`: "text", the
+        parsed greedy reply, or "expected" (see the module docstring)."""
+        if readout not in READOUTS:
+            raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}")
+        self.readout = readout
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -38,15 +53,49 @@ class LocalJudge:
         """The model's greedy reply to a chat (the prompt cut to its end as training cut it)."""
         import torch
 
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        ids = self.tokenizer(text, add_special_tokens=False).input_ids[-max(1, self.prompt_tokens):]
+        ids = self._prompt_ids(messages)
         with torch.no_grad():
             out = self.model.generate(torch.tensor([ids]), max_new_tokens=self.max_new_tokens, do_sample=False,
                                       eos_token_id=self.tokenizer.eos_token_id,
                                       pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
         return self.tokenizer.decode(out[0, len(ids):], skip_special_tokens=True)
 
+    def _prompt_ids(self, messages: list[dict]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.tokenizer(text, add_special_tokens=False).input_ids[-max(1, self.prompt_tokens):]
+
+    def expected_score(self, request: CoachRequest) -> float:
+        """The expected integer score after the reply forced up to its number (see the module docstring)."""
+        import torch
+
+        template = target_reply(0, "", self.reply)
+        head = template[:template.rindex("0")]  # the reply up to where the score is written
+        ids = self._prompt_ids(prompt_messages(request, self.reply))
+        ids += self.tokenizer(head, add_special_tokens=False).input_ids
+        digits = self._digit_ids()
+        with torch.no_grad():
+            out = self.model(torch.tensor([ids]), use_cache=True)
+            p = torch.softmax(out.logits[0, -1].float(), -1)
+            mass = {d: p[t].item() for d, t in digits.items()}
+            ten = 0.0
+            if mass[1] >= 1e-3:  # below it, 1-or-10 cannot move the expectation by 0.01
+                after = self.model(torch.tensor([[digits[1]]]), past_key_values=out.past_key_values).logits[0, -1]
+                ten = torch.softmax(after.float(), -1)[digits[0]].item()
+        total = sum(mass.values())
+        return (sum(d * m for d, m in mass.items()) + 9.0 * mass[1] * ten) / total
+
+    def _digit_ids(self) -> dict[int, int]:
+        """Digit -> its token id (a tokenizer that spells a digit as one token; SmolLM2's and Qwen2's do)."""
+        if not hasattr(self, "_digits"):
+            ids = {d: self.tokenizer(str(d), add_special_tokens=False).input_ids for d in range(10)}
+            if any(len(v) != 1 for v in ids.values()):
+                raise ValueError("readout='expected' needs a tokenizer with one token per digit")
+            self._digits = {d: v[0] for d, v in ids.items()}
+        return self._digits
+
     def score(self, request: CoachRequest) -> CoachScore:
+        if self.readout == "expected":
+            return CoachScore(score=round(self.expected_score(request), 3))
         verdict = parse_reply(self.answer(prompt_messages(request, self.reply)))
         if verdict.score is None:
             return CoachScore(score=None, ok=False, error=verdict.problem, rationale=verdict.rationale)

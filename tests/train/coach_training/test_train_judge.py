@@ -3,13 +3,14 @@ served coach through `make_coach`, and its replies parse with the coach's own pa
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
 from mappa_envs.coach import make_coach
 from mappa_train.coach_training.examples import LabelError, from_labels, split_by_task
 from mappa_train.coach_training.judge import LocalJudge, auroc_of
-from mappa_train.coach_training.train import HELDOUT_DIR, RECORD, JudgeTrainConfig, train_judge
+from mappa_train.coach_training.train import HELDOUT_DIR, RECORD, JudgeTrainConfig, sampler, train_judge
 from tests.openai_stub import StubServer
 from tests.train.coach_training.conftest import chain_examples
 
@@ -58,3 +59,53 @@ def test_the_folder_holds_its_record_and_its_heldout_tasks(trained):
     assert [b.request.task for b in back] == [e.request.task for e in held]
     with pytest.raises(LabelError, match="not an empty folder"):
         train_judge(held, [], out, JudgeTrainConfig(model=str(out), **CONFIG))
+
+
+def test_balance_draws_right_and_wrong_actions_in_turn():
+    scores = [9.0] * 18 + [2.0, 0.0]  # 90 % right, as rule labels mostly are
+    plain = sampler(scores, False, random.Random(0))
+    assert sorted(plain() for _ in range(20)) == list(range(20))  # one shuffled pass over all of them
+    balanced = sampler(scores, True, random.Random(0))
+    drawn = [scores[balanced()] >= 5 for _ in range(20)]
+    assert sum(drawn) == 10
+    assert all(a != b for a, b in zip(drawn, drawn[1:]))
+
+
+def test_balance_needs_right_and_wrong_actions():
+    with pytest.raises(LabelError, match="--balance needs right .* all right"):
+        sampler([9.0, 8.5], True, random.Random(0))
+
+
+def test_top_layers_trains_only_the_top_layers(tiny_model_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with pytest.raises(LabelError, match="--top-layers N"):
+        JudgeTrainConfig(top_layers=1).check()  # LoRA is the default
+    with pytest.raises(LabelError, match="more than the model's 2 layers"):
+        train_judge(chain_examples(2), [], tmp_path / "x", JudgeTrainConfig(model=tiny_model_dir, lora=False,
+                                                                            top_layers=3, max_tokens=96))
+    train, _ = split_by_task(chain_examples(4), 0.0)
+    cfg = JudgeTrainConfig(model=tiny_model_dir, lora=False, top_layers=1, steps=2, batch_size=2, lr=1e-2,
+                           rationale_chars=0, max_tokens=96, balance=True)
+    train_judge(train, [], tmp_path / "judge", cfg, say=lambda _: None)
+    before = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(tmp_path / "judge").state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed
+    assert all(k.startswith(("model.layers.1.", "model.norm.")) for k in changed), sorted(changed)
+
+
+@pytest.mark.slow
+def test_expected_readout_ranks_heldout_actions_and_reads_their_scores(trained, tiny_model_dir):
+    out, held, _ = trained
+    requests, labels = [e.request for e in held], [e.score >= 5 for e in held]
+    judge = LocalJudge(out, readout="expected")
+    after, unscored = auroc_of(judge, requests, labels)
+    assert unscored == 0
+    assert after >= 0.9
+    values = [judge.score(r).score for r in requests]
+    # labels are 8.5 and 1.5: the integer part is read, and a "1" before "." is not taken for 10
+    assert all((7.0 <= v <= 9.0) if y else (0.5 <= v <= 2.5) for v, y in zip(values, labels)), values
+    untrained = LocalJudge(tiny_model_dir, readout="expected")  # never writes the format, still read
+    assert all(0.0 <= untrained.score(r).score <= 9.9 for r in requests[:2])
