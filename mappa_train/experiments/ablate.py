@@ -24,11 +24,12 @@ action of each agent (`algo.outcome_credit` every_action); an arm with `outcome_
 (the result on each role's last action only) is a labelled ablation. `baseline` may list several outcome
 variants: in each condition the strongest at the budget is the one every arm is paired with. With
 `budget_gain` a budget pre-flight trains `budget_arm` (the process arm) at `budget_seed`, a seed outside
-the grid, `eval_every` steps at a time until its `eval_set` accuracy rises by `budget_gain` over its start,
-says so, and fixes every arm's steps at that sweep value to `budget_factor` × the steps it took
-(`start/budget[_depthD].json`, reused: the budget is fixed before the grid runs); if it never rises within
-`budget_max_steps` the ablation stops, since flat curves compare nothing. The report gives the cost to
-start + each of `target_gains` and the rollouts ratio with its paired bootstrap interval (ablate_report).
+the grid, `eval_every` steps at a time until its `eval_set` accuracy holds `budget_gain` over its start
+at two evaluations in a row, says so, and fixes every arm's steps at that sweep value to `budget_factor` ×
+the steps it took (`start/budget[_depthD].json`, reused: the budget is fixed before the grid runs); if it
+never rises within `budget_max_steps` the ablation stops, since flat curves compare nothing. The report gives
+the cost to start + each of `target_gains` (the first evaluation at it) and the rollouts ratio with its
+paired bootstrap interval (ablate_report).
 Controls are ordinary arms, e.g. the coach that says nothing, `overrides: ["env.coach=rule:noise=0.5,
 seed={seed}"]`, and a random reward, `"env.coach=rule:noise=1,mode=random,seed={seed}"` (`{seed}` in an
 arm's overrides is the training seed).

@@ -99,8 +99,7 @@ def fix_budget(make: Callable[[int], object], train: Callable[[object], None], e
     while True:
         rows = read_metrics(metrics) if metrics.exists() else []
         evals = {r["step"]: r[key] for r in rows if r["kind"] == "eval" and key in r and r["step"] <= steps}
-        risen = [s for s, acc in sorted(evals.items()) if acc >= evals[0] + gain - 1e-12]
-        hit = next((s for s, later in zip(risen, risen[1:]) if s and later == _next_eval(evals, s)), None)
+        hit = first_held(evals, evals[0] + gain) if evals else None  # nothing trained yet: no evaluation
         if hit is not None or steps >= max_steps:
             break
         steps = min(steps + every, max_steps)
@@ -118,6 +117,8 @@ def fix_budget(make: Callable[[int], object], train: Callable[[object], None], e
     return report
 
 
-def _next_eval(evals: dict[int, float], step: int) -> int | None:
-    """The evaluation after `step`'s, if any."""
-    return next((s for s in sorted(evals) if s > step), None)
+def first_held(evals: dict[int, float], target: float) -> int | None:
+    """The first evaluated step ({step: accuracy}) at which accuracy is >= `target` and still is at the next
+    evaluation (one evaluation is noisy: see `fix_budget`), or None."""
+    steps = sorted(evals)
+    return next((s for s, later in zip(steps, steps[1:]) if min(evals[s], evals[later]) >= target - 1e-12), None)
