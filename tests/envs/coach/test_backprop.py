@@ -12,8 +12,8 @@ import mappa_envs
 from mappa_envs.coach import LLMCoach, LLMCoachConfig
 from mappa_envs.coach.backprop import backprop, parse_qualities, rule_quality, shares
 from mappa_envs.coach.types import CoachRequest, CoachScore
-from mappa_envs.wrappers import VectorRunner
 from mappa_envs.coach_eval.blame import faulty_team
+from mappa_envs.wrappers import VectorRunner
 from tests.openai_stub import Step, StubServer
 
 MATH = dict(task_source="synthetic", num_tasks=3, split="eval", reward_mode="backprop")
