@@ -162,7 +162,10 @@ def _in_process(fn, threads: int, *args):
     """A job in its spawned process: torch's thread pools sized to its share of the CPUs."""
     import os
 
+    from mappa_train.health import use_available_cpus
+
     os.environ["MAPPA_CPUS"] = str(threads)
+    use_available_cpus()
     return fn(*args)
 
 
@@ -185,17 +188,11 @@ def arm_progress(out: Path, steps: int) -> str:
 
 
 def _warm_start_job(config: str, out: Path, overrides: list[str], spec: StartConfig) -> Path:
-    from mappa_train.health import use_available_cpus
-
-    use_available_cpus()
     return build_start(load(config, out, overrides), spec, out / "start")
 
 
 def _evaluate_job(config: str, out: Path, overrides: list[str], sets: dict, model: Path, where: Path,
                   step: int) -> dict:
-    from mappa_train.health import use_available_cpus
-
-    use_available_cpus()
     c0 = _cpu_s()
     evaluation = evaluate_once(load(config, out, overrides), sets, model, where, step)
     return {"evaluation": evaluation, "cpu_s": _cpu_s() - c0}
@@ -207,12 +204,10 @@ def _arm_job(config: str, out: Path, overrides: list[str], arm: str, start: Path
     from mappa_train.runlog import METRICS_FILE, read_metrics
     from mappa_train.train import train
 
-    c0 = _cpu_s()
-    arm_cfg = load(config, out / arm, [*overrides, f"model.path={start}", "log.progress=false",
-                                       *arm_overrides(arm, load(config, out, overrides).seed)])
-    train(arm_cfg)  # sizes torch's threads to MAPPA_CPUS itself
+    c0, cfg = _cpu_s(), load(config, out, overrides)
+    train(load(config, out / arm, [*overrides, f"model.path={start}", "log.progress=false",
+                                   *arm_overrides(arm, cfg.seed)]))
     c1 = _cpu_s()
-    cfg = load(config, out, overrides)
     evaluation = evaluate_once(cfg, sets, out / arm / "final" / "shared", out / arm, cfg.steps)
     rows = read_metrics(out / arm / METRICS_FILE)
     phases = {f"{arm}_{k}": sum(r.get(f"cpu_{k}_s", 0.0) for r in rows) for k in ("rollout", "update", "sync")}
