@@ -131,7 +131,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
         log.log("train", step + 1, metrics)
         append_train_episodes(out, step + 1, result.episodes)
         empty.check(step + 1, metrics, result, before_stop=lambda: (progress.close(), log.close(), experience.close()))
-        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+        if cfg.checkpoint_every and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
             save_checkpoint(out, step + 1, learners, cfg.keep_checkpoints, experience.coach)
         progress.update(1)
         progress.set_postfix(reward=f"{metrics.get('reward', float('nan')):.2f}", kl=f"{metrics.get('kl', 0):.4f}")

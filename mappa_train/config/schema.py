@@ -234,7 +234,8 @@ class TrainConfig:
     eval_every: int = doc(4, "evaluate every N steps (and before the first); 0 disables", non_negative)
     eval_episodes: int = doc(32, "evaluation episodes (tasks) per evaluation", positive)
     eval_samples: int = doc(1, "evaluation episodes per eval task; accuracy is their mean", positive)
-    checkpoint_every: int = doc(1, "checkpoint every N steps (resume continues from the last one)", positive)
+    checkpoint_every: int = doc(1, "checkpoint every N steps (resume continues from the last one); 0: final/ only, "
+                                   "no resume state (a SmolLM2 checkpoint holds 1.6 GB)", non_negative)
     keep_checkpoints: int = doc(2, "checkpoints kept on disk", positive)
     max_empty_steps: int = doc(3, "stop the run with an error after this many steps in a row that train on no "
                                   "action (all length-cut, excused or lost to coach failures; each such step warns "

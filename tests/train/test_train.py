@@ -117,17 +117,19 @@ def test_tiny_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_one_policy_per_role(tmp_path):
-    """The paper's setting: each role trains its own model; advantages are still whitened globally."""
+    """The paper's setting: each role trains its own model; advantages are still whitened globally.
+    checkpoint_every=0 keeps final/ and writes no resume state."""
     from mappa_train.train import train
 
     cfg = load_config(None, TINY + [f"out_dir={tmp_path}", "steps=1", "eval_every=0", "model.policies=per_role",
-                                    "log.tensorboard=false", "log.plot=false"])
+                                    "checkpoint_every=0", "log.tensorboard=false", "log.plot=false"])
     out = train(cfg)
     step = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"][0]
     roles = ("problem_solver", "code_executor", "verifier")
     assert all(step[f"tokens/{r}"] > 0 for r in roles)
     assert "loss" in step
     assert sorted(p.name for p in (out / "final").iterdir()) == sorted(roles)
+    assert latest_checkpoint(out) == (0, None)
 
 
 @pytest.mark.vllm
