@@ -26,12 +26,17 @@ class NothingTrained(MappaError, RuntimeError):
     """`max_empty_steps` steps in a row trained on no action: the run is broken, not learning."""
 
 
+CPU_SHARE_FILE = "MAPPA_CPUS_FILE"  # env: a file holding this process's CPU share, rewritten by its parent
+
+
 def available_cpus() -> int:
     """CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota (a container's
     `--cpus`), whichever is smaller; os.cpu_count() counts the host's, which oversubscribes. A parent
-    that runs jobs side by side gives each its share in `MAPPA_CPUS`."""
-    if os.environ.get("MAPPA_CPUS", "").isdigit() and int(os.environ["MAPPA_CPUS"]) > 0:
-        return int(os.environ["MAPPA_CPUS"])
+    that runs jobs side by side gives each its share in the file named by `MAPPA_CPUS_FILE` (the share
+    grows as siblings end), or a fixed one in `MAPPA_CPUS`."""
+    for share in (_read(os.environ.get(CPU_SHARE_FILE)), os.environ.get("MAPPA_CPUS", "")):
+        if share.isdigit() and int(share) > 0:
+            return int(share)
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
         quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
@@ -42,14 +47,25 @@ def available_cpus() -> int:
     return n
 
 
+def _read(path: str | None) -> str:
+    try:
+        return Path(path).read_text().strip() if path else ""
+    except OSError:
+        return ""
+
+
 def use_available_cpus() -> int:
     """torch's intra- and inter-op thread pools sized to `available_cpus()`: more threads than CPUs
-    spin and wait on each other, so CPU time grows with the machine's load. Returns the count."""
+    spin and wait on each other, so CPU time grows with the machine's load. Cheap when nothing changed:
+    the trainer calls it each step and the rollout before each generation batch, so a job run beside
+    others takes the cores they leave when they end. Call it from the main thread (torch's thread count
+    is kept per thread). Returns the count."""
     n = available_cpus()
-    torch.set_num_threads(n)
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
     try:
         torch.set_num_interop_threads(n)
-    except RuntimeError:  # settable once, before the first inter-op work: an earlier run in this process did
+    except RuntimeError:  # settable once, before the first inter-op work: an earlier call did
         pass
     return n
 

@@ -31,6 +31,7 @@ from mappa_envs.core.records import Outcome
 from mappa_envs.driver import Driver, EpisodeResult, Request, Turn
 from mappa_train.chat_tokens import ChatFormat, env_cut_chars, judged_prefix
 from mappa_train.generation import Generation, Generator, SamplingParams
+from mappa_train.health import use_available_cpus
 
 
 @dataclass
@@ -177,6 +178,7 @@ class TokenActor:
         fits = [i for i, p in enumerate(prompts) if self.max_prompt_tokens is None or len(p) <= self.max_prompt_tokens]
         generations: list[Generation | None] = [None] * len(requests)
         if fits:
+            use_available_cpus()
             seeds = [requests[i].seed for i in fits]
             params = replace(self.params, seeds=tuple(seeds)) if None not in seeds else self.params
 

@@ -125,6 +125,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
     progress = _progress(cfg, start)
     empty = EmptySteps(cfg)
     for step in range(start, cfg.steps):
+        use_available_cpus()
         if cfg.eval_every and step % cfg.eval_every == 0:
             log.log("eval", step, heldout_metrics(cfg, experience, step, out))
         result, metrics = train_step(cfg, experience, learners, step)

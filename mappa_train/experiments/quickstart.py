@@ -134,37 +134,51 @@ def run_quickstart(config: str, out: Path, spec: StartConfig, overrides: list[st
 
 def side_by_side(jobs: dict, cpus: int, progress=None, every_s: float = 20.0) -> dict:
     """Run `jobs` ({name: (function, args)}) at once, one spawned process each, torch's threads split
-    between them (at least one each); returns {name: result}. `progress()` returns a line, printed
-    every `every_s` seconds when it changed. The first job to fail stops the rest and raises its error."""
+    between them (at least one each) and re-split as jobs end, so the last job running gets every core;
+    returns {name: result}. `progress()` returns a line, printed every `every_s` seconds when it changed.
+    The first job to fail stops the rest and raises its error."""
     import concurrent.futures as cf
     import multiprocessing
+    import tempfile
 
-    share = max(1, cpus // len(jobs))
-    pool = cf.ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn"))
-    try:
-        futures = {pool.submit(_in_process, fn, share, *args): name for name, (fn, args) in jobs.items()}
-        results, shown = {}, ""
-        pending = set(futures)
-        while pending:
-            finished, pending = cf.wait(pending, timeout=every_s, return_when=cf.FIRST_COMPLETED)
-            for f in finished:
-                results[futures[f]] = f.result()  # a job's error is raised here, in the caller
-            line = progress() if progress else ""
-            if line and line != shown:
-                print(line, flush=True)
-                shown = line
-        return results
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    with tempfile.TemporaryDirectory(prefix="mappa-cpus-") as tmp:
+        share = Path(tmp) / "cpus"
+        _write_share(share, cpus, len(jobs))
+        pool = cf.ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn"))
+        try:
+            futures = {pool.submit(_in_process, fn, str(share), *args): name for name, (fn, args) in jobs.items()}
+            results, shown = {}, ""
+            pending = set(futures)
+            while pending:
+                finished, pending = cf.wait(pending, timeout=every_s, return_when=cf.FIRST_COMPLETED)
+                for f in finished:
+                    results[futures[f]] = f.result()  # a job's error is raised here, in the caller
+                if finished and pending:
+                    _write_share(share, cpus, len(pending))
+                line = progress() if progress else ""
+                if line and line != shown:
+                    print(line, flush=True)
+                    shown = line
+            return results
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _in_process(fn, threads: int, *args):
-    """A job in its spawned process: torch's thread pools sized to its share of the CPUs."""
+def _write_share(path: Path, cpus: int, jobs: int) -> None:
+    """Each running job's thread count, replaced whole so that a job never reads half of it."""
+    part = path.with_suffix(".part")
+    part.write_text(str(max(1, cpus // jobs)))
+    part.replace(path)
+
+
+def _in_process(fn, share_file: str, *args):
+    """A job in its spawned process: torch's thread pools sized to its share of the CPUs, which it
+    re-reads each training step and generation batch."""
     import os
 
-    from mappa_train.health import use_available_cpus
+    from mappa_train.health import CPU_SHARE_FILE, use_available_cpus
 
-    os.environ["MAPPA_CPUS"] = str(threads)
+    os.environ[CPU_SHARE_FILE] = share_file
     use_available_cpus()
     return fn(*args)
 

@@ -226,3 +226,38 @@ def test_the_summary_over_seeds_is_a_t_interval_and_keeps_each_seeds_bootstrap(t
     assert "| 1 | 0.200 | 0.300 | +0.100 [-0.100, +0.400] | 0.200 | +0.100 [+0.000, +0.300] |" in text
     assert summary["confirmation"]["coached_minus_control"]["mean"] == pytest.approx(0.15)
     assert "Mean coached − control over seeds: +0.150" in text
+
+
+
+def _threads_seen(n: int, ready: str, timeout_s: float = 60.0) -> list[int]:
+    """A side-by-side job: the thread counts it is given, polled until it holds `n` threads. The job
+    holding 1 ends once `ready` exists; the job waiting for 2 writes it after its first poll."""
+    import time
+    from pathlib import Path
+
+    import torch
+
+    from mappa_train.health import use_available_cpus
+
+    seen, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        use_available_cpus()
+        seen.append(torch.get_num_threads())
+        if n > 1:
+            Path(ready).touch()
+        if seen[-1] == n and (n > 1 or Path(ready).exists()):
+            break
+        time.sleep(0.05)
+    return seen
+
+
+def test_side_by_side_gives_the_last_job_every_core(tmp_path):
+    """Two jobs on two CPUs hold a thread each; when one ends, the other takes both."""
+    from mappa_train.experiments.quickstart import side_by_side
+
+    ready = str(tmp_path / "ready")
+    done = side_by_side({"short": (_threads_seen, (1, ready)), "long": (_threads_seen, (2, ready))}, cpus=2,
+                        every_s=0.1)
+    assert set(done["short"]) == {1}
+    assert done["long"][0] == 1
+    assert done["long"][-1] == 2
