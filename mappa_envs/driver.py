@@ -11,8 +11,11 @@ call, a long cell) does not hold the others back: whoever is ready joins the nex
 `schedule="rounds"` it waits for every env instead (lock-step rounds, the old behaviour; kept as the
 benchmark baseline).
 
-Results do not depend on scheduling: each request carries a seed derived from its episode's seed
-and its position in the episode, and a policy that takes `seeds=` samples with it. Every episode
+Each request carries a seed derived from its episode's seed and its position in the episode, and a
+policy that takes `seeds=` samples with it, so results do not depend on scheduling as far as a row's
+logits do not depend on the rows batched with it: true of float32 here, not of bfloat16, where a
+batch's make-up moves a row's log-probs by ~0.01-0.02 nats (SmolLM2 on CPU) and so, now and then, a
+sampled token. `schedule="rounds"` batches the same rows every run and so repeats a bf16 run exactly. Every episode
 that raises (in reset, step or the env's own code) is reported as a failed `EpisodeResult` with the
 error and the driver goes on; only a run of `max_failures` failures in a row stops it, since that
 is a broken set-up rather than a bad episode.

@@ -75,6 +75,7 @@ class LocalExperience:
         return collect(self.envs[eval_set], self.generators, sampling_params(cfg, eval_set is not None), episodes,
                        role_policy=self.policy_of, seed=seed + offset, first_episode_id=offset,
                        max_prompt_tokens=cfg.generation.max_prompt_tokens, workers=cfg.rollout.step_workers,
+                       schedule=cfg.rollout.schedule,
                        continuation=cfg.generation.continuation, stop=self.stop if eval_set is None else None)
 
     def sync(self, weights: Mapping[str, Any]) -> None:

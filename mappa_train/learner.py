@@ -29,6 +29,7 @@ On CPU: `DS_ACCELERATOR=cpu`, gloo, and torch's AdamW (no JIT-built fused kernel
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
@@ -41,6 +42,7 @@ from torch.utils.checkpoint import checkpoint
 
 from mappa_train import algo
 from mappa_train.algo import Sample
+from mappa_train.health import torch_threads
 from mappa_train.precision import resolve_precision
 
 if TYPE_CHECKING:  # at run time the learner needs torch only (benchmarks/gpu_check.py imports it bare)
@@ -152,6 +154,18 @@ def build_learner(cfg: TrainConfig, model_path: str | Path, pad_id: int,
                          pad_id=pad_id, adapters=adapters)
 
 
+def _own_threads(method):
+    """Run with the thread count the learner was built with. A bf16 backward sums in an order that
+    depends on it (SmolLM2 on CPU, 1 vs 2 threads: gradients differ by ~0.5% of their largest entry),
+    and a job run beside others is given more cores when they end (mappa_train.health): that must
+    speed its generation (thread-count invariant, measured) without changing what a seeded run learns."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with torch_threads(self.threads):
+            return method(self, *args, **kwargs)
+    return run
+
+
 class PolicyLearner:
     """A policy's DeepSpeed engine and frozen reference model.
 
@@ -172,6 +186,7 @@ class PolicyLearner:
         self.cfg, self.algo, self.temperature, self.pad_id = cfg, algo_cfg, temperature, pad_id
         self.attn, self.adapters = attn_implementation, adapters
         self.rank, self.world = init_distributed()
+        self.threads = torch.get_num_threads()
         torch.manual_seed(seed)
         self.precision = resolve_precision(dtype)
         # bf16 on CPU: autocast over fp32 weights, which torch's AdamW steps directly. DeepSpeed's bf16 mode
@@ -211,6 +226,7 @@ class PolicyLearner:
 
     # ---- scoring ---------------------------------------------------------------------------------
 
+    @_own_threads
     @torch.no_grad()
     def logprobs(self, samples: list[Sample], reference: bool = False) -> list[torch.Tensor]:
         """Log-probs of each sample's action tokens under the actor (or the reference). [n_action] each."""
@@ -226,6 +242,7 @@ class PolicyLearner:
 
     # ---- training --------------------------------------------------------------------------------
 
+    @_own_threads
     def train(self, samples: list[Sample], lr: float) -> dict[str, float]:
         """PPO-clip update on this rank's samples (each with old_logp and advantages); returns metrics."""
         for group in self.engine.optimizer.param_groups:

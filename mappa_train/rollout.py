@@ -230,6 +230,7 @@ def collect(
     max_prompt_tokens: int | None = None,
     first_episode_id: int = 0,
     workers: int | None = None,
+    schedule: str = "async",
     stop: Callable[[EpisodeResult, Turn], str | None] | None = None,
     continuation: str = "append",
 ) -> Rollout:
@@ -249,6 +250,7 @@ def collect(
             in `overflow`); set it to the engine's context length minus `max_new_tokens`.
         first_episode_id: episode ids count up from here.
         workers: threads running env.reset/step concurrently (default: one per env).
+        schedule: the driver's, "async" or "rounds" (lock-step: the same batches every run).
         stop: the driver's early-stop rule (curriculum filtering), asked after every action.
         continuation: how a later action of a turn is prompted, "append" or "render" (see chat_tokens).
     """
@@ -257,7 +259,7 @@ def collect(
     policies = policies if isinstance(policies, Mapping) else {"shared": policies}
     actors = {name: TokenActor(gen, params, max_prompt_tokens, continuation) for name, gen in policies.items()}
     jobs = [(spec.get("seed", seed + k), spec.get("options")) for k, spec in enumerate(episodes)]
-    driver = Driver(envs, actors, role_policy=role_policy, workers=workers, stop=stop)
+    driver = Driver(envs, actors, role_policy=role_policy, workers=workers, schedule=schedule, stop=stop)
     out = Rollout.empty()
     for result in driver.play(jobs):
         for actor in actors.values():

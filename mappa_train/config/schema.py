@@ -118,6 +118,11 @@ class RolloutConfig:
     prompts_per_step: int = doc(16, "tasks per training step", positive)
     samples_per_prompt: int = doc(2, "episodes per task per step", positive)
     step_workers: int = doc(4, "threads running env.step (sandbox + coach) concurrently", positive)
+    schedule: Literal["async", "rounds"] = doc(
+        "async", "async: an env joins the next generate call as soon as its step returns (slow coaches stall no "
+                 "one); rounds: lock-step, every env waits for the slowest, so every call batches the same rows "
+                 "each run. In bfloat16 a batch's make-up moves a row's log-probs (~0.01-0.02 nats, SmolLM2 on "
+                 "CPU), so a seeded bf16 run repeats exactly only in rounds (mappa_envs.driver)")
     stop_below: dict = doc({}, "curriculum filtering: role -> coach score; a training episode ends right after an "
                                "action of that role scoring below it (doomed: no later generation or coach call), "
                                "e.g. {code_executor: 4}; it counts as failed")

@@ -226,3 +226,21 @@ def test_several_minibatches_and_epochs_make_the_clip_bind(model_dir):
     assert m["optimizer_steps"] == 6.0
     assert 0 < m["clip_bound"] <= m["clip_frac"] <= 1
     assert m["tokens"] == sum(len(s.action_ids) for s in samples)
+
+
+def test_the_learner_computes_with_the_threads_it_was_built_with(learner, monkeypatch):
+    """A side-by-side job is given more cores part way (mappa_train.health); a bf16 backward's sums
+    depend on the thread count, so the learner keeps its own and gives the caller's back."""
+    seen = []
+    forward = learner._forward
+    monkeypatch.setattr(learner, "_forward", lambda *a: (seen.append(torch.get_num_threads()), forward(*a))[1])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(learner.threads + 1)
+        samples = make_samples(2)
+        prepare(learner, samples)
+        learner.train(samples, lr=LR)
+        assert set(seen) == {learner.threads}
+        assert torch.get_num_threads() == learner.threads + 1
+    finally:
+        torch.set_num_threads(before)

@@ -239,6 +239,24 @@ def test_one_batched_generate_call_per_policy_per_round(hf, make_envs):
         assert all(role_of(hf.tokenizer.decode(p)) == role for prompts, _ in g.calls for p in prompts)
 
 
+def test_rounds_batch_the_same_rows_every_run_however_long_steps_take(hf, make_envs):
+    """Lock-step rounds: each generate call batches the same prompts on every run, so a seeded bf16 run
+    (whose rows' log-probs move with the batch's make-up) repeats exactly. (With "async" the batches
+    follow the steps' timing and this fails: checked when written.)"""
+    import random
+    import time
+
+    def batches(jitter: random.Random) -> list:
+        envs = make_envs(3)
+        for env in envs:
+            env.step = lambda action, step=env.step: (time.sleep(jitter.uniform(0, 0.05)), step(action))[1]
+        gen = Recording(hf)
+        collect(envs, gen, PARAMS, episodes(5), seed=4, schedule="rounds")
+        return [prompts for prompts, _ in gen.calls]
+
+    assert batches(random.Random(0)) == batches(random.Random(1))
+
+
 def test_coach_failures_are_dropped_and_counted(hf, make_envs):
     envs = make_envs(2, coach=FailingVerifierCoach())
     rollout = collect(envs, hf, PARAMS, episodes(3), seed=4)
