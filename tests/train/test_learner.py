@@ -235,12 +235,16 @@ def test_the_learner_computes_with_the_threads_it_was_built_with(learner, monkey
     forward = learner._forward
     monkeypatch.setattr(learner, "_forward", lambda *a: (seen.append(torch.get_num_threads()), forward(*a))[1])
     before = torch.get_num_threads()
+    # fewer threads than the learner's (more may be capped: in the full suite a raise to 3 did not take)
+    other = learner.threads - 1 if learner.threads > 1 else 2
     try:
-        torch.set_num_threads(learner.threads + 1)
+        torch.set_num_threads(other)
+        if torch.get_num_threads() != other:
+            pytest.skip(f"torch's thread count cannot be moved from {learner.threads} to {other} in this process")
         samples = make_samples(2)
         prepare(learner, samples)
         learner.train(samples, lr=LR)
         assert set(seen) == {learner.threads}
-        assert torch.get_num_threads() == learner.threads + 1
+        assert torch.get_num_threads() == other
     finally:
         torch.set_num_threads(before)
