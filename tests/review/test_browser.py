@@ -76,6 +76,7 @@ def shot(driver, name: str) -> None:
 
 
 def test_a_reviewer_filters_opens_judges_reloads_and_exports(site, browser, tmp_path):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -88,14 +89,16 @@ def test_a_reviewer_filters_opens_judges_reloads_and_exports(site, browser, tmp_
     Select(browser.find_element(By.NAME, "outcome")).select_by_value("wrong")
     browser.find_element(By.ID, "apply").click()
     wrong = [e for e in site.index.episodes if e.correct is False]
-    assert "outcome=wrong" in browser.current_url
-    assert browser.find_element(By.ID, "count").text.startswith(f"{len(wrong)} of ")
+    # a click returns before the navigation it starts lands: wait for each page before reading it
+    WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda b: "outcome=wrong" in b.current_url
+        and b.find_element(By.ID, "count").text.startswith(f"{len(wrong)} of "))
     links = browser.find_elements(By.CSS_SELECTOR, "#episodes a")
     assert [int(a.text) for a in links] == [e.id for e in wrong]
 
     target = next(e for e in wrong if e.actions[0].prompt)  # an eval episode: it records what each agent saw
     next(a for a in links if a.text == str(target.id)).click()
-    assert browser.current_url.endswith(f"/episode/{target.id}")
+    WebDriverWait(browser, 20).until(lambda b: b.current_url.endswith(f"/episode/{target.id}"))
     turns = browser.find_elements(By.CSS_SELECTOR, "section.turn")
     assert len(turns) == len(target.actions)
     prompt = turns[0].find_element(By.TAG_NAME, "details")
@@ -109,9 +112,7 @@ def test_a_reviewer_filters_opens_judges_reloads_and_exports(site, browser, tmp_
     form.find_element(By.CSS_SELECTOR, "input[name=right][value='0']").click()
     form.find_element(By.NAME, "note").send_keys("checked in a browser <b>")
     form.find_element(By.TAG_NAME, "button").click()
-    # the click returns before the POST's redirect lands: wait for it, then check where it landed
     WebDriverWait(browser, 20).until(lambda b: b.current_url.endswith(f"/episode/{target.id}#a1"))
-    assert browser.current_url.endswith(f"/episode/{target.id}#a1")
     browser.refresh()
     given = browser.find_element(By.CSS_SELECTOR, "#a1 .given").text
     assert "score 2.5" in given
