@@ -136,15 +136,21 @@ def side_by_side(jobs: dict, cpus: int, progress=None, every_s: float = 20.0) ->
     """Run `jobs` ({name: (function, args)}) at once, one spawned process each, torch's threads split
     between them (at least one each) and re-split as jobs end, so the last job running gets every core;
     returns {name: result}. `progress()` returns a line, printed every `every_s` seconds when it changed.
-    The first job to fail stops the rest and raises its error."""
+    The first job to fail stops the rest and raises its error; so does SIGTERM (as Ctrl-C does), so a
+    killed run leaves no job computing on."""
     import concurrent.futures as cf
     import multiprocessing
+    import signal
     import tempfile
+    import threading
 
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with tempfile.TemporaryDirectory(prefix="mappa-cpus-") as tmp:
         share = Path(tmp) / "cpus"
         _write_share(share, cpus, len(jobs))
         pool = cf.ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn"))
+        futures = {}
         try:
             futures = {pool.submit(_in_process, fn, str(share), *args): name for name, (fn, args) in jobs.items()}
             results, shown = {}, ""
@@ -161,7 +167,14 @@ def side_by_side(jobs: dict, cpus: int, progress=None, every_s: float = 20.0) ->
                     shown = line
             return results
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            if any(not f.done() for f in futures):  # a job failed or we were stopped: end the others now
+                for process in (getattr(pool, "_processes", None) or {}).values():  # no public way in 3.11
+                    process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(f"stopped by signal {signum}")
 
 
 def _write_share(path: Path, cpus: int, jobs: int) -> None:

@@ -1,6 +1,8 @@
 """`mappa quickstart`: the interval it reports, the noisy teacher it imitates, and its report end to end."""
 import itertools
 import json
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,3 +263,65 @@ def test_side_by_side_gives_the_last_job_every_core(tmp_path):
     assert set(done["short"]) == {1}
     assert done["long"][0] == 1
     assert done["long"][-1] == 2
+
+
+def _fail_once_running(pid_file: str) -> None:
+    """Fails once the other job is running (its pid written)."""
+    deadline = time.monotonic() + 120
+    while not Path(pid_file).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    raise ValueError("this job failed")
+
+
+def _run_until_stopped(pid_file: str) -> None:
+    import os
+
+    Path(pid_file).write_text(str(os.getpid()))
+    time.sleep(600)
+
+
+def _gone(pid: int, timeout_s: float = 30) -> bool:
+    import os
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_failing_job_stops_the_others_and_raises_its_error(tmp_path):
+    from mappa_train.experiments.quickstart import side_by_side
+
+    pid_file = tmp_path / "pid"
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="this job failed"):
+        side_by_side({"fails": (_fail_once_running, (str(pid_file),)),
+                      "runs": (_run_until_stopped, (str(pid_file),))}, cpus=2, every_s=0.1)
+    assert time.monotonic() - started < 300  # not the survivor's 600 s
+    assert _gone(int(pid_file.read_text()))  # stopped, not left running
+
+
+def test_sigterm_stops_every_job_of_a_run(tmp_path):
+    """`kill` of a quickstart (SIGTERM, not Ctrl-C's process-group SIGINT) leaves no job computing on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "pid"
+    code = ("from tests.train.experiments.test_quickstart import _run_until_stopped as run\n"
+            "from mappa_train.experiments.quickstart import side_by_side\n"
+            f"side_by_side({{'a': (run, ({str(pid_file)!r},))}}, cpus=1, every_s=0.1)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3])
+    deadline = time.monotonic() + 120
+    while not pid_file.exists():
+        assert parent.poll() is None, "the run ended before its job started"
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.1)
+    os.kill(parent.pid, signal.SIGTERM)
+    assert parent.wait(60) != 0
+    assert _gone(int(pid_file.read_text()))
