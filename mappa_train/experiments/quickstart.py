@@ -144,8 +144,8 @@ def side_by_side(jobs: dict, cpus: int, progress=None, every_s: float = 20.0) ->
     import tempfile
     import threading
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    main = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
+    before = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
     with tempfile.TemporaryDirectory(prefix="mappa-cpus-") as tmp:
         share = Path(tmp) / "cpus"
         _write_share(share, cpus, len(jobs))
@@ -171,6 +171,8 @@ def side_by_side(jobs: dict, cpus: int, progress=None, every_s: float = 20.0) ->
                 for process in (getattr(pool, "_processes", None) or {}).values():  # no public way in 3.11
                     process.terminate()
             pool.shutdown(wait=True, cancel_futures=True)
+            if main:
+                signal.signal(signal.SIGTERM, before)
 
 
 def _exit_on_sigterm(signum, frame):
