@@ -282,6 +282,7 @@ class Sample:
     old_logp: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None  # needed only with kl_in_loss
+    first_logp: torch.Tensor | None = None  # the learner's, from the update's first optimizer step (π_θ_old)
 
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.action_ids)
@@ -341,7 +342,7 @@ class Batch:
         return [i for i, (role, train) in enumerate(zip(self.roles, self.trained))
                 if policy_of[role] == policy and (train or not trained_only)]
 
-    def score(self, learner_logp: list[torch.Tensor], ref_logp: list[torch.Tensor],
+    def score(self, learner_logp: list[torch.Tensor] | None, ref_logp: list[torch.Tensor],
               cfg: AlgoConfig) -> dict[str, float]:
         """Steps 1–4 over the batch: sets each sample's old/ref log-probs and advantages; returns the
         mean KL, reward and the action-token count. π_θ_old is the generator's log-probs or the

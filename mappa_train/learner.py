@@ -128,7 +128,7 @@ class Learner(Protocol):
     frozen: bool  # sampled with but never trained (its weights are not synced)
 
     def logprobs(self, samples: list[Sample], reference: bool = False) -> list[torch.Tensor]: ...
-    def train(self, samples: list[Sample], lr: float) -> dict[str, float]: ...
+    def train(self, samples: list[Sample], lr: float) -> dict[str, float]: ...  # sets first_logp: PolicyLearner._loss
     def state_dict(self) -> Any: ...  # the weights the generator loads (Ray: a reference to them)
     def save_pretrained(self, out_dir: str | Path) -> None: ...
     def save_checkpoint(self, ckpt_dir: str | Path) -> None: ...
@@ -253,13 +253,13 @@ class PolicyLearner:
         n_minibatches = max(1, math.ceil(total / self.cfg.train_batch_size))
         stats = dict.fromkeys(algo.LOSS_STATS, 0.0)
         grad_norms = []
-        for _ in range(self.algo.epochs):
-            for mb in _chunks(samples, n_minibatches):
+        for epoch in range(self.algo.epochs):
+            for j, mb in enumerate(_chunks(samples, n_minibatches)):
                 total = self._global_sum(algo.loss_count(mb, self.algo))  # the loss's divisor over all ranks
                 micros = self._micro_batches(mb, self._global_max(len(self._split(mb))))
                 for i, micro in enumerate(micros):
                     self.engine.set_gradient_accumulation_boundary(i == len(micros) - 1)
-                    loss, part = self._loss(micro, max(total, 1))
+                    loss, part = self._loss(micro, max(total, 1), first_step=epoch == j == 0)
                     self.engine.backward(loss * self.world)  # DeepSpeed averages gradients over ranks
                     for k in stats:
                         stats[k] += part[k]
@@ -276,11 +276,16 @@ class PolicyLearner:
                       optimizer_steps=float(n_minibatches * self.algo.epochs), tokens=tokens / self.algo.epochs)
         return result
 
-    def _loss(self, micro: list[Sample], total: float) -> tuple[torch.Tensor, dict[str, float]]:
-        """This micro-batch's share of the mini-batch loss (`algo.micro_loss`)."""
+    def _loss(self, micro: list[Sample], total: float, first_step: bool) -> tuple[torch.Tensor, dict[str, float]]:
+        """This micro-batch's share of the mini-batch loss (`algo.micro_loss`). Before the first optimizer
+        step the policy is still π_θ_old: each sample keeps those log-probs (`first_logp`), the learner's
+        view of the old policy at no extra pass (the log-prob gap check under `algo.old_logprobs=generator`)."""
         logps = self._forward(self.engine, micro)
         if not micro:  # this rank has no data for the micro-step the others run: a zero-loss pass
             return logps.sum() * 0.0, dict.fromkeys(algo.LOSS_STATS, 0.0)
+        if first_step:
+            for s, lp in zip(micro, logps):
+                s.first_logp = lp.detach().float().cpu()
         return algo.micro_loss(logps, micro, self.algo, total)
 
     # ---- forward passes --------------------------------------------------------------------------

@@ -85,8 +85,9 @@ class LearnerRankImpl:
     def logprobs(self, samples: list[Sample], reference: bool) -> list:
         return self.learner.logprobs(samples, reference)
 
-    def train(self, samples: list[Sample], lr: float) -> dict[str, float]:
-        return self.learner.train(samples, lr)
+    def train(self, samples: list[Sample], lr: float) -> tuple[dict[str, float], list]:
+        """The metrics, and the first-step log-probs the learner kept on these copies of the samples."""
+        return self.learner.train(samples, lr), [s.first_logp for s in samples]
 
     def weights_ref(self):
         """Gather the weights (every rank: collective); rank 0 puts them in the object store, once."""
@@ -124,8 +125,12 @@ class LearnerGroup:
         return out
 
     def train(self, samples: list[Sample], lr: float) -> dict[str, float]:
-        parts = _ray().get([r.train.remote(s, lr) for r, s in zip(self.ranks, self._shards(samples))])
-        return parts[0]  # metrics are already reduced over ranks
+        shards = self._shards(samples)
+        parts = _ray().get([r.train.remote(s, lr) for r, s in zip(self.ranks, shards)])
+        for shard, (_, firsts) in zip(shards, parts):  # the ranks trained on copies: bring back what they kept
+            for s, first in zip(shard, firsts):
+                s.first_logp = first
+        return parts[0][0]  # metrics are already reduced over ranks
 
     def state_dict(self):
         """An ObjectRef to the full weights (one copy in the object store), for `RayExperience.sync`."""

@@ -74,14 +74,19 @@ def update(cfg: TrainConfig, learners: Mapping[str, Learner], policy_of: Mapping
     if not any(batch.trained):
         return metrics
     ref = _logprobs(learners, policy_of, batch, reference=True)
-    learner_logp = _logprobs(learners, policy_of, batch)  # π_θ_old as the learner sees it
-    metrics.update(logprob_gap(batch.generator_logp, learner_logp, cfg.algo.logprob_gap_warn))
+    # π_θ_old as the learner sees it: a pass of its own, unless PPO takes the generator's log-probs;
+    # then the update's first forward gives the learner's view for the gap check, a pass saved
+    learner_logp = _logprobs(learners, policy_of, batch) if cfg.algo.old_logprobs == "learner" else None
     metrics["no_spread_roles"] = no_spread_roles(batch.reward, batch.role, cfg.algo.std_floor)
     scored = batch.score(learner_logp, ref, cfg.algo)
     for name, learner in learners.items():
         if rows := batch.rows(policy_of, name, trained_only=True):
             m = learner.train([batch.samples[i] for i in rows], lr)
             metrics.update({k if len(learners) == 1 else f"{k}/{name}": v for k, v in m.items()})
+    seen = learner_logp or [s.first_logp for s in batch.samples]
+    pairs = [(gen, lp) for gen, lp in zip(batch.generator_logp, seen) if lp is not None]
+    if pairs:
+        metrics.update(logprob_gap(*zip(*pairs), cfg.algo.logprob_gap_warn))
     metrics.update(scored, lr=lr)
     if len(learners) > 1:  # a token-weighted loss over policies, for the plot
         metrics["loss"] = _pooled_loss(metrics, learners)

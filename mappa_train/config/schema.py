@@ -150,8 +150,8 @@ class AlgoConfig:
         "global", "advantage normalisation: over the whole batch (paper), per role (reference code), per (task, role, "
                   "turn) group (AT-GRPO-style) or per agent over its actions (Dr.MAS-style); see mappa_train.algo")
     old_logprobs: Literal["learner", "generator"] = doc(
-        "learner", "PPO's old log-probs: recomputed by the learner, or the generator's own (the learner's are "
-                   "computed either way, for logprob_gap)")
+        "learner", "PPO's old log-probs: recomputed by the learner (a no-grad pass), or the generator's own (no "
+                   "pass: logprob_gap then reads the learner's from the update's first optimizer step)")
     epochs: int = doc(1, "passes over each batch of experience (each mini-batch of learner.train_batch_size "
                          "actions is one optimizer step; the clip acts from the second)", positive)
     std_floor: float = doc(1e-4, "reward units: a whitening group whose (scaled) rewards spread by σ <= this has no "

@@ -24,12 +24,15 @@ class Recorder:
     rank = 0
 
     def __init__(self, by_prompt: dict, offset: float = 0.0):
-        self.by_prompt, self.offset, self.trained = by_prompt, offset, []
+        self.by_prompt, self.offset, self.trained, self.passes = by_prompt, offset, [], []
 
     def logprobs(self, samples, reference=False):
+        self.passes.append("reference" if reference else "old")
         return [torch.tensor(self.by_prompt[tuple(s.prompt_ids)][:len(s.action_ids)]) + self.offset for s in samples]
 
-    def train(self, samples, lr):
+    def train(self, samples, lr):  # as PolicyLearner's first optimizer step does, π_θ_old's log-probs kept
+        for s in samples:
+            s.first_logp = torch.tensor(self.by_prompt[tuple(s.prompt_ids)][:len(s.action_ids)]) + self.offset
         self.trained += samples
         return {"loss": 0.0, "tokens": float(sum(len(s.action_ids) for s in samples))}
 
@@ -102,6 +105,18 @@ def test_the_logprob_gap_is_logged_and_warns_above_the_threshold():
     with pytest.warns(UserWarning, match="log-probs differ by 0.5000 on average"):
         metrics, _ = run_update(ts, offset=0.5)  # e.g. the generator never got the new weights
     assert metrics["logprob_gap_mean"] == pytest.approx(0.5)
+
+
+def test_with_the_generators_old_logprobs_the_gap_is_read_from_the_update_without_a_pass():
+    ts = [transition(1, 4), transition(2, 6)]
+    metrics, learner = run_update(ts, offset=1e-3)
+    assert learner.passes == ["reference", "old"]
+    metrics, learner = run_update(ts, "algo.old_logprobs=generator", offset=1e-3)
+    assert learner.passes == ["reference"]  # the learner's no-grad pass is saved
+    assert metrics["logprob_gap_mean"] == pytest.approx(1e-3, rel=1e-3)
+    assert all(torch.equal(s.old_logp, torch.full((len(s.action_ids),), -0.5)) for s in learner.trained)
+    with pytest.warns(UserWarning, match="log-probs differ by 0.5000 on average"):
+        run_update(ts, "algo.old_logprobs=generator", offset=0.5)
 
 
 class LongWriter:

@@ -228,6 +228,20 @@ def test_several_minibatches_and_epochs_make_the_clip_bind(model_dir):
     assert m["tokens"] == sum(len(s.action_ids) for s in samples)
 
 
+def test_the_first_optimizer_step_keeps_the_old_policys_logprobs(model_dir):
+    """The update's first forward sees π_θ_old: each sample of the first mini-batch keeps those
+    log-probs (what `algo.old_logprobs=generator` checks the generator against, with no pass of its
+    own); samples first seen after a step keep none, whatever the later epochs do."""
+    samples = make_samples(12, seed=4)
+    learner = PolicyLearner(model_dir, LearnerConfig(lr=0.05, train_batch_size=6), AlgoConfig(epochs=2))
+    prepare(learner, samples)
+    learner.train(samples, lr=0.05)
+    first, later = samples[:6], samples[6:]
+    assert all(torch.allclose(s.first_logp, s.old_logp, atol=1e-5) for s in first)
+    assert all(s.first_logp is None for s in later)
+    assert any(not torch.allclose(a, s.old_logp, atol=1e-3) for a, s in zip(learner.logprobs(first), first))
+
+
 def test_the_learner_computes_with_the_threads_it_was_built_with(learner, monkeypatch):
     """A side-by-side job is given more cores part way (mappa_train.health); a bf16 backward's sums
     depend on the thread count, so the learner keeps its own and gives the caller's back."""

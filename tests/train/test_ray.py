@@ -65,6 +65,8 @@ def test_learner_ranks_on_two_nodes_meet_at_rank_zeros_node_and_put_weights_once
         for s, lp in zip(samples, group.logprobs(samples)):
             s.old_logp, s.advantages = lp, torch.ones(len(s.action_ids))
         assert group.train(samples, lr=1e-3)["grad_norm"] > 0  # one DeepSpeed world across the two nodes
+        # each rank trained on copies: the first step's log-probs come back to the driver's samples
+        assert all(torch.allclose(s.first_logp, s.old_logp, atol=1e-5) for s in samples)
         refs = ray.get([r.weights_ref.remote() for r in group.ranks])
         assert isinstance(refs[0], ray.ObjectRef)
         assert refs[1] is None  # one copy, from rank 0
