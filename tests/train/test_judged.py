@@ -26,13 +26,16 @@ class Recorder:
     def __init__(self, by_prompt: dict, offset: float = 0.0):
         self.by_prompt, self.offset, self.trained, self.passes = by_prompt, offset, [], []
 
+    def _logp(self, s):
+        return torch.tensor(self.by_prompt[tuple(s.prompt_ids)][:len(s.action_ids)]) + self.offset
+
     def logprobs(self, samples, reference=False):
         self.passes.append("reference" if reference else "old")
-        return [torch.tensor(self.by_prompt[tuple(s.prompt_ids)][:len(s.action_ids)]) + self.offset for s in samples]
+        return [self._logp(s) for s in samples]
 
     def train(self, samples, lr):  # as PolicyLearner's first optimizer step does, π_θ_old's log-probs kept
         for s in samples:
-            s.first_logp = torch.tensor(self.by_prompt[tuple(s.prompt_ids)][:len(s.action_ids)]) + self.offset
+            s.first_logp = self._logp(s)
         self.trained += samples
         return {"loss": 0.0, "tokens": float(sum(len(s.action_ids) for s in samples))}
 
