@@ -15,7 +15,11 @@ Figures (JSON keys), each per dtype:
 - `step_s`: one whole MAPPA step (MathChat-v0, rule coach, local sandbox) by phase: generate, env
   (sandbox + coach, summed over the env workers), logprobs (reference + old), update, sync, total;
 - `targets`: the issue's targets (bf16 learner >= 4x fp32, bf16 step >= 3x faster, learner >= 40% of
-  the bf16 probe), each with its value and, where missed, the phase that holds it back.
+  the bf16 probe), each with its value and, where missed, the phase that holds it back; the learner's
+  `ceiling` is the probe's own bf16 / fp32 ratio, which no update can beat;
+- with `--baseline-rev REV`, `step_s["baseline_float32"]`: the float32 step of the code at git revision
+  REV (the issue's "today's float32 step"), run from a worktree in a subprocess before the others, and the
+  target `step_baseline_fp32_over_bf16` against it.
 
 The machine is shared: every comparison alternates the dtypes in one process and the JSON records the
 load average before and after (`load`). Read the ratios; absolute figures move with the load.
@@ -25,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -211,12 +217,35 @@ def bench_step(model: str, dtype: str, overrides: list[str], steps: int, out_dir
             "logprob_gap_mean": m.get("logprob_gap_mean", float("nan")), "actions": m.get("actions", 0.0)}
 
 
+def baseline_step(rev: str, model: str, steps: int, tmp: Path) -> dict[str, float]:
+    """The float32 step of the code at git revision `rev`: this script's `--step-only` run from a worktree of
+    it (its mappa_train first on the path), so the step is the same shape whatever changed since."""
+    tree, out = tmp / "baseline", tmp / "baseline.json"
+    _git("worktree", "add", "--detach", str(tree), rev, check=True)
+    try:
+        subprocess.run([sys.executable, __file__, "--step-only", "float32", "--model", model, "--steps", str(steps),
+                        "--json", str(out)],
+                       check=True, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
+        return json.loads(out.read_text())
+    finally:
+        _git("worktree", "remove", "--force", str(tree))
+
+
+def _git(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), *args], capture_output=True,
+                          check=check)
+
+
+
+
 STEP = ["env.id=MathChat-v0", "env.kwargs={task_source: 'synthetic:digit_product_sum', num_tasks: 64, "
         "executor_max_actions: 1}",
         "env.eval_sets={heldout: {split: eval, num_tasks: 4}}", "env.coach=rule", "env.sandbox=local",
         "env.sandbox_kwargs={preimport: []}", "generation.backend=hf", "generation.max_prompt_tokens=1536",
         "rollout.step_workers=2", "algo.mask_length_cut=false", "learner.micro_batch_size=4", "eval_every=0",
         "log.progress=false", "log.tensorboard=false", "log.plot=false"]
+STEP_SIZES = ["rollout.num_envs=4", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2",
+              "generation.max_new_tokens=64"]
 
 
 # ---- the report ----------------------------------------------------------------------------------------
@@ -226,19 +255,27 @@ def targets(r: dict) -> dict:
     lt, st = r["learner_tokens_per_s"], r["step_s"]
     learner_ratio = lt["bfloat16"] / lt["float32"]
     step_ratio = st["float32"]["total"] / st["bfloat16"]["total"]
+    probe = r["probe"]["matmul_gflops"]
+    ceiling = probe["bfloat16"] / probe["float32"]
     phases = [p for p in ("generate", "env", "logprobs", "update", "sync")]
     slowest = max(phases, key=lambda p: st["bfloat16"][p])
     gained = {p: st["float32"][p] / max(st["bfloat16"][p], 1e-9) for p in phases}
     out = {
-        "learner_bf16_over_fp32": {"value": learner_ratio, "target": 4.0, "met": learner_ratio >= 4.0},
+        "learner_bf16_over_fp32": {"value": learner_ratio, "target": 4.0, "met": learner_ratio >= 4.0,
+                                   "ceiling": ceiling},
         "step_fp32_over_bf16": {"value": step_ratio, "target": 3.0, "met": step_ratio >= 3.0},
         "learner_fraction_of_bf16_probe": {"value": r["learner_fraction_of_probe"]["bfloat16"], "target": 0.4,
                                            "met": r["learner_fraction_of_probe"]["bfloat16"] >= 0.4},
     }
+    held_back = (f"{slowest}: {st['bfloat16'][slowest]:.1f} s of the bf16 step's {st['bfloat16']['total']:.1f} s, "
+                 f"{gained[slowest]:.2f}x faster than in float32")
     if not out["step_fp32_over_bf16"]["met"]:
-        out["step_fp32_over_bf16"]["held_back_by"] = (
-            f"{slowest}: {st['bfloat16'][slowest]:.1f} s of the bf16 step's {st['bfloat16']['total']:.1f} s, "
-            f"{gained[slowest]:.2f}x faster than in float32")
+        out["step_fp32_over_bf16"]["held_back_by"] = held_back
+    if "baseline_float32" in st:
+        ratio = st["baseline_float32"]["total"] / st["bfloat16"]["total"]
+        out["step_baseline_fp32_over_bf16"] = {"value": ratio, "target": 3.0, "met": ratio >= 3.0}
+        if ratio < 3.0:
+            out["step_baseline_fp32_over_bf16"]["held_back_by"] = held_back
     lp = r["logprob_tokens_per_s"]
     learner_why = (f"the update, outside its matmuls: it runs at {r['learner_fraction_of_probe']['bfloat16']:.0%} of "
                    f"the bf16 matmul probe (the log-prob pass alone {lp['bfloat16'] / lp['float32']:.2f}x fp32); "
@@ -246,6 +283,9 @@ def targets(r: dict) -> dict:
     for name in ("learner_bf16_over_fp32", "learner_fraction_of_bf16_probe"):
         if not out[name]["met"]:
             out[name]["held_back_by"] = learner_why
+    if ceiling < 4.0:
+        out["learner_bf16_over_fp32"]["held_back_by"] = (
+            f"the machine: its bf16 matmuls are only {ceiling:.2f}x its fp32 ones, below the target; " + learner_why)
     return out
 
 
@@ -257,7 +297,16 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--steps", type=int, default=2, help="MAPPA steps per dtype; the last is reported")
+    ap.add_argument("--baseline-rev", metavar="REV", help="also time the float32 step of this git revision")
+    ap.add_argument("--step-only", choices=DTYPES, help=argparse.SUPPRESS)  # baseline_step's subprocess
     args = ap.parse_args()
+    if args.baseline_rev and _git("rev-parse", "--verify", "--quiet", f"{args.baseline_rev}^{{commit}}").returncode:
+        ap.error(f"--baseline-rev {args.baseline_rev}: not a commit of this repository (try a hash from git log)")
+    if args.step_only:  # only what the code at a baseline revision has: no probe, no precision module
+        with tempfile.TemporaryDirectory() as tmp:
+            step = bench_step(args.model, args.step_only, STEP + STEP_SIZES, args.steps, Path(tmp) / "step")
+        args.json.write_text(json.dumps(step) + "\n")
+        return
     from mappa_train.health import use_available_cpus
     from mappa_train.model_source import resolve_model
     from mappa_train.precision import resolve_precision
@@ -275,8 +324,7 @@ def main() -> None:
         else:
             model, path = args.model, resolve_model(args.model)
             sizes = dict(n=8, prompt=(128, 384), action=(32, 128), batch=8, gen_prompt=128, new=32, probe_n=1024,
-                         probe_s=2.0, step=["rollout.num_envs=4", "rollout.prompts_per_step=2",
-                                            "rollout.samples_per_prompt=2", "generation.max_new_tokens=64"])
+                         probe_s=2.0, step=STEP_SIZES)
             repeats, steps = args.repeats, args.steps
         shape = model_shape(path)
         r: dict = {"model": model, "params": shape["params"], "threads": threads, "load": {"before": load()},
@@ -303,9 +351,13 @@ def main() -> None:
             d: sizes["batch"] * r["probe"]["copy_gb_s"] * 1e9 / (shape["params"] * (4 if d == "float32" else 2))
             for d in DTYPES}  # each decoding step streams every weight once, for the whole batch
         print(f"generation: {gen} tokens/s; bandwidth bound {r['generation_bound_tokens_per_s']}", flush=True)
-        r["step_s"] = {}
+        r["step_s"], step_model = {}, str(path) if args.quick else model
+        if args.baseline_rev:
+            r["step_s"]["baseline_float32"] = {**baseline_step(args.baseline_rev, step_model, steps, Path(tmp)),
+                                               "rev": args.baseline_rev}
+            print(f"step of {args.baseline_rev} in float32: {r['step_s']['baseline_float32']}", flush=True)
         for d in DTYPES:
-            r["step_s"][d] = bench_step(model if not args.quick else str(path), d, STEP + sizes["step"], steps,
+            r["step_s"][d] = bench_step(step_model, d, STEP + sizes["step"], steps,
                                         Path(tmp) / f"step-{d}")
             print(f"step {d}: {r['step_s'][d]}", flush=True)
         r["load"]["after"] = load()

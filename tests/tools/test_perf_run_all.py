@@ -96,15 +96,16 @@ def test_results_are_on_disk_while_a_later_benchmark_runs(bench_dir, tmp_path):
 @pytest.mark.slow
 def test_the_cpu_step_benchmark_reports_every_figure_per_dtype(tmp_path):
     """benchmarks/bench_cpu_step.py --quick (the tiny model): the JSON holds the issue-37 figures, each per
-    dtype, the step by phase, and the targets; run_all passes it --quick and --json (it says it takes them)."""
+    dtype, the step by phase (HEAD's float32 step from a worktree too), and the targets; run_all passes it
+    --quick and --json (it says it takes them)."""
     out = tmp_path / "figures.json"
     script = ROOT / "benchmarks" / "bench_cpu_step.py"
     helptext = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True, text=True,
                               timeout=120).stdout
     assert "--quick" in helptext
     assert "--json" in helptext
-    proc = subprocess.run([sys.executable, str(script), "--quick", "--json", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1200)
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--baseline-rev", "HEAD", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = json.loads(out.read_text())
     dtypes = {"float32", "bfloat16"}
@@ -113,10 +114,16 @@ def test_the_cpu_step_benchmark_reports_every_figure_per_dtype(tmp_path):
         assert set(r[key]) == dtypes, key
         assert all(v > 0 for v in r[key].values()), key
     assert set(r["probe"]["matmul_gflops"]) == dtypes
-    assert set(r["step_s"]) == dtypes
+    assert set(r["step_s"]) == dtypes | {"baseline_float32"}
+    assert r["step_s"]["baseline_float32"]["rev"] == "HEAD"
+    trees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert not [t for t in trees.splitlines() if t.split()[0].endswith("/baseline")]  # the baseline's is removed
     for phases in r["step_s"].values():
         assert {"generate", "env", "logprobs", "update", "sync", "total"} <= set(phases)
         assert phases["total"] >= phases["logprobs"] + phases["update"] > 0
-    assert set(r["targets"]) == {"learner_bf16_over_fp32", "step_fp32_over_bf16", "learner_fraction_of_bf16_probe"}
+    assert set(r["targets"]) == {"learner_bf16_over_fp32", "step_fp32_over_bf16", "learner_fraction_of_bf16_probe",
+                                 "step_baseline_fp32_over_bf16"}
+    probe = r["probe"]["matmul_gflops"]
+    assert r["targets"]["learner_bf16_over_fp32"]["ceiling"] == pytest.approx(probe["bfloat16"] / probe["float32"])
     assert all("held_back_by" in t for t in r["targets"].values() if not t["met"])  # a miss names its cause
     assert len(r["load"]["before"]) == 3
