@@ -283,7 +283,7 @@ def targets(r: dict) -> dict:
     for name in ("learner_bf16_over_fp32", "learner_fraction_of_bf16_probe"):
         if not out[name]["met"]:
             out[name]["held_back_by"] = learner_why
-    if ceiling < 4.0:
+    if ceiling < 4.0 and not out["learner_bf16_over_fp32"]["met"]:
         out["learner_bf16_over_fp32"]["held_back_by"] = (
             f"the machine: its bf16 matmuls are only {ceiling:.2f}x its fp32 ones, below the target; " + learner_why)
     return out
