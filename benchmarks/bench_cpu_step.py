@@ -217,14 +217,14 @@ def bench_step(model: str, dtype: str, overrides: list[str], steps: int, out_dir
             "logprob_gap_mean": m.get("logprob_gap_mean", float("nan")), "actions": m.get("actions", 0.0)}
 
 
-def baseline_step(rev: str, model: str, steps: int, tmp: Path) -> dict[str, float]:
+def baseline_step(rev: str, model: str, steps: int, quick: bool, tmp: Path) -> dict[str, float]:
     """The float32 step of the code at git revision `rev`: this script's `--step-only` run from a worktree of
     it (its mappa_train first on the path), so the step is the same shape whatever changed since."""
     tree, out = tmp / "baseline", tmp / "baseline.json"
     _git("worktree", "add", "--detach", str(tree), rev, check=True)
     try:
         subprocess.run([sys.executable, __file__, "--step-only", "float32", "--model", model, "--steps", str(steps),
-                        "--json", str(out)],
+                        "--json", str(out), *(["--quick"] if quick else [])],
                        check=True, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
         return json.loads(out.read_text())
     finally:
@@ -236,8 +236,6 @@ def _git(*args: str, check: bool = False) -> subprocess.CompletedProcess:
                           check=check)
 
 
-
-
 STEP = ["env.id=MathChat-v0", "env.kwargs={task_source: 'synthetic:digit_product_sum', num_tasks: 64, "
         "executor_max_actions: 1}",
         "env.eval_sets={heldout: {split: eval, num_tasks: 4}}", "env.coach=rule", "env.sandbox=local",
@@ -246,6 +244,8 @@ STEP = ["env.id=MathChat-v0", "env.kwargs={task_source: 'synthetic:digit_product
         "log.progress=false", "log.tensorboard=false", "log.plot=false"]
 STEP_SIZES = ["rollout.num_envs=4", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2",
               "generation.max_new_tokens=64"]
+QUICK_STEP_SIZES = ["rollout.num_envs=2", "rollout.prompts_per_step=1", "rollout.samples_per_prompt=1",
+                    "generation.max_new_tokens=8"]
 
 
 # ---- the report ----------------------------------------------------------------------------------------
@@ -304,7 +304,8 @@ def main() -> None:
         ap.error(f"--baseline-rev {args.baseline_rev}: not a commit of this repository (try a hash from git log)")
     if args.step_only:  # only what the code at a baseline revision has: no probe, no precision module
         with tempfile.TemporaryDirectory() as tmp:
-            step = bench_step(args.model, args.step_only, STEP + STEP_SIZES, args.steps, Path(tmp) / "step")
+            step = bench_step(args.model, args.step_only, STEP + (QUICK_STEP_SIZES if args.quick else STEP_SIZES),
+                              args.steps, Path(tmp) / "step")
         args.json.write_text(json.dumps(step) + "\n")
         return
     from mappa_train.health import use_available_cpus
@@ -318,8 +319,7 @@ def main() -> None:
 
             model, path = "tiny", build_tiny_model(Path(tmp) / "tiny", seed=0)
             sizes = dict(n=4, prompt=(24, 64), action=(8, 24), batch=2, gen_prompt=16, new=8, probe_n=256,
-                         probe_s=0.2, step=["rollout.num_envs=2", "rollout.prompts_per_step=1",
-                                            "rollout.samples_per_prompt=1", "generation.max_new_tokens=8"])
+                         probe_s=0.2, step=QUICK_STEP_SIZES)
             repeats, steps = 1, 1
         else:
             model, path = args.model, resolve_model(args.model)
@@ -353,8 +353,8 @@ def main() -> None:
         print(f"generation: {gen} tokens/s; bandwidth bound {r['generation_bound_tokens_per_s']}", flush=True)
         r["step_s"], step_model = {}, str(path) if args.quick else model
         if args.baseline_rev:
-            r["step_s"]["baseline_float32"] = {**baseline_step(args.baseline_rev, step_model, steps, Path(tmp)),
-                                               "rev": args.baseline_rev}
+            base = baseline_step(args.baseline_rev, step_model, steps, args.quick, Path(tmp))
+            r["step_s"]["baseline_float32"] = {**base, "rev": args.baseline_rev}
             print(f"step of {args.baseline_rev} in float32: {r['step_s']['baseline_float32']}", flush=True)
         for d in DTYPES:
             r["step_s"][d] = bench_step(step_model, d, STEP + sizes["step"], steps,
