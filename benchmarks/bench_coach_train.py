@@ -53,8 +53,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--results", type=Path, help="where the JSON goes (default OUT/bench.json, or beside --judge)")
     a = p.parse_args()
+    from mappa_envs.coach.judge import LocalJudge
     from mappa_train.coach_training.examples import from_scripted
-    from mappa_train.coach_training.judge import LocalJudge
     from mappa_train.coach_training.train import JudgeTrainConfig, train_judge
     from mappa_train.model_source import resolve_model
 

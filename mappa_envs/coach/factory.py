@@ -4,6 +4,7 @@
 |---------------------------|-------|
 | None, `"rule"`            | `RuleCoach` (offline) |
 | `"rule:noise=EPS,..."`    | the rule coach wrong at rate EPS (`NoisyCoach`; also `mode=flip` or `random`, `seed=N`) |
+| `"judge:FOLDER"`          | a judge model folder, in-process: the expected score of one forward (`LocalJudge`) |
 | a preset name             | that `LLMCoach` preset: `gemini-2.5-flash`, `gemini-2.5-pro`, `openai`, `vllm-local` |
 | `PRESET:MODEL`            | the preset with another model, e.g. `vllm-local:qwen3-0.6b` |
 | `PRESET:PORT`             | the preset on another port of its host, e.g. `vllm-local:8001` |
@@ -71,6 +72,8 @@ def _build(spec: CoachSpec, settings: dict[str, Any]) -> Coach:
         if settings:
             raise CoachConfigError(f"the rule coach has no settings (got {', '.join(settings)})")
         return rule_coach_from_spec(spec)
+    if spec.startswith("judge:"):
+        return _local_judge(spec.partition(":")[2], settings)
     if spec == "llm":
         return LLMCoach(**settings)
     model, at, url = spec.partition("@")
@@ -84,10 +87,21 @@ def _build(spec: CoachSpec, settings: dict[str, Any]) -> Coach:
         raise CoachConfigError(f"coach {spec!r} already names its preset; a 'preset' setting goes with the spec 'llm'")
     if preset not in PRESETS:
         raise CoachConfigError(f"unknown coach {spec!r}; use 'rule', a preset ({', '.join(PRESETS)}), "
-                               "PRESET:MODEL, PRESET:PORT or MODEL@BASE_URL")
+                               "PRESET:MODEL, PRESET:PORT, MODEL@BASE_URL or judge:FOLDER")
     if variant.isdigit():
         parts = urlsplit(PRESETS[preset]["base_url"])
         variant_settings = {"base_url": parts._replace(netloc=f"{parts.hostname}:{variant}").geturl()}
     else:
         variant_settings = {"model": variant} if variant else {}
     return LLMCoach(preset=preset, **{**variant_settings, **settings})
+
+
+def _local_judge(folder: str, settings: dict[str, Any]) -> Coach:
+    from mappa_envs.coach.judge import LocalJudge
+
+    if settings:
+        raise CoachConfigError(f"a judge:FOLDER coach has no settings (got {', '.join(settings)})")
+    if not (Path(folder) / "config.json").is_file():
+        raise CoachConfigError(f"coach 'judge:{folder}': no model folder there (no config.json); "
+                               "train one with `mappa coach-train --out FOLDER`")
+    return LocalJudge(folder, readout="expected")

@@ -19,13 +19,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mappa_envs.coach.judge import RECORD, REPLY_FORMATS, prompt_messages, target_reply
 from mappa_train.coach_training.examples import LabelError, Labelled
-from mappa_train.coach_training.format import REPLY_FORMATS, prompt_messages, target_reply
 from mappa_train.export import new_folder
 
 HELDOUT_DIR = "heldout"
 RIGHT = 5.0  # a verdict at or above it calls the action right (the held-out labels' `label`, --balance's classes)
-RECORD = "judge_training.json"
 
 
 @dataclass

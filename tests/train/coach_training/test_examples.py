@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
+from mappa_envs.coach.judge import prompt_messages, target_reply
 from mappa_envs.coach.parse import parse_reply
 from mappa_envs.coach.prompts import coach_messages, load_template
 from mappa_train.coach_training.examples import LabelError, from_labels, from_transcripts, split_by_task
-from mappa_train.coach_training.format import prompt_messages, target_reply
 from mappa_train.coach_training.train import heldout_dataset
 from tests.train.coach_training.conftest import chain_examples
 

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from mappa_envs.coach import make_coach
+from mappa_envs.coach.judge import LocalJudge, auroc_of
 from mappa_train.coach_training.examples import LabelError, from_labels, split_by_task
-from mappa_train.coach_training.judge import LocalJudge, auroc_of
 from mappa_train.coach_training.train import HELDOUT_DIR, RECORD, JudgeTrainConfig, sampler, train_judge
 from tests.openai_stub import StubServer
 from tests.train.coach_training.conftest import chain_examples
@@ -109,3 +109,35 @@ def test_expected_readout_ranks_heldout_actions_and_reads_their_scores(trained, 
     assert all((7.0 <= v <= 9.0) if y else (0.5 <= v <= 2.5) for v, y in zip(values, labels)), values
     untrained = LocalJudge(tiny_model_dir, readout="expected")  # never writes the format, still read
     assert all(0.0 <= untrained.score(r).score <= 9.9 for r in requests[:2])
+
+
+@pytest.mark.slow
+def test_judge_folder_is_a_coach_a_training_run_trains_against(trained, tmp_path):
+    """`judge:FOLDER` is the expected readout in-process; a Chain-v0 step is scored by it and trains."""
+    from mappa_train.config import load_config
+    from mappa_train.runlog import read_metrics
+    from mappa_train.train import train
+
+    out, held, _ = trained
+    coach = make_coach(f"judge:{out}")
+    reference = LocalJudge(out, readout="expected")
+    assert [coach.score(e.request).score for e in held[:3]] == [reference.score(e.request).score for e in held[:3]]
+    chain = ["model.path=tiny", "steps=1", "eval_every=0", "generation.max_new_tokens=12",
+             "algo.mask_length_cut=false", "env.kwargs={depth: 2, num_tasks: 4, max_actions: 1}",
+             "rollout.num_envs=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=1",
+             "log.progress=false", f"env.coach=judge:{out}", f"out_dir={tmp_path}"]
+    train(load_config("configs/chain.yaml", chain))
+    (row,) = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert row["actions"] > 0
+    assert row["coach_failures"] == 0
+    assert 0.0 <= row["score"] <= 10.0
+
+
+def test_judge_spec_refuses_a_missing_folder_and_settings(tmp_path):
+    from mappa_envs.coach import CoachConfigError
+
+    with pytest.raises(CoachConfigError, match=r"no model folder there .*mappa coach-train"):
+        make_coach(f"judge:{tmp_path / 'nothing'}")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(CoachConfigError, match="has no settings"):
+        make_coach(f"judge:{tmp_path}", {"max_tokens": "24"})

@@ -1,17 +1,19 @@
-"""A judge model folder scoring in-process: the coach's prompt, a greedy reply, the coach's own parse.
+"""A judge model folder as a coach, scoring in-process: the LLM coach's prompt, the coach's own parse.
 
-`LocalJudge` is a `Coach` for measuring a trained judge where no server runs (tests, the benchmark);
-in training and `mappa coach-eval` the same folder is served (scripts/serve_judge.sh, vLLM) and named
-by an endpoint spec, which sends the same prompt and reads the reply with the same `parse_reply`.
+`prompt_messages` is exactly `LLMCoach`'s prompt for a request and `target_reply` the verdict written
+in the format that prompt asks for (the structured JSON object or the RATIONALE/SCORE lines);
+`parse_reply` reads it back, so a judge trained on (prompt, target) pairs (`mappa coach-train`)
+answers in a form the coach accepts.
 
-`readout="expected"` reads the verdict from the model's distribution instead of sampled text: the
-reply is forced to the judge's own format up to the score (`target_reply` with an empty rationale,
-cut before the number) and one forward pass gives the probability of each first digit; the verdict
-is the expected integer score, 1 and 10 told apart by the probability of "0" after a "1". A judge
-that puts 70 % on 9 and 30 % on 2 says 6.9 rather than 9, so its ranking survives where greedy text
-ties, and an untrained model that never writes the format still gets read. It generates nothing (one
-forward per action). A served coach reads text only (LLMCoach parses the reply): this measures a
-judge, it is not yet a way to train with one.
+`LocalJudge` scores with a model folder where no server runs. `readout="text"` parses its greedy
+reply. `readout="expected"` reads the verdict from the model's distribution instead: the reply is
+forced to the judge's own format up to the score (`target_reply` with an empty rationale, cut before
+the number) and one forward pass gives the probability of each first digit; the verdict is the
+expected integer score, 1 and 10 told apart by the probability of "0" after a "1". A judge that puts
+70 % on 9 and 30 % on 2 says 6.9 rather than 9, so its ranking survives where greedy text ties, and an
+untrained model that never writes the format still gets read. It generates nothing (one forward per
+action), which makes it the judge to train against on a CPU: the coach spec `judge:FOLDER`
+(`make_coach`). A served judge (scripts/serve_judge.sh, an endpoint spec) reads text only.
 """
 from __future__ import annotations
 
@@ -20,11 +22,28 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mappa_envs.coach.parse import parse_reply
+from mappa_envs.coach.prompts import coach_messages, load_template
 from mappa_envs.coach.types import CoachRequest, CoachScore
-from mappa_train.coach_training.format import prompt_messages, target_reply
-from mappa_train.coach_training.train import RECORD
 
+REPLY_FORMATS = ("json", "text")
+MAX_FIELD_CHARS = 8000  # LLMCoachConfig's default: the prompt a served judge is sent
+RECORD = "judge_training.json"  # what `mappa coach-train` writes into the folder: its config, counts, losses
 READOUTS = ("text", "expected")
+
+
+def prompt_messages(request: CoachRequest, reply: str = "json", max_field_chars: int = MAX_FIELD_CHARS) -> list[dict]:
+    """The chat messages LLMCoach sends for `request` (structured output when `reply` is "json")."""
+    return coach_messages(load_template(request.env_id), request, max_field_chars, structured=reply == "json")
+
+
+def target_reply(score: float, rationale: str, reply: str = "json") -> str:
+    """The verdict `score` (0-10) with `rationale`, written as the coach's prompt asks for it."""
+    value = round(float(score), 1)
+    value = int(value) if value.is_integer() else value
+    rationale = " ".join(rationale.split())
+    if reply == "json":
+        return json.dumps({"rationale": rationale, "score": value}, ensure_ascii=False)
+    return f"RATIONALE: {rationale or '-'}\nSCORE: {value}"
 
 
 class LocalJudge:
@@ -37,6 +56,7 @@ class LocalJudge:
         if readout not in READOUTS:
             raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {readout!r}")
         self.readout = readout
+        self.folder = Path(folder).resolve()
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -48,6 +68,12 @@ class LocalJudge:
         self.max_new_tokens = max_new_tokens
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+    def cache_identity(self, request: CoachRequest) -> str:
+        """The folder, the readout and when its weights were written: a retrained folder is another judge."""
+        written = max((f.stat().st_mtime_ns for f in self.folder.iterdir() if f.suffix in (".safetensors", ".bin")),
+                      default=0)
+        return f"local-judge:{self.folder}:{self.readout}:{self.prompt_tokens}:{written}"
 
     def answer(self, messages: list[dict]) -> str:
         """The model's greedy reply to a chat (the prompt cut to its end as training cut it)."""
