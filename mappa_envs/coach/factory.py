@@ -101,6 +101,8 @@ def _local_judge(folder: str, settings: dict[str, Any]) -> Coach:
 
     if settings:
         raise CoachConfigError(f"a judge:FOLDER coach has no settings (got {', '.join(settings)})")
+    if not folder.strip():
+        raise CoachConfigError("coach 'judge:' names no folder; use judge:FOLDER, e.g. judge:runs/judge")
     if not (Path(folder) / "config.json").is_file():
         raise CoachConfigError(f"coach 'judge:{folder}': no model folder there (no config.json); "
                                "train one with `mappa coach-train --out FOLDER`")

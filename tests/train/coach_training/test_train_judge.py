@@ -138,6 +138,8 @@ def test_judge_spec_refuses_a_missing_folder_and_settings(tmp_path):
 
     with pytest.raises(CoachConfigError, match=r"no model folder there .*mappa coach-train"):
         make_coach(f"judge:{tmp_path / 'nothing'}")
+    with pytest.raises(CoachConfigError, match="names no folder"):
+        make_coach("judge: ")
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(CoachConfigError, match="has no settings"):
         make_coach(f"judge:{tmp_path}", {"max_tokens": "24"})
