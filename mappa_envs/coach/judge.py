@@ -60,7 +60,7 @@ class LocalJudge:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        record = Path(folder) / RECORD
+        record = self.folder / RECORD
         trained = json.loads(record.read_text()) if record.is_file() else {"config": {}}
         self.reply = trained["config"].get("reply", "json")
         # the prompt cut as training cut it: what is left of max_tokens after the longest trained reply
@@ -68,12 +68,14 @@ class LocalJudge:
         self.max_new_tokens = max_new_tokens
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-
-    def cache_identity(self, request: CoachRequest) -> str:
-        """The folder, the readout and when its weights were written: a retrained folder is another judge."""
+        # the cache key: the folder, the readout, the prompt cut and when its weights were written (a
+        # retrained folder is another judge); read once, not per request
         written = max((f.stat().st_mtime_ns for f in self.folder.iterdir() if f.suffix in (".safetensors", ".bin")),
                       default=0)
-        return f"local-judge:{self.folder}:{self.readout}:{self.prompt_tokens}:{written}"
+        self._identity = f"local-judge:{self.folder}:{self.readout}:{self.prompt_tokens}:{written}"
+
+    def cache_identity(self, request: CoachRequest) -> str:
+        return self._identity
 
     def answer(self, messages: list[dict]) -> str:
         """The model's greedy reply to a chat (the prompt cut to its end as training cut it)."""
