@@ -62,6 +62,7 @@ def init_distributed() -> tuple[int, int]:
             # gone) may have left some of them, and DeepSpeed falls back to MPI discovery on a partial set
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                               MASTER_PORT=str(_free_port()))
+            _without_shared_memory_op()
         backend = "gloo" if get_accelerator().device_name() == "cpu" else get_accelerator().communication_backend_name()
         deepspeed.init_distributed(dist_backend=backend)
     else:  # someone else (an in-process vLLM engine) made the group: tell DeepSpeed who we are in it
@@ -69,6 +70,16 @@ def init_distributed() -> tuple[int, int]:
         os.environ.setdefault("WORLD_SIZE", str(dist.get_world_size()))
         os.environ.setdefault("LOCAL_RANK", "0")
     return dist.get_rank(), dist.get_world_size()
+
+
+def _without_shared_memory_op() -> None:
+    """DeepSpeed builds its shared-memory all-reduce op for every CPU process group, compiling it with ninja
+    (about a minute) under a lock file; a process killed while compiling leaves the lock behind, and every
+    later run then waits on it forever, silently. A world of one reduces nothing across processes: skip it."""
+    import importlib
+
+    # by name: `import deepspeed.comm.torch as m` binds deepspeed.comm's attribute `torch`, which is PyTorch
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 
 
 def _forget_stale_world_group() -> None:

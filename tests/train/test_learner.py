@@ -211,6 +211,29 @@ def test_a_learner_starts_after_the_process_group_was_destroyed_and_remade(model
     assert done.stdout.strip().endswith("ok")
 
 
+def test_a_world_of_one_starts_beside_a_build_lock_a_killed_process_left(model_dir, tmp_path):
+    """DeepSpeed compiles its shared-memory op under a lock; a process killed mid-build leaves the lock, and
+    every later learner waited on it forever (an ablation hung 14 minutes at 0% CPU). A world of one does
+    not build the op, so a stale lock cannot stop it."""
+    lock = tmp_path / "extensions" / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    code = (
+        "import importlib\n"
+        "from mappa_train.config import AlgoConfig, LearnerConfig\n"
+        "from mappa_train.learner import PolicyLearner\n"
+        f"learner = PolicyLearner({str(model_dir)!r}, LearnerConfig(lr={LR}), AlgoConfig())\n"
+        "backend = importlib.import_module('deepspeed.comm.comm').cdb\n"
+        "assert learner.world == 1 and backend.shm_comm_op is None\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(lock.parents[1])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok")
+    assert lock.exists()  # left as it was: not ours to remove
+
+
 def test_several_minibatches_and_epochs_make_the_clip_bind(model_dir):
     """One mini-batch, one epoch (the presets): π/π_old = 1 at the only step, the clip cannot bind.
     Three mini-batches × two epochs at a large learning rate: the later steps see a moved policy and
