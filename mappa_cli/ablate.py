@@ -15,6 +15,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", default="", help="comma-separated seeds instead of the preset's")
     parser.add_argument("--sweep-values", default="", metavar="VALUES",
                         help="comma-separated subset of the preset's sweep values (sweep.values, e.g. depths 2,4)")
+    parser.add_argument("--prior", default="", metavar="RESULTS_JSON",
+                        help="the results.json of an earlier run of this preset (e.g. committed from another "
+                             "machine): its runs are not trained again and its records join the summary")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="training overrides for every arm")
 
 
@@ -22,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from mappa_train.config import ConfigError
     from mappa_train.experiments.ablate import ablate, base_config
     from mappa_train.experiments.ablate_preset import load_ablation
+    from mappa_train.experiments.ablate_prior import load_prior
     from mappa_train.experiments.ablate_report import format_table
 
     cfg, arms = load_ablation(args.config)  # a ConfigError is one line in the CLI
@@ -44,8 +48,9 @@ def run(args: argparse.Namespace) -> int:
             cfg.coach_noise = [0.0]
         cfg.sweep.values, cfg.noise_at = chosen, noisy
     cfg.overrides = [*cfg.overrides, *args.overrides]
+    prior = load_prior(args.prior) if args.prior else None
     base_config(cfg, Path(args.out))  # fail now, not after the warm start
-    results = ablate(cfg, arms, Path(args.out))
+    results = ablate(cfg, arms, Path(args.out), prior=prior, prior_path=args.prior)
     print(format_table(results))
     print(f"results.json, results.md and accuracy_vs_rollouts.png are in {args.out}")
     return 0

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from mappa_train.config import ConfigError, load_config
@@ -61,7 +62,15 @@ from mappa_train.experiments.ablate_preset import (
     conditions,
     run_dir,
 )
-from mappa_train.experiments.ablate_report import format_table, plot, plot_differences, summarise
+from mappa_train.experiments.ablate_prior import (
+    check_prior,
+    check_same_start,
+    prior_records,
+    restore_budgets,
+    start_digest,
+    start_reports,
+)
+from mappa_train.experiments.ablate_report import axis, format_table, plot, plot_differences, summarise
 from mappa_train.experiments.warm_start import build_start
 
 
@@ -102,17 +111,26 @@ def base_config(cfg: AblateConfig, out: Path, cond: Condition | None = None):
     return base
 
 
-def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -> dict:
+def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print, prior: dict | None = None,
+           prior_path: str = "") -> dict:
     """Build the start (reused) and pre-flight it at each sweep value, train every seed × condition × arm
-    (skipping finished runs), then summarise. Seed by seed: an interrupted ablation leaves whole paired
-    seeds behind, and `--seeds` summarises those."""
+    (skipping finished runs and the `prior`'s: ablate_prior), then summarise. Seed by seed: an interrupted
+    ablation leaves whole paired seeds behind, and `--seeds` summarises those."""
     out.mkdir(parents=True, exist_ok=True)
+    grid = {(cond.name, name) for cond in conditions(cfg) for name in arms_at(cfg, arms, cond)}
+    done = {}
+    if prior is not None:
+        cfg.seeds = check_prior(prior, cfg, grid, prior_path)
+        done = prior_records(prior, axis(asdict(cfg)))
+        restore_budgets(prior, out / "start")
     bases = {cond: base_config(cfg, out, cond) for cond in conditions(cfg)}
     plain = {cond: base for cond, base in bases.items() if not cond.noise}  # one per sweep value
     starts = _starts(cfg, plain, out / "start")
     if cfg.preflight_episodes:  # before any arm trains: a start that is never right can learn from neither reward
         for cond, base in plain.items():
             _preflight(cfg, base, cond, starts[cond.value], out / "start" / _file("preflight", cond, ".json"), progress)
+    if prior is not None:
+        check_same_start(prior, out / "start", grid, prior_path, progress)
     steps = {}  # sweep value -> the grid's steps, fixed by the budget pre-flight before any grid run
     if cfg.budget_gain is not None:
         for cond, base in plain.items():
@@ -121,14 +139,18 @@ def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print) -
         for cond, base in bases.items():
             for name, arm in arms_at(cfg, arms, cond).items():
                 path = run_dir(out, cond, name, arm, seed)
-                if (cond.noise and not calls_coach(arm)) or (path / "final").is_dir():
-                    continue  # the outcome arm calls no coach: its noise-free run stands for it
+                finished = (path / "final").is_dir() or (cond.name, name, seed) in done
+                if finished or (cond.noise and not calls_coach(arm)):
+                    continue  # the outcome arm calls no coach: its noise-free run stands for it; a prior run is done
                 progress(f"{cond.name + ' ' if cond.name else ''}arm {name}, seed {seed} ...")
                 t0 = time.perf_counter()
                 budget = (f"steps={steps[cond.value]}",) if cond.value in steps else ()
                 train_run(arm_config(cfg, base, cond, arm, seed, starts[cond.value], path, budget))
                 progress(f"    done in {time.perf_counter() - t0:.0f} s")
-    results = summarise(cfg, arms, out)
+    results = {**summarise(cfg, arms, out, done), "start_reports": start_reports(out / "start")}
+    digest = start_digest(out / "start")
+    for record in results["records"]:  # a prior's records name the start they trained from; new ones this one
+        record.setdefault("start", digest)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "results.md").write_text(format_table(results))
     plot(results, out / "accuracy_vs_rollouts.png")

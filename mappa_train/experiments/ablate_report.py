@@ -98,17 +98,19 @@ def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool, targ
             "final_accuracy": curve[-1][1] if curve else None}
 
 
-def summarise(cfg, arms: dict, out: Path) -> dict:
+def summarise(cfg, arms: dict, out: Path, done: dict | None = None) -> dict:
     """results.json: per condition the arms' curves and targets, every run's record, and the paired summary
-    (a record, block and pair carries its sweep value under the sweep's name, e.g. "depth": 2)."""
+    (a record, block and pair carries its sweep value under the sweep's name, e.g. "depth": 2). `done`:
+    (condition, arm, seed) -> the figures of runs whose folders are elsewhere (`mappa ablate --prior`)."""
+    done = done or {}
     conds, records, blocks = conditions(cfg), [], {}
     gains = tuple(cfg.target_gains)
     for cond in conds:
         summary = {}
         for name, arm in arms_at(cfg, arms, cond).items():
-            seeds = {s: run_summary(run_dir(out, cond, name, arm, s), cfg.eval_set, cfg.target_accuracy,
-                                    coached=calls_coach(arm), target_gain=cfg.target_gain, gains=gains)
-                     for s in cfg.seeds}
+            seeds = {s: done.get((cond.name, name, s)) or run_summary(
+                         run_dir(out, cond, name, arm, s), cfg.eval_set, cfg.target_accuracy, coached=calls_coach(arm),
+                         target_gain=cfg.target_gain, gains=gains) for s in cfg.seeds}
             records += [{"condition": cond.name, **cond.coordinate(), "coach_noise": cond.noise, "arm": name,
                          "reward": arm.reward, "seed": s, **r} for s, r in seeds.items()]
             summary[name] = _arm_block(arm, seeds, gains)
