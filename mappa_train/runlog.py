@@ -85,8 +85,8 @@ def cpu_seconds() -> float:
 
 
 def _kept(row: dict, resume_step: int) -> bool:
-    # an eval at step N runs before update N+1, so the resumed run repeats it: keep only earlier ones
-    return row["step"] <= resume_step if row["kind"] == "train" else row["step"] < resume_step
+    # an eval at step N used checkpoint N's weights, which the resumed run starts from: it stays, not repeated
+    return row["step"] <= resume_step
 
 
 def read_metrics(path: str | Path) -> list[dict]:
@@ -106,8 +106,8 @@ def read_metrics(path: str | Path) -> list[dict]:
 def append_eval_episodes(out_dir: str | Path, step: int, eval_set: str, episodes, samples: int) -> None:
     """One line per evaluation episode (step, set, task, sample, correct, score, the extracted answer
     that was judged) in EVAL_EPISODES_FILE. Episode i of an evaluation is sample i % samples of its
-    task. A resumed run re-evaluates its last step: readers keep the last line of each (step, set,
-    task, sample)."""
+    task. A run killed during an evaluation repeats it when resumed: readers keep the last line of each
+    (step, set, task, sample)."""
     with (Path(out_dir) / EVAL_EPISODES_FILE).open("a") as f:
         for e in episodes:
             f.write(json.dumps({"step": step, "set": eval_set, "task_id": e.task_id, "sample": e.episode_id % samples,

@@ -131,7 +131,7 @@ def train(cfg: TrainConfig, experience: ExperienceSource | None = None,
     empty = EmptySteps(cfg)
     for step in range(start, cfg.steps):
         use_available_cpus()
-        if cfg.eval_every and step % cfg.eval_every == 0:
+        if cfg.eval_every and step % cfg.eval_every == 0 and not (step == start and has_eval(out, step)):
             log.log("eval", step, heldout_metrics(cfg, experience, step, out))
         result, metrics = train_step(cfg, experience, learners, step)
         log.log("train", step + 1, metrics)

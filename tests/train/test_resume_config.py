@@ -106,3 +106,20 @@ def test_resume_says_its_step_and_an_allowed_change_keeps_the_old_config(tmp_pat
     assert json.loads((out / "config.json").read_text())["learner"]["lr"] == 1e-4
     steps = [r["step"] for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
     assert steps == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_running_on_keeps_the_last_evaluation_instead_of_repeating_it(tmp_path):
+    """The budget pre-flight runs a run on a few steps at a time: the evaluation at the step it resumes from
+    was taken on that checkpoint's weights, so it is kept, not paid for again (at depth 4, minutes each)."""
+    out = tmp_path / "run"
+    first = train(out, "steps=1", "eval_every=1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "eval"]
+    longer = train(out, "steps=2", "eval_every=1")
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    evals = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 1, 2]  # each step evaluated once
+    assert evals[:2] == before
+    episodes = [json.loads(line)["step"] for line in (out / "eval_episodes.jsonl").read_text().splitlines()]
+    assert episodes.count(1) == episodes.count(0) == episodes.count(2) > 0  # step 1 was not played again
