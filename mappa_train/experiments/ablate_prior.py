@@ -5,7 +5,7 @@ On two CPU cores a paired seed of a deep chain takes most of an hour, so a grid 
 sessions; committing results.json keeps what each one measured. The prior's runs are not trained again:
 their records join the summary and their seeds join the grid. Pairing is seed by seed, so what must hold
 is that every arm of a seed trained from one start at one budget:
-- the preset's fields match, bar the seeds, sweep values, noise rates and arms run;
+- the preset's fields match, bar the seeds, sweep values, noise rates, arms and baselines run;
 - the budget the prior's pre-flight fixed is restored into start/, not fixed anew (one fixed here must
   equal it);
 - the start rebuilt here is pre-flighted before anything trains. If it plays as the prior's did (the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from mappa_train.config import ConfigError
 
-FREE = {"seeds", "sweep", "coach_noise", "noise_at", "arms", "train_config"}  # may differ between the two
+FREE = {"seeds", "sweep", "coach_noise", "noise_at", "arms", "baseline", "train_config"}  # --arms and co. set them
 IDENTITY = {"condition", "coach_noise", "arm", "reward", "seed"}  # a record's place in the grid, not its figures
 REPORTS = ("preflight", "budget")  # start/<name>[_<condition>].json
 
