@@ -40,7 +40,20 @@ def load_prior(path: str | Path) -> dict:
         raise ConfigError(f"--prior {path} is not readable JSON ({err.__class__.__name__}); {hint}") from None
     if not isinstance(data, dict) or not all(k in data for k in ("config", "records", "start_reports")):
         raise ConfigError(f"--prior {path} is not a results.json with config, records and start_reports; {hint}")
+    records, reports = data["records"], data["start_reports"]
+    bad = next((i for i, r in enumerate(records) if not _is_record(r)), None) if isinstance(records, list) else -1
+    if bad is not None or not isinstance(data["config"], dict) or not isinstance(reports, dict) or not all(
+            isinstance(v, dict) for v in reports.values()):
+        where = f"record {bad}" if bad is not None and bad >= 0 else "its config, records or start_reports"
+        raise ConfigError(f"--prior {path}: {where} is not as `mappa ablate` writes it; {hint}")
     return data
+
+
+def _is_record(r) -> bool:
+    """A run's record: its place in the grid and the figures the summary reads."""
+    return (isinstance(r, dict) and isinstance(r.get("condition"), str) and isinstance(r.get("arm"), str)
+            and isinstance(r.get("seed"), int) and not isinstance(r.get("seed"), bool)
+            and isinstance(r.get("curve"), list) and "auc" in r and "final_accuracy" in r)
 
 
 def start_reports(where: Path) -> dict:

@@ -122,8 +122,13 @@ def test_bad_prior_files_are_one_line_errors_and_nothing_is_written(tmp_path, ca
     spec = tiny_sweep(tmp_path, seeds=[0], arms=ARMS)
     (tmp_path / "notjson.json").write_text("{oops")
     (tmp_path / "other.json").write_text(json.dumps({"records": []}))
+    shell = {"config": {}, "start_reports": {}}
+    (tmp_path / "torn.json").write_text(json.dumps({**shell, "records": [{"condition": "", "arm": "process"}]}))
+    (tmp_path / "flat.json").write_text(json.dumps({**shell, "records": "none"}))
     for name, says in [("missing.json", "no such file"), ("notjson.json", "is not readable JSON"),
-                       ("other.json", "is not a results.json with config, records and start_reports")]:
+                       ("other.json", "is not a results.json with config, records and start_reports"),
+                       ("torn.json", "record 0 is not as `mappa ablate` writes it"),
+                       ("flat.json", "its config, records or start_reports is not as")]:
         out = tmp_path / "out"
         assert main(["ablate", "--config", str(spec), "--out", str(out), "--prior", str(tmp_path / name)]) == 2
         err = capsys.readouterr().err.strip()
