@@ -15,7 +15,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", default="", help="comma-separated seeds instead of the preset's")
     parser.add_argument("--sweep-values", default="", metavar="VALUES",
                         help="comma-separated subset of the preset's sweep values (sweep.values, e.g. depths 2,4)")
-    parser.add_argument("--prior", default="", metavar="RESULTS_JSON",
+    parser.add_argument("--prior", metavar="RESULTS_JSON",
                         help="the results.json of an earlier run of this preset (e.g. committed from another "
                              "machine): its runs are not trained again and its records join the summary")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="training overrides for every arm")
@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
             cfg.coach_noise = [0.0]
         cfg.sweep.values, cfg.noise_at = chosen, noisy
     cfg.overrides = [*cfg.overrides, *args.overrides]
-    prior = load_prior(args.prior) if args.prior else None
+    if args.prior is not None and not args.prior.strip():
+        raise ConfigError("--prior is empty; give the path of a results.json, or leave --prior out")
+    prior = load_prior(args.prior) if args.prior is not None else None
     base_config(cfg, Path(args.out))  # fail now, not after the warm start
     results = ablate(cfg, arms, Path(args.out), prior=prior, prior_path=args.prior)
     print(format_table(results))

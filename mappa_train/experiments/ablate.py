@@ -48,6 +48,7 @@ mean held-out accuracy after the start (area under the curve) with its t-interva
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -61,13 +62,15 @@ from mappa_train.experiments.ablate_preset import (
     calls_coach,
     conditions,
     run_dir,
+    start_file,
 )
 from mappa_train.experiments.ablate_prior import (
     check_prior,
+    check_runs_here,
     check_same_start,
+    digest,
     prior_records,
     restore_budgets,
-    start_digest,
     start_reports,
 )
 from mappa_train.experiments.ablate_report import axis, format_table, plot, plot_differences, summarise
@@ -111,26 +114,43 @@ def base_config(cfg: AblateConfig, out: Path, cond: Condition | None = None):
     return base
 
 
+def train_settings(cfg: AblateConfig, out: Path) -> dict:
+    """The preset's resolved training config as results.json keeps it (without out_dir): `--prior` compares it
+    field by field, so an edit to the training preset between sessions is not paired across."""
+    settings = json.loads(json.dumps(asdict(base_config(cfg, out)), default=str))
+    settings.pop("out_dir", None)
+    return settings
+
+
 def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print, prior: dict | None = None,
            prior_path: str = "") -> dict:
     """Build the start (reused) and pre-flight it at each sweep value, train every seed × condition × arm
     (skipping finished runs and the `prior`'s: ablate_prior), then summarise. Seed by seed: an interrupted
     ablation leaves whole paired seeds behind, and `--seeds` summarises those."""
-    out.mkdir(parents=True, exist_ok=True)
-    grid = {(cond.name, name) for cond in conditions(cfg) for name in arms_at(cfg, arms, cond)}
-    done = {}
-    if prior is not None:
-        cfg.seeds = check_prior(prior, cfg, grid, prior_path)
+    cells = {(cond.name, name): (cond, arm) for cond in conditions(cfg)
+             for name, arm in arms_at(cfg, arms, cond).items()}
+    train, done, restored = train_settings(cfg, out), {}, []
+    if prior is not None:  # every refusal before anything is written
+        cfg.seeds = check_prior(prior, cfg, cells, train, prior_path)
         done = prior_records(prior, axis(asdict(cfg)))
-        restore_budgets(prior, out / "start")
+        check_runs_here(done, cells, out, cfg, prior_path)
+        names = [start_file("budget", cond) for cond in conditions(cfg) if not cond.noise]
+        restored = restore_budgets(prior, out / "start", names, prior_path)
+    out.mkdir(parents=True, exist_ok=True)
     bases = {cond: base_config(cfg, out, cond) for cond in conditions(cfg)}
     plain = {cond: base for cond, base in bases.items() if not cond.noise}  # one per sweep value
     starts = _starts(cfg, plain, out / "start")
     if cfg.preflight_episodes:  # before any arm trains: a start that is never right can learn from neither reward
         for cond, base in plain.items():
-            _preflight(cfg, base, cond, starts[cond.value], out / "start" / _file("preflight", cond, ".json"), progress)
+            path = out / "start" / start_file("preflight", cond, ".json")
+            _preflight(cfg, base, cond, starts[cond.value], path, progress)
     if prior is not None:
-        check_same_start(prior, out / "start", grid, prior_path, progress)
+        try:
+            check_same_start(prior, out / "start", set(cells), prior_path, progress)
+        except ConfigError:
+            for path in restored:  # a refused prior leaves no budget behind for a later run to take as fixed here
+                path.unlink(missing_ok=True)
+            raise
     steps = {}  # sweep value -> the grid's steps, fixed by the budget pre-flight before any grid run
     if cfg.budget_gain is not None:
         for cond, base in plain.items():
@@ -147,21 +167,18 @@ def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print, p
                 budget = (f"steps={steps[cond.value]}",) if cond.value in steps else ()
                 train_run(arm_config(cfg, base, cond, arm, seed, starts[cond.value], path, budget))
                 progress(f"    done in {time.perf_counter() - t0:.0f} s")
-    results = {**summarise(cfg, arms, out, done), "start_reports": start_reports(out / "start")}
-    digest = start_digest(out / "start")
+    results = {**summarise(cfg, arms, out, done), "start_reports": start_reports(out / "start"), "train": train}
+    here = digest(results["start_reports"])
     for record in results["records"]:  # a prior's records name the start they trained from; new ones this one
-        record.setdefault("start", digest)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+        record.setdefault("start", here)
+    part = out / "results.json.part"  # results.json may be the --prior read: never leave it half written
+    part.write_text(json.dumps(results, indent=2, allow_nan=False))
+    os.replace(part, out / "results.json")
     (out / "results.md").write_text(format_table(results))
     plot(results, out / "accuracy_vs_rollouts.png")
     if "conditions" in results:
         plot_differences(results, out)
     return results
-
-
-def _file(stem: str, cond: Condition, suffix: str = "") -> str:
-    """A start/ file of a sweep value: "preflight.json" without a sweep, "preflight_depth2.json" with one."""
-    return f"{stem}_{cond.name}{suffix}" if cond.name else f"{stem}{suffix}"
 
 
 def _starts(cfg: AblateConfig, plain: dict, where: Path) -> dict:
@@ -193,7 +210,7 @@ def _budget(cfg: AblateConfig, arms: dict[str, Arm], base, cond: Condition, star
     """The grid's steps at a sweep value, from the budget pre-flight (`preflight.fix_budget`; reused once written)."""
     from mappa_train.experiments.preflight import fix_budget
 
-    name = _file("budget", cond)
+    name = start_file("budget", cond)
     path = where / f"{name}.json"
     if not path.exists() and cfg.budget_arm not in arms:
         raise ConfigError(f"the budget pre-flight trains arm {cfg.budget_arm!r}, which is not among the arms run "

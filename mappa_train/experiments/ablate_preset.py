@@ -141,6 +141,11 @@ def run_dir(out: Path, cond: Condition, name: str, arm: Arm, seed: int) -> Path:
     return out / "runs" / cond.name / name / f"seed{seed}"
 
 
+def start_file(stem: str, cond: Condition, suffix: str = "") -> str:
+    """A start/ file of a sweep value: "preflight.json" without a sweep, "preflight_depth2.json" with one."""
+    return f"{stem}_{cond.name}{suffix}" if cond.name else f"{stem}{suffix}"
+
+
 def baselines(cfg: AblateConfig) -> list[str]:
     """The arms that may be the baseline: `baseline`, one name or a list (the outcome variants)."""
     return [cfg.baseline] if isinstance(cfg.baseline, str) else list(cfg.baseline)

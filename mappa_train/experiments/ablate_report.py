@@ -111,8 +111,7 @@ def summarise(cfg, arms: dict, out: Path, done: dict | None = None) -> dict:
             seeds = {s: done.get((cond.name, name, s)) or run_summary(
                          run_dir(out, cond, name, arm, s), cfg.eval_set, cfg.target_accuracy, coached=calls_coach(arm),
                          target_gain=cfg.target_gain, gains=gains) for s in cfg.seeds}
-            records += [{"condition": cond.name, **cond.coordinate(), "coach_noise": cond.noise, "arm": name,
-                         "reward": arm.reward, "seed": s, **r} for s, r in seeds.items()]
+            records += [{**place(cond, name, arm), "seed": s, **r} for s, r in seeds.items()]
             summary[name] = _arm_block(arm, seeds, gains)
         base = strongest(summary, baselines(cfg))
         blocks[cond.name] = {**cond.coordinate(), "coach_noise": cond.noise, "arms": summary, "baseline": base,
@@ -125,6 +124,11 @@ def summarise(cfg, arms: dict, out: Path, done: dict | None = None) -> dict:
     if len(conds) == 1:  # a single-condition ablation keeps its flat layout
         return {**results, **{k: v for k, v in blocks[conds[0].name].items() if k in ("arms", "process_over_outcome")}}
     return {**results, "conditions": blocks}
+
+
+def place(cond, name: str, arm) -> dict:
+    """A record's place in the grid: its condition (and sweep value), coach noise, arm and reward."""
+    return {"condition": cond.name, **cond.coordinate(), "coach_noise": cond.noise, "arm": name, "reward": arm.reward}
 
 
 def axis(config: dict) -> str | None:
