@@ -53,9 +53,10 @@ def load_prior(path: str | Path) -> dict:
     if not isinstance(data, dict) or not all(k in data for k in ("config", "records", "start_reports")):
         raise ConfigError(f"--prior {path} is not a results.json with config, records and start_reports; {HINT}")
     records, reports = data["records"], data["start_reports"]
-    if not isinstance(data["config"], dict) or not isinstance(records, list) or not isinstance(reports, dict):
-        raise ConfigError(f"--prior {path}: its config, records or start_reports is not as `mappa ablate` writes "
-                          f"it; {HINT}")
+    if not isinstance(data["config"], dict) or not isinstance(records, list) or not isinstance(reports, dict) or (
+            not isinstance(data.get("train", {}), dict)):
+        raise ConfigError(f"--prior {path}: its config, records, start_reports or train is not as `mappa ablate` "
+                          f"writes it; {HINT}")
     problems = [f"record {i}: {p}" for i, r in enumerate(records) if (p := _record_problem(r))]
     problems += [f"start_reports.{name}: {p}" for name, report in reports.items()
                  if (p := _report_problem(name, report))]
@@ -192,7 +193,7 @@ def check_prior(prior: dict, cfg, cells: dict, train: dict, path: str) -> list[i
     ran = {(r["condition"], r["arm"]) for r in prior["records"]}
     their_arms = theirs.get("arms") if isinstance(theirs.get("arms"), dict) else {}
     differ += [f"arms.{a}" for a in sorted({a for _, a in ran} & set(cfg.arms)) if cfg.arms[a] != their_arms.get(a)]
-    if isinstance(prior.get("train"), dict):  # the resolved training config (priors since it was written)
+    if "train" in prior:  # the resolved training config (priors since it was written)
         differ += [f"train.{k}" for k in _differing(train, prior["train"])]
     if differ:
         raise ConfigError(f"--prior {path} was run with other settings ({', '.join(differ[:6])}), so its runs cannot "

@@ -219,7 +219,8 @@ def test_a_record_lacking_a_figure_twice_or_a_report_that_could_leave_start_is_r
              (_results(start_reports={"budget_depth2": {**BUDGET, "budget_steps": -4}}), "budget_steps must be"),
              (_results(start_reports={"budget_depth2": {**BUDGET, "budget_steps": "lots"}}), "budget_steps must be"),
              (_results(start_reports={"budget_depth2": {"budget_steps": 4}}), "lacks start"),
-             (_results(start_reports={"preflight_depth2": {"team_success": 0.1}}), "lacks right_share")]
+             (_results(start_reports={"preflight_depth2": {"team_success": 0.1}}), "lacks right_share"),
+             (_results(train=["lr"]), "its config, records, start_reports or train is not as")]
     for results, says in cases:
         path.write_text(json.dumps(results))
         with pytest.raises(ConfigError, match=re.escape(says)):
@@ -268,7 +269,7 @@ def test_bad_prior_files_are_one_line_errors_and_nothing_is_written(tmp_path, ca
     for name, says in [("missing.json", "no such file"), ("notjson.json", "is not readable JSON"),
                        ("other.json", "is not a results.json with config, records and start_reports"),
                        ("torn.json", "record 0: lacks reward"),
-                       ("flat.json", "its config, records or start_reports is not as"),
+                       ("flat.json", "its config, records, start_reports or train is not as"),
                        ("elsewhere.json", "was run with other settings"), ("", "--prior is empty")]:
         out = tmp_path / "out"
         assert main(["ablate", "--config", str(spec), "--out", str(out), "--prior",
