@@ -172,7 +172,7 @@ def ablate(cfg: AblateConfig, arms: dict[str, Arm], out: Path, progress=print, p
     for record in results["records"]:  # a prior's records name the start they trained from; new ones this one
         record.setdefault("start", here)
     part = out / "results.json.part"  # results.json may be the --prior read: never leave it half written
-    part.write_text(json.dumps(results, indent=2, allow_nan=False))
+    part.write_text(json.dumps(results, indent=2))
     os.replace(part, out / "results.json")
     (out / "results.md").write_text(format_table(results))
     plot(results, out / "accuracy_vs_rollouts.png")
