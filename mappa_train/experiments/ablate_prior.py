@@ -34,13 +34,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mappa_train.config import ConfigError
-from mappa_train.experiments.ablate_preset import calls_coach, run_dir, start_file
-from mappa_train.experiments.ablate_report import place, run_summary
+from mappa_train.experiments.ablate_preset import run_dir, start_file
+from mappa_train.experiments.ablate_report import place, run_figures
 
 FREE = {"seeds", "sweep", "coach_noise", "noise_at", "arms", "baseline", "train_config"}  # --arms and co. set them
 IDENTITY = {"condition", "coach_noise", "arm", "reward", "seed"}  # a record's place in the grid, not its figures
 REPORTS = ("preflight", "budget")  # start/<name>[_<condition>].json
-REPORT_NAME = re.compile(r"(preflight|budget)(_[A-Za-z0-9.+-]+)?")  # no path separator: it stays in start/
+REPORT_NAME = re.compile(rf"({'|'.join(REPORTS)})(_[A-Za-z0-9.+-]+)?")  # no path separator: it stays in start/
 MAX_BYTES = 64 << 20  # a results.json of thousands of runs is a few MB
 HINT = "pass the results.json an earlier `mappa ablate` of this preset wrote"
 
@@ -57,10 +57,11 @@ def load_prior(path: str | Path) -> dict:
             not isinstance(data.get("train", {}), dict)):
         raise ConfigError(f"--prior {path}: its config, records, start_reports or train is not as `mappa ablate` "
                           f"writes it; {HINT}")
-    problems = [f"record {i}: {p}" for i, r in enumerate(records) if (p := _record_problem(r))]
+    wrong = {i: p for i, r in enumerate(records) if (p := _record_problem(r))}
+    problems = [f"record {i}: {p}" for i, p in wrong.items()]
     problems += [f"start_reports.{name}: {p}" for name, report in reports.items()
                  if (p := _report_problem(name, report))]
-    places = Counter((r["condition"], r["arm"], r["seed"]) for r in records if not _record_problem(r))
+    places = Counter((r["condition"], r["arm"], r["seed"]) for i, r in enumerate(records) if i not in wrong)
     twice = sorted(p for p, n in places.items() if n > 1)
     problems += [f"records hold {c or 'the run'}/{a}/seed{s} twice" for c, a, s in twice]
     if problems:
@@ -244,12 +245,8 @@ def check_runs_here(done: dict, cells: dict, out: Path, cfg, path: str) -> None:
     and silently drop the other."""
     for (c, a, s), figures in done.items():
         cond, arm = cells[(c, a)]
-        here = run_dir(out, cond, a, arm, s)
-        if not (here / "final").is_dir():
-            continue
-        curve = run_summary(here, cfg.eval_set, cfg.target_accuracy, calls_coach(arm), cfg.target_gain,
-                            tuple(cfg.target_gains))["curve"]
-        if curve != figures["curve"]:
+        if (run_dir(out, cond, a, arm, s) / "final").is_dir() and (
+                run_figures(cfg, out, cond, a, arm, s)["curve"] != figures["curve"]):
             raise ConfigError(f"--prior {path}: {c or 'the run'}/{a}/seed{s} is finished in {out} with other "
                               "figures than the prior's record of it; use a fresh --out, or drop that record")
 
@@ -283,8 +280,9 @@ def restore_budgets(prior: dict, where: Path, names: list[str], path: str) -> li
     restore = {}
     for name in names:
         before, here = prior["start_reports"].get(name), where / f"{name}.json"
-        if before is not None and here.exists() and _steps(here) != before["budget_steps"]:
-            raise ConfigError(f"--prior {path}: {here} fixed {_steps(here)} steps, the prior {before['budget_steps']}; "
+        steps = _steps(here) if before is not None and here.exists() else None
+        if steps is not None and steps != before["budget_steps"]:
+            raise ConfigError(f"--prior {path}: {here} fixed {steps} steps, the prior {before['budget_steps']}; "
                               "delete it (and the runs trained at it) or use a fresh --out")
         if before is not None and not here.exists():
             restore[here] = before

@@ -98,6 +98,12 @@ def run_summary(run_dir: Path, eval_set: str, target: float, coached: bool, targ
             "final_accuracy": curve[-1][1] if curve else None}
 
 
+def run_figures(cfg, out: Path, cond, name: str, arm, seed: int) -> dict:
+    """`run_summary` of one run of the grid, with the preset's eval set, targets and gains."""
+    return run_summary(run_dir(out, cond, name, arm, seed), cfg.eval_set, cfg.target_accuracy,
+                       coached=calls_coach(arm), target_gain=cfg.target_gain, gains=tuple(cfg.target_gains))
+
+
 def summarise(cfg, arms: dict, out: Path, done: dict | None = None) -> dict:
     """results.json: per condition the arms' curves and targets, every run's record, and the paired summary
     (a record, block and pair carries its sweep value under the sweep's name, e.g. "depth": 2). `done`:
@@ -108,9 +114,7 @@ def summarise(cfg, arms: dict, out: Path, done: dict | None = None) -> dict:
     for cond in conds:
         summary = {}
         for name, arm in arms_at(cfg, arms, cond).items():
-            seeds = {s: done.get((cond.name, name, s)) or run_summary(
-                         run_dir(out, cond, name, arm, s), cfg.eval_set, cfg.target_accuracy, coached=calls_coach(arm),
-                         target_gain=cfg.target_gain, gains=gains) for s in cfg.seeds}
+            seeds = {s: done.get((cond.name, name, s)) or run_figures(cfg, out, cond, name, arm, s) for s in cfg.seeds}
             records += [{**place(cond, name, arm), "seed": s, **r} for s, r in seeds.items()]
             summary[name] = _arm_block(arm, seeds, gains)
         base = strongest(summary, baselines(cfg))
