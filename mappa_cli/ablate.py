@@ -60,13 +60,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _values(text: str) -> list:
     """Comma-separated sweep values, each read as YAML (2 -> 2, own -> "own")."""
-    import yaml
-
+    from mappa_envs.yaml_data import YamlDataError, plain_yaml
     from mappa_train.config import ConfigError
 
     try:
-        return [yaml.safe_load(v.strip()) for v in text.split(",")]
-    except yaml.YAMLError:
+        return [plain_yaml(v.strip()) for v in text.split(",")]
+    except YamlDataError:
         raise ConfigError(f"--sweep-values must be comma-separated values, e.g. 2,4; got {text!r}") from None
 
 

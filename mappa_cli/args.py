@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 
 from mappa_cli.errors import UsageError
 
@@ -53,9 +55,19 @@ def load_factory(target: str, what: str, expected: str = "expected 'package.modu
     return resolve(target, what, UsageError, expected)
 
 
+def run_name(text: str) -> str:
+    """A run's folder name under --out: one path component, never a way out of it."""
+    if not re.fullmatch(r"[A-Za-z0-9][\w.+-]{0,79}", text):
+        raise argparse.ArgumentTypeError(f"must be a folder name (letters, digits, _ . + -, at most 80), got {text!r}")
+    return text
+
+
 def _number(text: str, kind: type):
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
-        what = "an integer" if kind is int else "a number"
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)):
+        what = "an integer" if kind is int else "a finite number"
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    return value

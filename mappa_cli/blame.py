@@ -46,15 +46,14 @@ def env_settings(pairs: list[str], envs: list[str] | None) -> dict[str, dict]:
     if not envs:
         raise UsageError("--env-set needs --env: name the env(s) whose keywords it sets, e.g. "
                          "--env Chain-v0 --env-set view=own")
-    import yaml
-
     from mappa_envs.coach_eval.blame import default_kwargs, make_env
     from mappa_envs.errors import EnvArgumentError
+    from mappa_envs.yaml_data import YamlDataError, plain_yaml
 
     try:
-        extra = {key: yaml.safe_load(value) for key, value in key_values(pairs, "--env-set", "view=own").items()}
-    except yaml.YAMLError as exc:
-        raise UsageError(f"--env-set {pairs}: a value is not valid YAML ({str(exc).splitlines()[0]})") from None
+        extra = {key: plain_yaml(value) for key, value in key_values(pairs, "--env-set", "view=own").items()}
+    except YamlDataError as exc:
+        raise UsageError(f"--env-set {pairs}: {exc}") from None
     for env in envs:
         try:
             make_env(env, **{**default_kwargs(env), **extra}).close()

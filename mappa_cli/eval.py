@@ -15,7 +15,7 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
-from mappa_cli.args import key_values, non_negative_float, positive_int
+from mappa_cli.args import key_values, non_negative_float, positive_int, run_name
 from mappa_cli.errors import UsageError
 from mappa_envs.sandbox.types import SANDBOX_BACKENDS
 
@@ -39,7 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="print the Markdown table of these runs / folders of runs")
     mode.add_argument("--list-sets", action="store_true",
                       help="list the named eval sets, their env, and whether their data is found (--data-dir)")
-    parser.add_argument("--name", action="append",
+    parser.add_argument("--name", action="append", type=run_name,
                         help="run name per --team, in order (default: derived from the spec)")
     parser.add_argument("--sets", default="synthetic",
                         help="comma-separated eval sets: aime2025, amc, synthetic[:N], AIME/AMC-format .json/.jsonl "

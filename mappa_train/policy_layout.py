@@ -19,6 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from mappa_train.config import ConfigError, TrainConfig
 
+TINY_DIR = "tiny_model"  # model.path=tiny is built inside out_dir, possibly before train() starts
+
 SHARED = "shared"  # the one policy's name in a shared run (final/shared/)
 
 
@@ -89,7 +91,7 @@ class FullModels:
         from mappa_train.model_source import resolve_model
 
         cfg, paths = self.cfg, self.cfg.model.role_paths
-        return {n: resolve_model(paths[n], tiny_dir=Path(cfg.out_dir) / "tiny_model", seed=cfg.seed) if n in paths
+        return {n: resolve_model(paths[n], tiny_dir=Path(cfg.out_dir) / TINY_DIR, seed=cfg.seed) if n in paths
                 else Path(model_path) for n in names}
 
     def engines(self, names: Sequence[str]) -> int:

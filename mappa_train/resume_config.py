@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mappa_train.checkpoints import latest_checkpoint
 from mappa_train.config import ConfigError, TrainConfig, from_dict, to_dict
-from mappa_train.policy_layout import policy_layout
+from mappa_train.policy_layout import TINY_DIR, policy_layout
 
 # Keys whose change makes the checkpoints unloadable (shapes, parameter sets, one learner per policy).
 FIXED = ("model.path", "model.policies", "model.role_paths", "model.dtype", "env.id", "lora.rank",
@@ -44,6 +44,9 @@ def prepare_out_dir(cfg: TrainConfig) -> ResumePoint:
     out = Path(cfg.out_dir)
     step = latest_checkpoint(out)[0]
     previous = out / CONFIG_FILE
+    if out.is_dir() and any(p.name != TINY_DIR for p in out.iterdir()) and not _is_run_config(previous):
+        raise ConfigError(f"out_dir {out} holds files but no mappa run (no config.json `mappa train` wrote); "
+                          "choose a new or empty folder, or the out_dir of the run to resume")
     changed: dict = {}
     if step and previous.is_file():
         changed = check_changes(cfg, _load(previous), out, step)
@@ -83,6 +86,14 @@ def check_changes(cfg: TrainConfig, old: dict, out: Path, step: int) -> dict:
                           "to resume it with these changes pass --allow-config-change (allow_config_change=true), "
                           "or train into another out_dir")
     return changes
+
+
+def _is_run_config(path: Path) -> bool:
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and {"model", "env", "algo", "out_dir"} <= set(raw)
 
 
 def _load(path: Path) -> dict:

@@ -61,7 +61,7 @@ def role_name(k: int) -> str:
     return f"step_{k}"
 
 
-_ROLE = re.compile(r"^step_([1-9]\d{0,3})$")
+_ROLE = re.compile(r"^step_([1-9]\d{0,3})\Z")
 
 
 def step_number(role: str) -> int | None:

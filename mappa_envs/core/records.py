@@ -7,6 +7,7 @@ and `infos[agent]["outcome"]` as plain dicts (`to_info()`) for plain PettingZoo 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
@@ -152,8 +153,8 @@ class EpisodeLimits:
             if value is None and f.name == "max_wall_s":
                 continue
             number = (int,) if f.type == "int" else (int, float)
-            if isinstance(value, bool) or not isinstance(value, number) or not value > 0:
-                kind = "an integer" if f.type == "int" else "a number"
+            if isinstance(value, bool) or not isinstance(value, number) or not 0 < value < math.inf:
+                kind = "an integer" if f.type == "int" else "a finite number"
                 raise EnvArgumentError(f"limits.{f.name} must be {kind} > 0, got {value!r}")
 
     @classmethod

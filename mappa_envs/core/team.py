@@ -29,12 +29,13 @@ every mistake (a duplicate name, an unknown role in `sees` or `flow`, a cycle wi
 role no path reaches) is one `SpecError` line.
 
 A spec is data. Its `name` and role names are identifiers (the name picks the coach's rubric among
-the shipped ones, never a path); YAML aliases are refused (a few bytes of them expand to billions of
-items); checking is near-linear in roles and edges. Its `scenario` is the name of a registered
-scenario (`mappa_envs.registration.scenarios`) or a class implementing the `Scenario` protocol,
-checked before anything is called (`teams.env.scenario_factory`); nothing else a spec names is
-called while the env is made. Naming `package.module:ATTR` (a scenario class, `prompt_from`,
-`scripted`) imports that module, so a spec is trusted as far as the modules it names are.
+the shipped ones, never a path); its YAML is plain data (`mappa_envs.yaml_data`: no aliases, no key
+given twice); checking is near-linear in roles and edges, and a spec has at most MAX_ROLES roles. Its
+`scenario` is the name of a registered scenario (`mappa_envs.registration.scenarios`) or a class
+implementing the `Scenario` protocol, checked before anything is called (`teams.env.scenario_factory`);
+nothing else a spec names is called while the env is made (`scripted`, for `mappa run`, must be a Python
+function taking the env). Naming `package.module:ATTR` (a scenario class, `prompt_from`, `scripted`)
+imports that module, so a spec is trusted as far as the modules it names are.
 """
 from __future__ import annotations
 
@@ -51,15 +52,16 @@ from typing import Any
 
 from mappa_envs.core.records import Role
 from mappa_envs.errors import SpecError
+from mappa_envs.yaml_data import YamlDataError, plain_yaml, read_text
 
 ROLE_KEYS = ("name", "prompt", "prompt_from", "tools", "max_actions", "sees", "kernel")
 SPEC_KEYS = ("name", "description", "scenario", "scenario_args", "scripted", "roles", "start", "flow")
 EDGE_KEYS = ("from", "to", "max_rounds", "signal")
-MAX_SPEC_BYTES = 1 << 20  # a 256-role spec is ~40 kB
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TEAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}(?:-v\d{1,4})?$")  # an env id: never a path
-_TARGET = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")  # package.module:attr
-_SIGNAL = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+MAX_ROLES = 1000  # checking grows faster than linearly past this (5,000 roles: 12 s)
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_TEAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}(?:-v\d{1,4})?\Z")  # an env id: never a path
+_TARGET = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*\Z")  # package.module:attr
+_SIGNAL = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*\Z")
 
 
 @dataclass(frozen=True)
@@ -226,27 +228,18 @@ def _spec_text(spec: str | os.PathLike) -> tuple[str, str]:
     path = Path(name).expanduser()
     if not path.is_file():
         raise SpecError(f"spec {name!r} is neither a YAML file nor a shipped spec ({', '.join(shipped_specs())})")
-    if path.stat().st_size > MAX_SPEC_BYTES:
-        raise SpecError(f"{path}: a team spec is at most {MAX_SPEC_BYTES} bytes, this file has {path.stat().st_size}")
-    return path.read_text(), str(path)
+    try:
+        return read_text(path, "team spec"), str(path)
+    except YamlDataError as e:
+        raise SpecError(str(e)) from None
 
 
 def _yaml_data(text: str, where: str) -> Any:
-    """The spec's YAML as plain data; aliases (`*name`, which let a few bytes expand to billions of
-    items) are refused before anything is built."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster where installed
+    """The spec's YAML as plain data (`mappa_envs.yaml_data`: no aliases, no repeated keys)."""
     try:
-        for event in yaml.parse(text, Loader=loader):
-            if isinstance(event, yaml.AliasEvent):
-                raise SpecError(f"{where}: YAML aliases (*{event.anchor}) are not allowed in a team spec; "
-                                "write the value out where it is used")
-        return yaml.load(text, Loader=loader)  # a safe loader: plain data only
-    except yaml.YAMLError as e:
-        raise SpecError(f"{where}: not valid YAML: {' '.join(str(e).split())}") from None
-    except RecursionError:
-        raise SpecError(f"{where}: the YAML is nested too deeply to be a team spec") from None
+        return plain_yaml(text)
+    except YamlDataError as e:
+        raise SpecError(f"{where}: {e}") from None
 
 
 def build_team(data: Mapping) -> Team:
@@ -262,6 +255,8 @@ def build_team(data: Mapping) -> Team:
     raw_roles = data.get("roles")
     if not isinstance(raw_roles, Sequence) or isinstance(raw_roles, str) or not raw_roles:
         raise SpecError("roles must be a non-empty list of {name: ..., prompt: ...} entries")
+    if len(raw_roles) > MAX_ROLES:
+        raise SpecError(f"a team spec has at most {MAX_ROLES} roles, this one has {len(raw_roles)}; split the team")
     roles = [_parse_role(r, i) for i, r in enumerate(raw_roles)]
     names = [r.name for r in roles]
     dup = sorted(n for n, count in Counter(names).items() if count > 1)

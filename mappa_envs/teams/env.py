@@ -19,7 +19,7 @@ from mappa_envs.core.pipeline import PipelineEnv
 from mappa_envs.core.records import Scenario
 from mappa_envs.core.team import Team, load_team
 from mappa_envs.errors import SpecError
-from mappa_envs.registration import accepted_kwargs, load_callable, registered_scenario, resolve, scenarios
+from mappa_envs.registration import accepted_kwargs, registered_scenario, resolve, scenarios
 
 SCENARIO_METHODS = ("tasks", "prepare", "task_prompt", "checks", "outcome", "coach_evidence")
 
@@ -99,4 +99,17 @@ def scripted(env, **kwargs: Any):
     team = env.unwrapped.team
     if team.scripted is None:
         raise SpecError(f"{team.name}: the spec names no scripted team; add scripted: 'module:callable' to it")
-    return load_callable(team.scripted)(env, **kwargs)
+    factory = resolve(team.scripted, f"{team.name}: scripted", SpecError)  # imports the module; calls nothing
+    try:
+        if not inspect.isfunction(factory):
+            raise TypeError(f"it is a {type(factory).__name__}, not a Python function")
+        signature = inspect.signature(factory)
+        params = signature.parameters
+        unnamed = [k for k in kwargs if k not in params or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
+        if unnamed:  # a **kw catch-all (json:dumps, subprocess:run) is not a scripted team's signature
+            raise TypeError(f"it takes no parameter named {', '.join(unnamed)}")
+        signature.bind(env, **kwargs)
+    except TypeError as e:  # os:system, a class, a function of other arguments: refused before any call
+        raise SpecError(f"{team.name}: scripted {team.scripted!r} must be a function (env, {', '.join(kwargs)}) "
+                        f"returning the scripted team ({e})") from None
+    return factory(env, **kwargs)

@@ -10,8 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from mappa_envs.yaml_data import YamlDataError, plain_yaml, read_text
 from mappa_train.config.schema import ConfigError, TrainConfig
 from mappa_train.config.validation import leaves_with_rules, validate
 
@@ -21,14 +20,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     data = to_dict(TrainConfig())
     if path is not None:
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist (presets live in configs/*.yaml)")
         try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError(f"{path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+            text = read_text(path, "config file")
+        except YamlDataError as e:
+            raise ConfigError(f"{e} (presets live in configs/*.yaml)") from None
+        try:
+            loaded = plain_yaml(text) or {}
+        except YamlDataError as e:
+            raise ConfigError(f"{path}: {e}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of config keys, got {type(loaded).__name__}")
         _merge(TrainConfig, data, loaded, where=f"{path}: ")
@@ -37,9 +36,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} must look like key=value, e.g. learner.lr=1e-5")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            raise ConfigError(f"override {item!r}: the value is not valid YAML; quote it, e.g. {key}='...'") from None
+            value = plain_yaml(raw) if raw.strip() else ""
+        except YamlDataError as e:
+            raise ConfigError(f"override {item!r}: {e}; quote a plain string, e.g. {key}='...'") from None
         node, parts = data, key.strip().split(".")
         within = _dict_field_depth(TrainConfig, parts)
         if within is not None:  # env.kwargs.split=eval: one key inside a dict-valued field, the rest kept

@@ -4,6 +4,7 @@ prints the help. Cross-field rules are in validation.py, reading YAML and overri
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -27,12 +28,16 @@ OutcomeCredit = Literal["every_action", "last_action"]
 Rule = Callable[[Any], "str | None"]  # value -> what is wrong with it ("must be > 0"), or None
 
 
+def finite(value) -> bool:
+    return isinstance(value, int) or math.isfinite(value)  # an int is finite however large
+
+
 def positive(value) -> str | None:
-    return None if value > 0 else "must be > 0"
+    return "must be > 0" if not value > 0 else None if finite(value) else "must be finite"
 
 
 def non_negative(value) -> str | None:
-    return None if value >= 0 else "must be >= 0"
+    return "must be >= 0" if not value >= 0 else None if finite(value) else "must be finite"
 
 
 def within(lo: float, hi: float, lo_open: bool = True, hi_open: bool = False) -> Rule:

@@ -18,6 +18,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         if problem:
             raise ConfigError(f"{key} {problem}, got {value!r}")
     g, learner = cfg.generation, cfg.learner
+    if not cfg.out_dir.strip():
+        raise ConfigError("out_dir must name a folder for the run, e.g. out_dir=runs/mine")
     if g.temperature == 0:
         raise ConfigError("generation.temperature must be > 0 for training: RL needs sampled actions and their "
                           "log-probs")
@@ -29,8 +31,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if not cfg.env.eval_sets or not all(isinstance(v, dict) for v in cfg.env.eval_sets.values()):
         raise ConfigError(f"env.eval_sets must map a set name to a dict of env kwargs, got {cfg.env.eval_sets!r}")
     stop = cfg.rollout.stop_below
-    if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in stop.items()):
-        raise ConfigError(f"rollout.stop_below must map role names to coach scores, e.g. {{code_executor: 4}}; "
+    if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 10
+               for k, v in stop.items()):
+        raise ConfigError(f"rollout.stop_below must map role names to coach scores (0-10), e.g. {{code_executor: 4}}; "
                           f"got {stop!r}")
     mode = cfg.env.kwargs.get("reward_mode", "process")
     if stop and mode in REWARD_MODES and mode not in SCORES_EACH_ACTION:

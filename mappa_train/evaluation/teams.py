@@ -37,6 +37,8 @@ def make_team(spec: str, seed: int = 0, sampling: SamplingParams = SamplingParam
             role, sep, sub = part.partition("=")
             if not sep or not role.strip() or not sub.strip():
                 raise EvalSpecError(f"team spec part {part!r}: expected ROLE=SPEC (e.g. verifier=scripted)")
+            if role.strip() in members:
+                raise EvalSpecError(f"team spec {spec!r} gives role {role.strip()!r} twice; give each role once")
             members[role.strip()] = make_team(sub, seed, sampling, models)
         if all(isinstance(m, TextPolicy) for m in members.values()):
             return Team(members)

@@ -107,6 +107,36 @@ def test_yaml_aliases_are_refused_in_one_line(tmp_path):
         load_team(str(small))
 
 
+@pytest.mark.parametrize("text, message", [
+    (b"name: T-v0\nname: U-v0\nroles: [{name: a, prompt: x}]\n", "key 'name' is given twice"),
+    (b"roles: [{name: a, prompt: \xff}]\n", "is not UTF-8 text"),
+    (b'roles: [{name: "a\\n", prompt: x}]\n', "name"),
+    (b'name: "T-v0\\n"\nroles: [{name: a, prompt: x}]\n', "name must be an env id"),
+    (b"roles: [" + b", ".join(b"{name: r%d, prompt: x}" % i for i in range(1001)) + b"]\n", "at most 1000 roles"),
+])
+def test_a_spec_that_is_not_plain_data_or_names_no_identifier_is_refused(tmp_path, text, message):
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(text)
+    with pytest.raises(SpecError, match=message) as e:
+        load_team(str(path))
+    assert "\n" not in str(e.value)
+
+
+def test_a_scripted_team_that_is_not_a_function_of_the_env_is_never_called(tmp_path):
+    from mappa_envs.teams.env import scripted
+
+    path = tmp_path / "spec.yaml"
+    for target in ("os:system", "subprocess:Popen", "json:dumps"):
+        path.write_text(f"scenario: mathchat\nscripted: {target}\nroles: [{{name: a, prompt: x}}]\n")
+        env = mappa_envs.make("Team-v0", spec=str(path))
+        try:
+            with pytest.raises(SpecError, match="must be a function") as e:
+                scripted(env, skill=0.5, seed=0)
+            assert "\n" not in str(e.value)
+        finally:
+            env.close()
+
+
 def test_deeply_nested_yaml_is_one_line(tmp_path):
     path = tmp_path / "deep.yaml"
     path.write_text("roles: " + "[" * 20_000 + "]" * 20_000 + "\n")

@@ -51,6 +51,11 @@ def test_overrides_apply_with_types():
     ("generation.temperature=0", "temperature must be > 0 for training"),
     ("learner.offload_optimizer=true", "offload_optimizer needs learner.zero_stage >= 1"),
     ("learner.packed=maybe", "learner.packed must be true or false"),
+    ("learner.lr=inf", "learner.lr must be finite"),
+    ("algo.beta=.inf", "algo.beta must be finite"),
+    ("rollout.stop_below={a: .nan}", "stop_below must map role names to coach scores"),
+    ("out_dir=", "out_dir must name a folder"),
+    ("env.kwargs={a: &x [1], b: *x}", "YAML aliases"),
 ])
 def test_bad_override_errors_clearly(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -100,10 +105,26 @@ def test_free_form_dicts_are_checked_against_their_consumers_at_load_time(overri
         load_config(None, [override])
 
 
+@pytest.mark.parametrize("text, message", [
+    ("env:\n  kwargs:\n    t: &a [x, x, x]\n    u: [*a, *a]\n", r"YAML aliases \(\*a\)"),
+    ("steps: 2\nseed: 1\nsteps: 5000\n", r"key 'steps' is given twice \(line 3\)"),
+    ("env:\n  kwargs:\n    x: " + "[" * 50_000 + "]" * 50_000 + "\n", "nest"),
+    (b"steps: 2\n\xff\n", r"is not UTF-8 text \(byte 0xff at offset 9\)"),
+])
+def test_a_config_that_is_not_plain_data_is_one_line(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        load_config(tmp_path)
+
+
 def test_bad_yaml_syntax_names_line_and_column(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("steps: 3\nlearner:\n  lr: [1e-5\n  zero_stage: 1\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml is not valid YAML at line \d+, column \d+") as info:
+    with pytest.raises(ConfigError, match=r"bad.yaml: not valid YAML at line \d+, column \d+") as info:
         load_config(bad)
     assert "\n" not in str(info.value)
 
