@@ -51,7 +51,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mappa_train.coach_training import examples as ex
-    from mappa_train.coach_training.train import HELDOUT_DIR, JudgeTrainConfig, check_out, train_judge
+    from mappa_train.coach_training.train import HELDOUT_DIR, JudgeTrainConfig, train_judge
+    from mappa_train.export import check_new
 
     if not (args.transcripts or args.labels or args.scripted):
         raise UsageError("no labels: give --transcripts PATH, --labels DIR (mappa export labels) or --scripted ENV")
@@ -63,12 +64,9 @@ def run(args: argparse.Namespace) -> int:
                            rationale_chars=args.rationale_chars, max_tokens=args.max_tokens, dtype=args.dtype,
                            seed=args.seed)
     cfg.check()
-    check_out(args.out)  # before any label is read or model loaded
+    check_new(args.out)  # before any label is read or model loaded
     ex.split_by_task([], args.heldout)  # a bad --heldout fails now too
-    from mappa_train.model_source import resolve_model
-
-    cfg.model = str(resolve_model(args.model, label=f"--model {args.model!r}"))  # a bad --model too
-    labelled = []
+    labelled = []  # read and split before the model is resolved: bad labels fail in a second, not after a build
     if args.transcripts:
         labelled += ex.from_transcripts(args.transcripts)
     for folder in args.labels:
@@ -78,21 +76,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"{env_id}: playing coach-eval's scripted episodes ...", flush=True)
         labelled += ex.from_scripted(env_id, scripted_kwargs)
     train, heldout = ex.split_by_task(labelled, args.heldout, args.seed)
+    if args.heldout and not heldout:
+        tasks = len({x.task_key for x in labelled})
+        raise UsageError(f"--heldout {args.heldout} held out none of the {tasks} tasks; raise it (about "
+                         f"{1 / tasks:.2g} or more holds one out) or pass --heldout 0 to train on every task")
+    from mappa_train.model_source import resolve_model
+
+    cfg.model = str(resolve_model(args.model, label=f"--model {args.model!r}"))
     print(f"{len(labelled)} labelled actions: {len(train)} to train on, {len(heldout)} of held-out tasks", flush=True)
     record = train_judge(train, heldout, args.out, cfg, say=lambda m: print(m, flush=True))
     print(json.dumps({k: record[k] for k in ("train_tasks", "heldout_tasks", "prompts_cut", "loss_first",
                                               "loss_last")}))
-    served = "--coach-set structured_output=true " if cfg.reply == "json" else ""
-    print(f"judge -> {args.out}; serve it: bash scripts/serve_judge.sh 8123 --model {args.out}, then "
-          f"mappa coach-eval --coach smollm2@http://127.0.0.1:8123/v1 {served}"
-          + (f"--labels {args.out / HELDOUT_DIR}" if heldout else ""))
+    then = ["mappa coach-eval --coach smollm2@http://127.0.0.1:8123/v1"]
+    then += ["--coach-set structured_output=true"] if cfg.reply == "json" else []
+    then += [f"--labels {args.out / HELDOUT_DIR}"] if heldout else []
+    print(f"judge -> {args.out}; serve it: bash scripts/serve_judge.sh 8123 --model {args.out}, then {' '.join(then)}")
     return 0
 
 
 def _yaml_values(pairs: list[str]) -> dict:
-    import yaml
+    from mappa_envs.yaml_data import YamlDataError, plain_yaml
 
     try:
-        return {k: yaml.safe_load(v) for k, v in key_values(pairs, "--scripted-set", "view=own").items()}
-    except yaml.YAMLError as exc:
-        raise UsageError(f"--scripted-set {pairs}: a value is not valid YAML ({str(exc).splitlines()[0]})") from None
+        return {k: plain_yaml(v) for k, v in key_values(pairs, "--scripted-set", "view=own").items()}
+    except YamlDataError as exc:
+        raise UsageError(f"--scripted-set {pairs}: {exc}") from None

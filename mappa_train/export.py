@@ -85,23 +85,37 @@ def export_checkpoint(run_dir: str | Path, step: int | None, out: str | Path) ->
 def new_folder(out: Path) -> Iterator[Path]:
     """A temporary folder beside `out` to write into; renamed to `out` when the block ends, removed if it
     raises. `out` must not exist or be an empty folder: an export never writes into existing files."""
-    _check_new(out)
+    check_new(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp's 0700 would follow the folder to `out`
     try:
         yield tmp
-        _check_new(out)  # something may have appeared there meanwhile
+        check_new(out)  # something may have appeared there meanwhile
         os.rename(tmp, out)  # atomic; replaces an empty folder, refuses a non-empty one
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _check_new(out: Path) -> None:
-    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+def check_new(out: Path) -> None:
+    """`out` must be absent or an empty folder, in a place that takes a new folder: checked before any long
+    work, so a run never learns only at its end that its --out cannot be written."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ExportError(f"--out {out} is a file or a link; an export writes a new folder only: choose another --out")
+    if out.exists() and any(out.iterdir()):
         raise ExportError(f"--out {out} already exists and is not an empty folder; an export writes a new folder "
                           "only: choose another --out")
+    above = out.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise ExportError(f"--out {out}: {above} is a file, not a folder; choose another --out")
+    try:
+        shutil.rmtree(tempfile.mkdtemp(prefix=".mappa-probe-", dir=above))  # what os.access cannot tell (/sys)
+    except OSError as e:
+        raise ExportError(f"--out {out}: cannot create a folder in {above} ({e.strerror or e}); choose a folder "
+                          "you can write to") from None
 
 
 def transcript_rows(path: str | Path) -> Iterator[dict]:
@@ -208,7 +222,7 @@ def export_transcripts(path: str | Path, out: str | Path):
         import datasets
     except ImportError:
         raise ExportError("exporting transcripts needs the datasets package: pip install 'mappa[data]'") from None
-    _check_new(Path(out))  # before reading a long file
+    check_new(Path(out))  # before reading a long file
     rows = list(transcript_rows(path))
     if not rows:
         raise ExportError(f"{path} holds no actions to export")

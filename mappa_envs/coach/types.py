@@ -1,10 +1,16 @@
 """The coach's request and verdict, and the Protocol every coach implements."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 INPUTS_READY = "inputs_ready"  # a check a scenario may report: False when an upstream role broke the action's inputs
+
+
+def is_score(x: Any) -> bool:
+    """A verdict on the coach's scale: a finite number from 0 to 10 (True and False are not numbers here)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0.0 <= x <= 10.0
 
 
 def excused(checks: dict[str, bool]) -> bool:

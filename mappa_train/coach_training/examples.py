@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mappa_envs.coach.types import CoachRequest
+from mappa_envs.coach.types import CoachRequest, is_score
 from mappa_envs.errors import MappaError
 
 
@@ -42,14 +42,13 @@ class Labelled:
 def from_transcripts(paths: Sequence[str | Path]) -> list[Labelled]:
     """Each action of the transcripts under `paths`, labelled by the rule coach from its recorded evidence."""
     from mappa_envs.coach import RuleCoach
-    from mappa_train.review.transcripts import ReviewInputError, load
+    from mappa_envs.registration import registry
 
-    try:
-        index = load(list(paths))
-    except ReviewInputError as exc:
-        raise LabelError(str(exc)) from None
     rule, out = RuleCoach(), []
-    for ep in index.episodes:
+    for ep in read_episodes(paths):
+        if ep.actions and ep.env_id not in registry:
+            raise LabelError(f"{ep.source}:{ep.line} is an episode of {ep.env_id!r}, not a registered env, so the "
+                             f"rule coach has no checks to label it by; registered: {', '.join(sorted(registry))}")
         for k in range(len(ep.actions)):
             request = action_request(ep, k)
             verdict = rule.score(request)
@@ -59,6 +58,34 @@ def from_transcripts(paths: Sequence[str | Path]) -> list[Labelled]:
                          "files such as train_episodes.jsonl cannot be labelled); give mappa run / mappa eval "
                          "transcripts")
     return out
+
+
+def read_episodes(paths: Sequence[str | Path]) -> list:
+    """The episodes under `paths`, read strictly: the review shows what it can of a damaged file, but a line
+    that is not JSON, an episode without its env, an action without its role or a recorded score outside
+    0-10 would put invented labels into training, so each is refused with where it is."""
+    from mappa_train.review.transcripts import METRICS, OUTCOME_ONLY, ReviewInputError, load
+
+    try:
+        index = load(list(paths))
+    except ReviewInputError as exc:
+        raise LabelError(str(exc)) from None
+    # a killed run's curves or outcome log may end mid-line; they hold no actions, so no label is lost
+    damaged = [s for s in index.skipped if Path(s.rsplit(":", 1)[0]).name not in (METRICS, *OUTCOME_ONLY)]
+    if damaged:
+        more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
+        raise LabelError(f"{damaged[0]}{more}: was the file cut short? mend or remove the line, since "
+                         "training would otherwise leave it out without a word")
+    for ep in index.episodes:
+        where = f"{ep.source}:{ep.line}"
+        if ep.actions and not ep.env_id:
+            raise LabelError(f"{where} has actions but no env_id; give transcripts of mappa run / mappa eval")
+        if any(not a.role for a in ep.actions):
+            raise LabelError(f"{where} has an action without a role; give transcripts of mappa run / mappa eval")
+        if any(a.coach_score is not None and not is_score(a.coach_score) for a in ep.actions):
+            raise LabelError(f"{where} records a coach score outside 0-10 (or not finite); mend the line or "
+                             "leave the file out")
+    return index.episodes
 
 
 def action_request(ep, k: int) -> CoachRequest:
@@ -79,14 +106,12 @@ def from_labels(folder: str | Path) -> list[Labelled]:
     from mappa_train.review.verdicts import VerdictError
 
     try:
-        rows = load_labels(folder)
+        rows = load_labels(folder)  # each row checked: a boolean label, a score from 0 to 10 or none
     except VerdictError as exc:
         raise LabelError(str(exc)) from None
-    out = []
-    for row in rows:
-        score = row["human_score"] if row["human_score"] is not None else (10.0 if row["label"] else 0.0)
-        out.append(Labelled(request_of(row), float(score), row.get("note") or "", "human"))
-    return out
+    return [Labelled(request_of(row), float(row["human_score"] if row["human_score"] is not None
+                                            else 10.0 * row["label"]), row.get("note") or "", "human")
+            for row in rows]
 
 
 def from_scripted(env_id: str, env_kwargs: dict | None = None, probe_tasks: int = 2) -> list[Labelled]:

@@ -17,8 +17,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from mappa_train.coach_training.examples import LabelError, action_request
-from mappa_train.export import new_folder
+from mappa_envs.coach.types import is_score
+from mappa_train.coach_training.examples import LabelError, action_request, read_episodes
+from mappa_train.export import check_new, new_folder
 
 MARGIN, GOOD = 3.0, 7.0
 
@@ -39,13 +40,9 @@ class Judged:
 def judged_actions(run: str | Path, db: str | Path | None = None, coach=None, concurrency: int = 8) -> list[Judged]:
     """Every action under `run` with its verdict (see the module docstring)."""
     from mappa_envs.coach.batch import score_many
-    from mappa_train.review.transcripts import ReviewInputError, load
     from mappa_train.review.verdicts import DEFAULT_NAME, VerdictError, open_existing
 
-    try:
-        index = load([run])
-    except ReviewInputError as exc:
-        raise LabelError(str(exc)) from None
+    episodes = read_episodes([run])
     db = Path(db) if db is not None else (Path(run) / DEFAULT_NAME if Path(run).is_dir() else None)
     human: dict[tuple, float] = {}
     keys: dict[str, str] = {}
@@ -57,11 +54,14 @@ def judged_actions(run: str | Path, db: str | Path | None = None, coach=None, co
         try:
             for v in store.latest():
                 score = v["human_score"] if v["human_score"] is not None else 10.0 * bool(v["human_right"])
+                if not is_score(score):
+                    raise LabelError(f"{db}: verdict {v['id']} has score {score!r}, not 0-10; the database was "
+                                     "edited outside `mappa review`: mend or delete that row")
                 human[(v["source"], v["line"], v["action"])] = float(score)
-            keys = {ep.source: store.key_of(ep.source) for ep in index.episodes}
+            keys = {ep.source: store.key_of(ep.source) for ep in episodes}
         finally:
             store.close()
-    places = [(ep, k) for ep in index.episodes for k in range(len(ep.actions))]
+    places = [(ep, k) for ep in episodes for k in range(len(ep.actions))]
     stronger = [None] * len(places)
     if coach is not None:
         verdicts = score_many(coach, [action_request(ep, k) for ep, k in places], concurrency)
@@ -117,13 +117,16 @@ def export_pairs(run: str | Path, out: str | Path, db: str | Path | None = None,
     import datasets
 
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise LabelError(f"{out} exists and is not an empty folder; choose another --out")
-    pairs, sft = pairs_and_sft(judged_actions(run, db, coach), margin, good)
+    if not 0.0 < margin <= 10.0:
+        raise LabelError(f"--margin must be above 0 and at most 10 (verdicts are 0-10), got {margin}")
+    check_new(out)
+    actions = judged_actions(run, db, coach)
+    pairs, sft = pairs_and_sft(actions, margin, good)
     if not pairs and not sft:
+        unjudged = sum(a.verdict is None for a in actions)
         raise LabelError(f"{run}: no two actions of one role on the same state differ by >= {margin:g} in verdict, "
-                         "and no verdict was overruled; review some actions (mappa review), name a stronger "
-                         "--coach, or lower --margin")
+                         f"and no verdict was overruled ({unjudged} of {len(actions)} actions carry no verdict); "
+                         "review some actions (mappa review), name a stronger --coach, or lower --margin")
     with new_folder(out) as partial:
         for name, rows, columns in (("pairs", pairs, PAIR_COLUMNS), ("sft", sft, SFT_COLUMNS)):
             features = datasets.Features({k: datasets.Value(kind) for k, kind in columns.items()})

@@ -14,6 +14,7 @@ measured on exactly the tasks this judge never saw.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from mappa_envs.coach.judge import RECORD, REPLY_FORMATS, prompt_messages, target_reply
 from mappa_train.coach_training.examples import LabelError, Labelled
-from mappa_train.export import new_folder
+from mappa_train.export import check_new, new_folder
 
 HELDOUT_DIR = "heldout"
 RIGHT = 5.0  # a verdict at or above it calls the action right (the held-out labels' `label`, --balance's classes)
@@ -52,14 +53,8 @@ class JudgeTrainConfig:
             raise LabelError("--steps, --batch-size, --lora-rank and --max-tokens must be >= 1, --rationale-chars >= 0")
         if self.top_layers < 0 or (self.top_layers and self.lora):
             raise LabelError("--top-layers N (>= 1) trains the top N layers of a full fine-tune: give it with --full")
-        if not self.lr > 0:
-            raise LabelError(f"--lr must be > 0, got {self.lr}")
-
-
-def check_out(out: Path) -> None:
-    """`out` must be absent or an empty folder: a trained judge never overwrites anything."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise LabelError(f"{out} exists and is not an empty folder; choose another --out")
+        if not 0 < self.lr < math.inf:
+            raise LabelError(f"--lr must be a finite number above 0, got {self.lr}")
 
 
 def encode(tokenizer, example: Labelled, cfg: JudgeTrainConfig) -> tuple[list[int], int, bool]:
@@ -89,7 +84,7 @@ def train_judge(train: Sequence[Labelled], heldout: Sequence[Labelled], out: str
 
     out = Path(out)
     cfg.check()
-    check_out(out)
+    check_new(out)
     if not train:
         raise LabelError("no training examples are left after the split by task; lower --heldout or add labels")
     draw = sampler([ex.score for ex in train], cfg.balance, random.Random(cfg.seed))

@@ -16,8 +16,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from mappa_envs.coach.types import is_score
 from mappa_envs.coach_eval import metrics as cm
-from mappa_train.export import new_folder
+from mappa_train.export import check_new, new_folder
 from mappa_train.review.verdicts import VerdictError, open_existing
 
 THRESHOLD = 5.0
@@ -56,8 +57,7 @@ def export_labels(db: str | Path, out: str | Path):
     except ImportError:
         raise VerdictError("exporting labels needs the datasets package: pip install 'mappa[data]'") from None
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise VerdictError(f"{out} exists and is not an empty folder; choose another --out")
+    check_new(out)
     rows = label_rows(db)
     if not rows:
         raise VerdictError(f"{db} holds no verdicts yet; record some with `mappa review`")
@@ -86,12 +86,47 @@ def load_labels(folder: str | Path) -> list[dict]:
     except FileNotFoundError:
         raise VerdictError(f"{folder} is not a labels dataset; write one with `mappa export labels DB --out "
                            f"{folder}`") from None
-    if not isinstance(dataset, datasets.Dataset) or not {"label", "request", "role"} <= set(dataset.column_names):
-        raise VerdictError(f"{folder} is a dataset but not of labels (no label/request/role columns); "
+    missing = sorted(LABEL_COLUMNS - set(getattr(dataset, "column_names", ())))
+    if not isinstance(dataset, datasets.Dataset) or missing:
+        raise VerdictError(f"{folder} is a dataset but not of labels (no {', '.join(missing) or 'single split'}); "
                            "write one with `mappa export labels`")
     if not dataset.num_rows:
         raise VerdictError(f"{folder} holds no labels")
-    return list(dataset)
+    rows = list(dataset)
+    for number, row in enumerate(rows):
+        wrong = _wrong_in(row)
+        if wrong:
+            raise VerdictError(f"{folder}: row {number} {wrong}; fix that row or export the labels again with "
+                               "`mappa export labels`")
+    return rows
+
+
+LABEL_COLUMNS = {"label", "human_score", "coach_score", "request", "env_id", "role", "task", "action"}
+REQUEST_TYPES = {"context": str, "tool_results": list, "upstream": dict, "checks": dict, "action_index": int,
+                 "is_final_action": bool}
+
+
+def _wrong_in(row: dict) -> str:
+    """What makes a label row unusable for training or measuring a judge ("" when nothing does)."""
+    if not isinstance(row["label"], bool):
+        return f"has label {row['label']!r}, not true or false"
+    for column in ("human_score", "coach_score"):
+        score = row[column]
+        if score is not None and not is_score(score):
+            return f"has {column} {score!r}, not a number from 0 to 10"
+    try:
+        request = json.loads(row["request"])
+    except (TypeError, ValueError) as e:
+        return f"has a request that is not JSON ({e})"
+    if not isinstance(request, dict):
+        return f"has a request that is a JSON {type(request).__name__}, not an object of the coach's fields"
+    for key, kind in REQUEST_TYPES.items():
+        value = request.get(key, kind())
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"has request field {key!r} of type {type(value).__name__}, not {kind.__name__}"
+    if any(not isinstance(r, dict) for r in request.get("tool_results", [])):
+        return "has a request whose tool_results are not all objects"
+    return ""
 
 
 def request_of(row: dict):

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from mappa_envs.coach_eval.metrics import auroc
+from mappa_train.export import ExportError
 from mappa_train.review.app import about
 from mappa_train.review.labels import evaluate_labels, export_labels, load_labels, measure, request_of
 from mappa_train.review.transcripts import load
@@ -49,13 +50,45 @@ def test_an_export_never_overwrites_and_needs_verdicts(runs, tmp_path):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "keep.txt").write_text("mine")
     store, _ = review(runs, 2)
-    with pytest.raises(VerdictError, match="not an empty folder"):
+    with pytest.raises(ExportError, match="already exists"):
         export_labels(store.path, tmp_path / "taken")
     assert (tmp_path / "taken" / "keep.txt").read_text() == "mine"
     VerdictStore(tmp_path / "empty.sqlite")
     with pytest.raises(VerdictError, match="no verdicts yet"):
         export_labels(tmp_path / "empty.sqlite", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+GOOD_ROW = {"label": True, "human_score": 9.0, "coach_score": 8.5, "env_id": "Chain-v0", "role": "adder",
+            "task": "Start at 3; add 4.", "action": "7", "request": json.dumps({"tool_results": [], "checks": {}})}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"human_score": 11.0}, "human_score 11.0, not a number from 0 to 10"),
+    ({"human_score": float("nan")}, "human_score nan"),
+    ({"coach_score": -1.0}, "coach_score -1.0"),
+    ({"label": None}, "label None, not true or false"),
+    ({"request": "{not json"}, "request that is not JSON"),
+    ({"request": "[1, 2]"}, "a JSON list, not an object"),
+    ({"request": json.dumps({"tool_results": 5})}, "'tool_results' of type int, not list"),
+    ({"request": json.dumps({"tool_results": [5]})}, "tool_results are not all objects"),
+])
+def test_a_label_row_that_would_train_a_wrong_verdict_is_refused_by_row(tmp_path, change, message):
+    import datasets
+
+    rows = [GOOD_ROW, {**GOOD_ROW, **change}]
+    datasets.Dataset.from_list([{k: r[k] for k in GOOD_ROW} for r in rows]).save_to_disk(str(tmp_path / "labels"))
+    with pytest.raises(VerdictError, match=f"row 1 .*{message}".replace("(", r"\(").replace(")", r"\)")):
+        load_labels(tmp_path / "labels")
+
+
+def test_a_labels_dataset_missing_a_column_names_it(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_list([{k: v for k, v in GOOD_ROW.items() if k != "human_score"}]).save_to_disk(
+        str(tmp_path / "labels"))
+    with pytest.raises(VerdictError, match="no human_score"):
+        load_labels(tmp_path / "labels")
 
 
 def test_a_coach_is_measured_against_the_labels(runs, tmp_path):

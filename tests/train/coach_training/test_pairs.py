@@ -5,6 +5,7 @@ import pytest
 
 from mappa_train.coach_training.examples import LabelError
 from mappa_train.coach_training.pairs import export_pairs, judged_actions, pairs_and_sft
+from mappa_train.export import ExportError
 from mappa_train.review.verdicts import Verdict, VerdictStore
 
 
@@ -44,10 +45,10 @@ def test_export_writes_trl_columns_and_never_into_a_non_empty_folder(chain_trans
     sft = datasets.load_from_disk(str(tmp_path / "out" / "sft"))
     assert {"prompt", "chosen", "rejected"} <= set(pairs.column_names)
     assert {"prompt", "completion"} <= set(sft.column_names)
-    with pytest.raises(LabelError, match="not an empty folder"):
+    with pytest.raises(ExportError, match="already exists"):
         export_pairs(chain_transcripts, tmp_path / "out")
-    with pytest.raises(LabelError, match="no two actions"):
-        export_pairs(chain_transcripts, tmp_path / "none", margin=20)
+    with pytest.raises(LabelError, match=r"no two actions .* \(0 of 12 actions carry no verdict\)"):
+        export_pairs(chain_transcripts, tmp_path / "none", margin=10)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.partial", "run"]
 
 

@@ -11,6 +11,7 @@ from mappa_envs.coach import make_coach
 from mappa_envs.coach.judge import LocalJudge, auroc_of
 from mappa_train.coach_training.examples import LabelError, from_labels, split_by_task
 from mappa_train.coach_training.train import HELDOUT_DIR, RECORD, JudgeTrainConfig, sampler, train_judge
+from mappa_train.export import ExportError
 from tests.openai_stub import StubServer
 from tests.train.coach_training.conftest import chain_examples
 
@@ -57,7 +58,7 @@ def test_the_folder_holds_its_record_and_its_heldout_tasks(trained):
     assert json.loads((out / RECORD).read_text())["config"]["seed"] == 0
     back = from_labels(out / HELDOUT_DIR)
     assert [b.request.task for b in back] == [e.request.task for e in held]
-    with pytest.raises(LabelError, match="not an empty folder"):
+    with pytest.raises(ExportError, match="not an empty folder"):
         train_judge(held, [], out, JudgeTrainConfig(model=str(out), **CONFIG))
 
 
