@@ -8,23 +8,27 @@ rebinding), come from no other origin, and, when the server was given a token, c
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import math
 from collections import defaultdict
 from urllib.parse import parse_qs, urlencode
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from mappa_train.review.templates import ENV
 from mappa_train.review.transcripts import DISAGREEMENTS, Episode, Index, priority
-from mappa_train.review.verdicts import Verdict, VerdictError, VerdictStore
+from mappa_train.review.verdicts import DatabaseBusy, Verdict, VerdictError, VerdictStore
 
 PAGE_SIZE = 100
 QUEUE_SIZE = 200
 MAX_FORM_BYTES = 16_384
+BODY_S = 10.0  # a verdict form is small: one that trickles in longer is a stalled client
+FORM = "application/x-www-form-urlencoded"
 TOKEN_COOKIE = "mappa_review_token"
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
@@ -55,7 +59,7 @@ def build_app(index: Index, store: VerdictStore, hosts: list[str] | None, token:
             counts[(source, line)] += 1
         return counts
 
-    async def episodes(request: Request) -> Response:
+    def episodes(request: Request) -> Response:
         f = _filters(request)
         matched = [e for e in index.episodes if _matches(e, f)]
         pages = max(1, math.ceil(len(matched) / PAGE_SIZE))
@@ -72,7 +76,7 @@ def build_app(index: Index, store: VerdictStore, hosts: list[str] | None, token:
                     steps=index.steps(),
                     rows=rows, total=len(matched), all=len(index.episodes), page=number, pages=pages, link=link)
 
-    async def episode(request: Request) -> Response:
+    def episode(request: Request) -> Response:
         e = _episode(index, request)
         return page("episode", title=f"episode {e.id}", e=e, history=store.history(e.source, e.line),
                     reviewer=reviewer)
@@ -81,32 +85,37 @@ def build_app(index: Index, store: VerdictStore, hosts: list[str] | None, token:
         e = _episode(index, request)
         if not store.writable:
             return PlainTextResponse(f"read-only: {store.path} cannot be written", status_code=403)
-        body = b""
-        async for chunk in request.stream():  # read no further than a form can be
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                return PlainTextResponse(f"a verdict form holds at most {MAX_FORM_BYTES} bytes", status_code=413)
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != FORM:
+            return PlainTextResponse(f"a verdict is a form post ({FORM}), got {kind or 'no content type'!r}",
+                                     status_code=415)
+        try:
+            body = await asyncio.wait_for(_form_body(request), BODY_S)
+        except asyncio.TimeoutError:
+            return PlainTextResponse(f"the form did not arrive within {BODY_S:g} s", status_code=408)
+        if body is None:
+            return PlainTextResponse(f"a verdict form holds at most {MAX_FORM_BYTES} bytes", status_code=413)
         form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
         k = _int(form.get("action"))
         if k is None or not 0 <= k < len(e.actions):
-            return PlainTextResponse(f"episode {e.id} has no action {form.get('action')!r}", status_code=400)
+            return PlainTextResponse(f"episode {e.id} has no action {form.get('action', '')[:20]!r}", status_code=400)
         try:
             v = Verdict(human_score=_score(form.get("score", "")),
                         human_right={"1": True, "0": False}.get(form.get("right", "")),
                         note=form.get("note", ""), reviewer=form.get("reviewer", ""))
-            store.add(e.source, e.line, k, v, about(e, k))
+            await run_in_threadpool(store.add, e.source, e.line, k, v, about(e, k))  # the loop serves on meanwhile
         except VerdictError as err:
             return PlainTextResponse(str(err), status_code=400)
         return RedirectResponse(f"/episode/{e.id}#a{k}", status_code=303)
 
-    async def queue(request: Request) -> Response:
+    def queue(request: Request) -> Response:
         done = store.reviewed()
         todo = [(e, k, a) for e in index.episodes for k, a in enumerate(e.actions)
                 if (keys[e.source], e.line, k) not in done]
         todo.sort(key=lambda t: -priority(t[2]))
         return page("queue", title="queue", rows=todo[:QUEUE_SIZE], total=len(todo))
 
-    async def plots(request: Request) -> Response:
+    def plots(request: Request) -> Response:
         metrics = sorted({k for rows in index.curves.values() for r in rows for k, v in r.items()
                           if k not in ("step", "kind") and isinstance(v, (int, float)) and not isinstance(v, bool)})
         metric = request.query_params.get("metric") or next((m for m in metrics if "accuracy" in m), None) \
@@ -118,9 +127,13 @@ def build_app(index: Index, store: VerdictStore, hosts: list[str] | None, token:
         return page("plots", title="plots", hists=_histograms(index), curves=curves, metrics=metrics, metric=metric,
                     ranges=ranges)
 
+    def busy(request: Request, exc: DatabaseBusy) -> Response:
+        return PlainTextResponse(str(exc), status_code=503, headers={"Retry-After": "2"})
+
     app = Starlette(routes=[Route("/", episodes), Route("/episode/{id:int}", episode),
                             Route("/episode/{id:int}/verdict", verdict, methods=["POST"]),
-                            Route("/queue", queue), Route("/plots", plots)])
+                            Route("/queue", queue), Route("/plots", plots)],
+                    exception_handlers={DatabaseBusy: busy})
     return _Guard(app, hosts, token)
 
 
@@ -198,6 +211,16 @@ def _episode(index: Index, request: Request) -> Episode:
     if not 0 <= eid < len(index.episodes):
         raise HTTPException(404, f"no episode {eid}")
     return index.episodes[eid]
+
+
+async def _form_body(request: Request) -> bytes | None:
+    """The request's body, read no further than a form can be (None: it is longer)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    return body
 
 
 def _filters(request: Request) -> dict:
@@ -282,7 +305,7 @@ def _score(text: str, strict: bool = True) -> float | None:
         if strict:
             raise VerdictError(f"a score must be a number from 0 to 10, got {text[:20]!r}")
         return None
-    return value
+    return value + 0.0  # -0 is 0
 
 
 def _int(text) -> int | None:

@@ -51,7 +51,8 @@ def prepare(paths: list[str | Path], db: str | Path | None, host: str, port: int
     index = load(paths)
     store = VerdictStore(db or default_db(paths))
     if is_loopback(host):
-        hosts = [f"{name}:{port}" for name in ("127.0.0.1", "localhost")] if host != "::1" else [f"[::1]:{port}"]
+        names = ("127.0.0.1", "localhost", host) if ":" not in host else ("[::1]", f"[{host}]")
+        hosts = sorted({f"{name}:{port}" for name in names})  # the address it prints, and the usual loopback names
     else:
         hosts = None  # reached under whatever name the network gives it; the token guards it
     shown = f"[{host}]" if ":" in host else host

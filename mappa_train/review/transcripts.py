@@ -180,11 +180,17 @@ def _action(a: dict) -> Action:
     return Action(
         role=_text(a.get("role") or record.get("role") or ""), index=_int(record.get("index")) or 0,
         text=_text(text or ""), prompt=_text(prompt or ""),
-        tool_results=[r for r in results if isinstance(r, dict)] if isinstance(results, list) else [],
+        tool_results=[_result(r) for r in results if isinstance(r, dict)] if isinstance(results, list) else [],
         checks=record.get("checks") if isinstance(record.get("checks"), dict) else {},
         coach_score=_num(coach.get("score")), rationale=_text(coach.get("rationale") or coach.get("error") or ""),
         coach_ok=coach.get("ok"), reward=_num(a.get("reward")), share=_num(record.get("share")), coaches=coaches,
         faulty=record["faulty"] if isinstance(record.get("faulty"), bool) else None)
+
+
+def _result(r: dict) -> dict:
+    """A recorded tool result with the fields every reader uses, typed (a writer may leave some out)."""
+    return {**r, **{k: _text(r.get(k) or "") for k in ("stdout", "stderr", "error")},
+            "ok": r.get("ok") is not False, "timed_out": bool(r.get("timed_out"))}
 
 
 def _coaches(given) -> dict[str, dict]:

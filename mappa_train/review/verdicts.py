@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,10 +39,16 @@ CREATE INDEX IF NOT EXISTS verdicts_action ON verdicts (source, line, action);
 COLUMNS = ("id", "source", "line", "action", "human_score", "human_right", "note", "reviewer", "created_at",
            "env_id", "task_id", "role", "seed", "sample", "coach_score", "coach_rationale", "request")
 MAX_NOTE = 4000
+MAX_REVIEWER = 100
+BUSY_S = 2.0  # how long a query waits for another program's lock before the reviewer is told to retry
 
 
 class VerdictError(MappaError, ValueError):
     """A verdict or database that cannot be used as given; the message says what would work."""
+
+
+class DatabaseBusy(MappaError):
+    """Another program holds the database's lock past BUSY_S: nothing was read or recorded; retry."""
 
 
 @dataclass(frozen=True)
@@ -56,23 +65,39 @@ class Verdict:
             raise VerdictError(f"a score must be between 0 and 10, got {self.human_score}")
         if not self.reviewer.strip():
             raise VerdictError("a verdict needs the reviewer's name")
+        if len(self.reviewer) > MAX_REVIEWER or not self.reviewer.isprintable():
+            raise VerdictError(f"a reviewer's name is one line of at most {MAX_REVIEWER} printable characters")
         if len(self.note) > MAX_NOTE:
             raise VerdictError(f"a note holds at most {MAX_NOTE} characters, got {len(self.note)}")
 
 
 class VerdictStore:
-    """The verdicts database at `path`, opened read-write when it can be written, read-only otherwise."""
+    """The verdicts database at `path`, opened read-write when it can be written (and not `read_only`),
+    read-only otherwise."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
-        self._db = _open_writable(self.path)
+        self._db = None if read_only else _open_writable(self.path)
         self.writable = self._db is not None
         if self._db is None and self.path.is_file():
-            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_S,
+                                       check_same_thread=False)
         elif self._db is None:  # nothing recorded yet, and nothing can be
             self._db = sqlite3.connect(":memory:", check_same_thread=False)
             self._db.executescript(SCHEMA)
         self._db.row_factory = sqlite3.Row
+        self._lock = threading.Lock()  # the server queries from its worker threads: one at a time
+
+    @contextmanager
+    def _locked(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                raise DatabaseBusy(f"{self.path} is locked by another program (a second mappa review, an open "
+                                   "sqlite shell); nothing was read or recorded: try again in a moment") from None
 
     def key_of(self, source: str | Path) -> str:
         src = Path(source).resolve()
@@ -93,44 +118,54 @@ class VerdictStore:
                **{k: about.get(k) for k in ("env_id", "task_id", "role", "seed", "sample", "coach_score",
                                             "coach_rationale")},
                "request": json.dumps(about.get("request") or {}, default=str, ensure_ascii=False)}
-        with self._db:
-            cur = self._db.execute(f"INSERT INTO verdicts ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                                   tuple(row.values()))
+        with self._locked() as db, db:
+            cur = db.execute(f"INSERT INTO verdicts ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                             tuple(row.values()))
         return int(cur.lastrowid)
 
     def history(self, source: str | Path, line: int) -> dict[int, list[dict]]:
         """action position -> its verdicts, newest first, for one episode."""
         out: dict[int, list[dict]] = {}
-        for r in self._db.execute("SELECT * FROM verdicts WHERE source = ? AND line = ? ORDER BY id DESC",
-                                  (self.key_of(source), line)):
+        with self._locked() as db:
+            rows = db.execute("SELECT * FROM verdicts WHERE source = ? AND line = ? ORDER BY id DESC",
+                              (self.key_of(source), line)).fetchall()
+        for r in rows:
             out.setdefault(r["action"], []).append(dict(r))
         return out
 
     def reviewed(self) -> set[tuple[str, int, int]]:
         """(source key, line, action) of every action with a verdict."""
-        return {(r[0], r[1], r[2]) for r in self._db.execute("SELECT DISTINCT source, line, action FROM verdicts")}
+        with self._locked() as db:
+            return {(r[0], r[1], r[2]) for r in db.execute("SELECT DISTINCT source, line, action FROM verdicts")}
 
     def latest(self) -> list[dict]:
         """The newest verdict of every action, in the order they were first given."""
-        return [dict(r) for r in self._db.execute(
-            "SELECT * FROM verdicts WHERE id IN (SELECT MAX(id) FROM verdicts GROUP BY source, line, action) "
-            "ORDER BY id")]
+        with self._locked() as db:
+            return [dict(r) for r in db.execute(
+                "SELECT * FROM verdicts WHERE id IN (SELECT MAX(id) FROM verdicts GROUP BY source, line, action) "
+                "ORDER BY id")]
 
     def close(self) -> None:
         self._db.close()
 
 
 def open_existing(path: str | Path) -> VerdictStore:
-    """A verdicts database that must already exist (for export): a missing one is a one-line error."""
+    """A verdicts database that must already exist (for export), opened read-only: a missing one, or a file
+    some other program wrote, is a one-line error and is left as it was."""
     path = Path(path)
     if not path.is_file():
         raise VerdictError(f"{path} does not exist; give the database `mappa review` wrote (default "
                            f"{DEFAULT_NAME} beside the run)")
+    store = VerdictStore(path, read_only=True)
     try:
-        store = VerdictStore(path)
-        store.latest()
+        found = {r[1] for r in store._db.execute("PRAGMA table_info(verdicts)")}
     except sqlite3.DatabaseError as e:
+        store.close()
         raise VerdictError(f"{path} is not a verdicts database ({e}); give the one `mappa review` wrote") from None
+    if not set(COLUMNS) <= found:
+        store.close()
+        raise VerdictError(f"{path} is not a verdicts database (no verdicts table with {', '.join(COLUMNS[:4])}, "
+                           "...); give the one `mappa review` wrote")
     return store
 
 
@@ -140,7 +175,7 @@ def _open_writable(path: Path) -> sqlite3.Connection | None:
     if path.exists() and (not path.is_file() or not path.stat().st_mode & 0o222):
         return None
     try:
-        db = sqlite3.connect(path, check_same_thread=False)
+        db = sqlite3.connect(path, timeout=BUSY_S, check_same_thread=False)
         db.executescript(SCHEMA)
         db.execute("PRAGMA user_version = 1")  # a real write: proves the file and its folder take one
         db.commit()
@@ -148,4 +183,4 @@ def _open_writable(path: Path) -> sqlite3.Connection | None:
     except sqlite3.OperationalError:
         return None
     except sqlite3.DatabaseError as e:
-        raise VerdictError(f"{path} is not a verdicts database ({e}); pass another --db") from None
+        raise VerdictError(f"{path} is not a verdicts database ({e}); give another --db") from None

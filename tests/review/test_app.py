@@ -87,11 +87,54 @@ def test_a_verdict_is_recorded_and_shown(runs):
     ({"action": "0", "reviewer": "ann"}, 400),
     ({"action": "0", "score": "5", "reviewer": ""}, 400),
     ({"action": "0", "score": "5", "reviewer": "ann", "note": "x" * 20_000}, 413),
+    ({"action": "0", "score": "5", "reviewer": "a\r\nb"}, 400),
+    ({"action": "0", "score": "5", "reviewer": "a" * 101}, 400),
 ])
 def test_a_bad_verdict_is_refused_and_nothing_is_stored(runs, form, status):
     c = client(runs)
     assert c.post("/episode/0/verdict", data=form, headers=SAME).status_code == status
     assert "verdict</b>" not in c.get("/episode/0").text
+
+
+def test_a_verdict_that_is_not_a_form_is_refused_by_its_content_type(runs):
+    c = client(runs)
+    r = c.post("/episode/0/verdict", json={"action": 0, "score": 5, "reviewer": "ann"}, headers=SAME)
+    assert (r.status_code, r.text) == (415, "a verdict is a form post (application/x-www-form-urlencoded), "
+                                            "got 'application/json'")
+    r = c.post("/episode/0/verdict", data={"action": "9" * 5000, "score": "5", "reviewer": "ann"}, headers=SAME)
+    assert r.status_code == 400
+    assert len(r.text) < 100
+
+
+def test_a_database_locked_by_another_program_is_a_503_and_nothing_half_done(runs):
+    import sqlite3
+
+    c = client(runs)
+    other = sqlite3.connect(runs / "review.sqlite", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # a second program in the middle of a write
+    try:
+        r = c.post("/episode/0/verdict", data={"action": "0", "score": "5", "reviewer": "ann"}, headers=SAME)
+        assert r.status_code == 503
+        assert "is locked by another program" in r.text
+        assert "\n" not in r.text.strip()
+        assert c.get("/episode/0").status_code == 503  # reads wait too, and say so
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert c.post("/episode/0/verdict", data={"action": "0", "score": "5", "reviewer": "ann"},
+                  headers=SAME).status_code == 303
+    assert sqlite3.connect(runs / "review.sqlite").execute("SELECT COUNT(*) FROM verdicts").fetchone() == (1,)
+
+
+def test_a_tool_result_missing_fields_still_renders(tmp_path):
+    import json
+
+    record = {"env_id": "Chain-v0", "task_id": "t", "task": "Start at 1.", "outcome": {"correct": False},
+              "actions": [{"role": "adder", "text": "x", "tool_results": [{}, {"stdout": None, "ok": False}]}]}
+    (tmp_path / "transcripts.jsonl").write_text(json.dumps(record) + "\n")
+    html = client(tmp_path).get("/episode/0")
+    assert html.status_code == 200
+    assert "sandbox output 2\n <span class=\"tag bad\">failed</span>" in html.text
 
 
 def test_no_path_from_the_browser_reaches_a_file(runs):

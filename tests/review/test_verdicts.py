@@ -67,6 +67,22 @@ def test_a_file_that_is_no_database_is_a_one_line_error(tmp_path):
         open_existing(tmp_path / "missing.sqlite")
 
 
+def test_export_never_writes_into_a_database_it_did_not_write(tmp_path):
+    other = tmp_path / "other.sqlite"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE notes (body TEXT)")
+    db.commit()
+    db.close()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    before = other.read_bytes()
+    for path in (other, empty):
+        with pytest.raises(VerdictError, match="not a verdicts database"):
+            open_existing(path)
+    assert other.read_bytes() == before
+    assert empty.read_bytes() == b""
+
+
 def test_the_schema_is_plain_sqlite(tmp_path):
     db = tmp_path / "review.sqlite"
     VerdictStore(db).add(tmp_path / "t.jsonl", 2, 0, Verdict(7.5, False, "note", "ann"), ABOUT)
