@@ -59,10 +59,10 @@ def read_text(path: Path, what: str) -> str:
         raise YamlDataError(f"{what} {path} does not exist")
     if not path.is_file():
         raise YamlDataError(f"{what} {path} is not a regular file")
-    size = path.stat().st_size
-    if size > MAX_BYTES:
-        raise YamlDataError(f"{what} {path} has {size} bytes; at most {MAX_BYTES} are read")
-    data = path.read_bytes()
+    with path.open("rb") as f:  # read no further than the cap: /proc files report size 0, others may grow
+        data = f.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise YamlDataError(f"{what} {path} has over {MAX_BYTES} bytes; a config or spec is at most that")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -121,6 +121,17 @@ def test_a_config_that_is_not_plain_data_is_one_line(tmp_path, text, message):
         load_config(tmp_path)
 
 
+def test_a_config_is_read_no_further_than_its_cap(tmp_path):
+    from mappa_envs.yaml_data import MAX_BYTES
+
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * MAX_BYTES + "\nsteps: 2\n")
+    with pytest.raises(ConfigError, match=f"has over {MAX_BYTES} bytes"):
+        load_config(big)
+    with pytest.raises(ConfigError, match="unknown config key 'Name'"):  # size 0 on disk, read to its end
+        load_config("/proc/self/status")
+
+
 def test_bad_yaml_syntax_names_line_and_column(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("steps: 3\nlearner:\n  lr: [1e-5\n  zero_stage: 1\n")
