@@ -53,6 +53,15 @@ def plain_yaml(text: str) -> Any:
         raise YamlDataError("the YAML is nested too deeply to be a config or a spec") from None
 
 
+def read_yaml(path: Path, what: str) -> Any:
+    """The plain data in the file at `path` (`read_text`, then `plain_yaml`); a parse error names the path."""
+    text = read_text(path, what)
+    try:
+        return plain_yaml(text)
+    except YamlDataError as e:
+        raise YamlDataError(f"{path}: {e}") from None
+
+
 def read_text(path: Path, what: str) -> str:
     """A regular file of at most MAX_BYTES of UTF-8 text; `what` names it in the errors ("config file")."""
     if not path.exists():

@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from mappa_envs.yaml_data import YamlDataError, plain_yaml, read_text
+from mappa_envs.yaml_data import YamlDataError, plain_yaml, read_yaml
 from mappa_train.config.schema import ConfigError, TrainConfig
 from mappa_train.config.validation import leaves_with_rules, validate
 
@@ -21,13 +21,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     if path is not None:
         path = Path(path)
         try:
-            text = read_text(path, "config file")
+            loaded = read_yaml(path, "config file") or {}
         except YamlDataError as e:
-            raise ConfigError(f"{e} (presets live in configs/*.yaml)") from None
-        try:
-            loaded = plain_yaml(text) or {}
-        except YamlDataError as e:
-            raise ConfigError(f"{path}: {e}") from None
+            raise ConfigError(f"{e}{'' if path.exists() else ' (presets live in configs/*.yaml)'}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of config keys, got {type(loaded).__name__}")
         _merge(TrainConfig, data, loaded, where=f"{path}: ")

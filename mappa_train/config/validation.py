@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from mappa_envs.coach.types import is_score
 from mappa_envs.core.pipeline import REWARD_MODES, SCORES_EACH_ACTION
 from mappa_envs.errors import MappaError
 from mappa_train.config.schema import ConfigError, EnvConfig, TrainConfig
@@ -31,8 +32,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if not cfg.env.eval_sets or not all(isinstance(v, dict) for v in cfg.env.eval_sets.values()):
         raise ConfigError(f"env.eval_sets must map a set name to a dict of env kwargs, got {cfg.env.eval_sets!r}")
     stop = cfg.rollout.stop_below
-    if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 10
-               for k, v in stop.items()):
+    if not all(isinstance(k, str) and is_score(v) for k, v in stop.items()):
         raise ConfigError(f"rollout.stop_below must map role names to coach scores (0-10), e.g. {{code_executor: 4}}; "
                           f"got {stop!r}")
     mode = cfg.env.kwargs.get("reward_mode", "process")

@@ -177,19 +177,15 @@ def _read_preset(path: Path, children: tuple[Path, ...] = ()) -> dict:
     """A preset's fields, on top of those of the preset it `extends` (a path relative to it): mappings
     (`arms`, `start`, `sweep`) are merged key by key, anything else replaced; `train_config` is resolved
     against the file that names it."""
-    from mappa_envs.yaml_data import YamlDataError, plain_yaml, read_text
+    from mappa_envs.yaml_data import YamlDataError, read_yaml
 
     if not path.exists():
         where = f" (extended by {children[-1]})" if children else ""
         raise ConfigError(f"ablation preset {path}{where} does not exist (presets: configs/ablate/*.yaml)")
     try:
-        text = read_text(path, "ablation preset")
+        data = read_yaml(path, "ablation preset") or {}
     except YamlDataError as e:
         raise ConfigError(str(e)) from None
-    try:
-        data = plain_yaml(text) or {}
-    except YamlDataError as e:
-        raise ConfigError(f"{path}: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: an ablation preset is a mapping of fields, got {type(data).__name__}")
     if "train_config" in data:
