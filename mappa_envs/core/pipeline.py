@@ -226,7 +226,9 @@ class PipelineEnv(AECEnv):
         text, input_error = clean_action(action, self.limits.max_action_chars)
         code = extract_code_blocks(text) if role.tools else []
         results = self._run_cells(role, code, errors)
-        checks = self._guard(errors, "scenario.checks", lambda: self.scenario.checks(ep, role, text, results), {})
+        checks = self._guard(errors, "scenario.checks", lambda: self.scenario.checks(ep, role, text, results), None)
+        unjudged = checks is None  # no checks to score it by: paid an honest 0, never the coach's baseline
+        checks = checks or {}
         self._turn_actions += 1
         # What later roles see of this turn: every action, with its tool output.
         piece = f"{text}\n\nOutput of the code:\n{format_tool_output(results)}" if results else text
@@ -247,6 +249,8 @@ class PipelineEnv(AECEnv):
         reward = 0.0
         if self.reward_mode == "backprop":  # judged once the episode is over (_finish)
             ep.held.append(self._coach_request(role, text, results, checks, done, errors))
+        elif self.reward_mode in SCORES_EACH_ACTION and unjudged:
+            coach = CoachScore(score=0.0, rationale=f"not judged: {errors[-1]}")
         elif self.reward_mode in SCORES_EACH_ACTION:
             coach = self._score(self._coach_request(role, text, results, checks, done, errors), errors)
             if coach.ok and coach.score is not None and math.isfinite(coach.score):

@@ -223,6 +223,11 @@ def test_a_scenario_that_raises_is_a_recorded_failure_and_logged(sandbox, caplog
         assert env.infos["problem_solver"]["action"]["env_errors"] == record.env_errors
         assert "scenario.checks failed" in caplog.text
         assert "Traceback" in caplog.text
+        # no checks, no verdict: an honest 0, never the rule coach's baseline (5 and up for any action)
+        assert env.rewards["problem_solver"] == 0.0
+        assert record.reward == 0.0
+        assert record.coach.score == 0.0
+        assert record.coach.rationale.startswith("not judged: scenario.checks failed")
         assert env.agent_selection == "code_executor"  # the episode goes on
 
         def outcome(_episode):
