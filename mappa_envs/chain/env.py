@@ -19,9 +19,9 @@ Checks, per action (the rule coach scores them):
 - `answer_present`: the turn's closing action states a value.
 - `step_correct`: that value is this agent's step applied to the value it was handed (the start
   value for `step_1`): its own step, right or wrong whatever came before; credit stays local.
-- `step_computed`: an action with code: its cells ran and the last integer they printed is the step's
-  value, which no cell spells out as a literal (filler like `print(0)`, an echo of the handed value,
-  a copied number or printing every number fail);
+- `step_computed`: an action with code: its cells ran, use the handed value as a number, and the last
+  integer they printed is the step's value, which no cell spells out in any form (filler like
+  `print(0)`, an echo of the handed value, a copied number, `print(0x9)` or printing every number fail);
   `new_work` False on a further cell once a cell of the turn has computed it (padding).
 - `inputs_ready`: False when the previous agent handed on no value (the action is then not judged).
 The outcome is the value the last step hands on against the true final value (score 1 or 0): team
@@ -33,7 +33,9 @@ Splits: "train" and "eval" are draws of the same distribution (even start values
 """
 from __future__ import annotations
 
+import ast
 import hashlib
+import math
 import random
 import re
 from collections.abc import Sequence
@@ -189,15 +191,36 @@ def handed_on(episode: Episode, role: str) -> int | None:
     return None if last is None else stated_value(last.text)
 
 
-_INT = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
+# An integer as printed; longer runs of digits than Python converts by default are no value of a chain
+# (and int() would raise on them).
+_INT = re.compile(r"(?<![\w.])-?\d{1,4000}(?![\w.])")
 
 
 def _computes(blocks: list[str], results: list[ExecResult], value: int, operands: tuple[int, int]) -> bool:
-    """The cells ran, the last integer they printed is `value` (printing every number is no answer), and
-    no cell has it as a literal besides the step's own operands (else the print is a copy)."""
+    """The cells ran, the last integer they printed is `value` (printing every number is no answer), their
+    code uses the handed value (`operands[0]`) as a number, and no cell spells `value` out besides the
+    step's own operands (else the print is a copy)."""
     printed = [int(t) for r in results for t in _INT.findall(r.stdout or "")]
-    written = {int(t) for b in blocks for t in _INT.findall(b)} - set(operands)
-    return bool(results) and all(r.ok for r in results) and printed[-1:] == [value] and value not in written
+    numbers = [_numbers(b) for b in blocks]
+    written = set().union(*({int(t) for t in _INT.findall(b)} for b in blocks), *numbers) - set(operands)
+    return (bool(results) and all(r.ok for r in results) and printed[-1:] == [value]
+            and any(operands[0] in n for n in numbers) and value not in written)
+
+
+def _numbers(block: str) -> set[int]:
+    """The integers a cell's code holds as number literals, as Python reads them (`0x9`, `1_5`, `9.0` and
+    `-9` too: no spelling of a number makes a copy look computed)."""
+    try:
+        tree = ast.parse(block)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()  # a cell that does not parse does not run: it computes nothing either way
+    negated = {id(n.operand) for n in ast.walk(tree) if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub)}
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float) and math.isfinite(node.value) \
+                and node.value == int(node.value):
+            found.add(-int(node.value) if id(node) in negated else int(node.value))
+    return found
 
 
 @dataclass

@@ -247,6 +247,10 @@ def test_the_honest_step_beats_every_hostile_action():
         "filler cell beside the value": _scores([f"```python\nprint(0)\n```\n\\boxed{{{right}}}"]),
         "cell echoing the handed value": _scores([f"```python\nprint({start})\n```"]),
         "cell printing a copied number": _scores([f"```python\nprint({right})\n```"]),
+        "a copied number respelled": _scores([f"```python\nprint({start} * 0 + int({right}.0))\n```"])
+        + _scores([f"```python\nprint({start} * 0 + {hex(right)})\n```"]),
+        "a cell not using the handed value": _scores([f"```python\nprint(len('{'a' * right}'))\n```"]),
+        "a number too long to read": _scores(["```python\nprint('7' * 5000)\n```\n\\boxed{1}"]),
         "cell printing every number": _scores(["```python\nfor i in range(10_001):\n    print(i)\n```"]),
         "padding after computing": _scores([compute, compute])[1:],
         "echoing the handed value": _scores([f"\\boxed{{{start}}}"]),
