@@ -384,16 +384,39 @@ def _salted(program: str, entry: str, salt: int) -> str:
     """`program` with a dead assignment of `salt` opening `entry`'s body: the same in every copy one test is
     judged against, never in the agents' copy, so a test that compares the function's code object (its
     bytecode, constants or names) with a snapshot of the Coder's or a memorised reference fails on the
-    reference. Behaviour is unchanged; a program that does not parse is left as it is (it does not load)."""
+    reference. Behaviour is unchanged. The line is written into the source where the body starts; a layout
+    where that does not parse (a def line continued with a backslash) is rewritten from the tree instead.
+    A program neither way salts (it does not parse, or a deep expression exhausts the rewriting's
+    recursion as well) is left as it is."""
     try:
         tree = parse(program)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return program
-    for fn in tree.body:
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == entry:
-            doc = bool(fn.body) and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant)
-            fn.body.insert(int(doc), ast.Assign([ast.Name("_judge_salt", ast.Store())], ast.Constant(salt)))
-    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+    lines = _SOURCE_LINES.findall(program)
+    functions = [fn for fn in tree.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == entry]
+    for fn in reversed(functions):  # bottom up: the line numbers above stay valid
+        doc = len(fn.body) > 1 and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant)
+        stmt = fn.body[int(doc)]
+        line = lines[stmt.lineno - 1].encode()  # col_offset counts UTF-8 bytes
+        head, rest = line[:stmt.col_offset].decode(), line[stmt.col_offset:].decode()
+        if head.strip():  # `def f(x): return x`: the body shares the def's line
+            lines[stmt.lineno - 1] = f"{head}_judge_salt = {salt}; {rest}"
+        else:
+            lines.insert(stmt.lineno - 1, f"{head}_judge_salt = {salt}\n")
+    try:
+        parse("".join(lines))
+        return "".join(lines)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    try:
+        for fn in functions:
+            fn.body.insert(0, ast.Assign([ast.Name("_judge_salt", ast.Store())], ast.Constant(salt)))
+        return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+    except (RecursionError, MemoryError):
+        return program
+
+
+_SOURCE_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # Python's line ends only
 
 
 def _run_tests(session, program: str, blocks: list[str], timeout: float) -> bool | None:

@@ -133,6 +133,20 @@ def test_test_writer_vacuous_or_name_keyed_tests_earn_no_more_than_no_test(env):
     assert all(c.get("tests_catch_bug") is False for _, c in cheap.values())
 
 
+def test_a_coder_padding_its_code_with_a_deep_expression_buys_its_test_writer_nothing(env):
+    """Salting the judged copies once rewrote the program from its tree, whose recursion a 500-term sum in
+    the Coder's code exhausted: the checks raised, and `assert True` was paid the coach's baseline."""
+    head, body = RIGHT.split("\n", 1)  # the def line, then the body
+    padded = f"{head}\n    _pad = {'1 + ' * 500}1\n{body}"
+    coder, _, vacuous = play(env, code(padded), "done", code("assert True\n"))
+    assert coder[1]["code_correct"] is True
+    none = play(env, code(RIGHT), "done", "I have no tests.")[2][0]
+    assert vacuous[1].get("tests_correct") is True
+    assert vacuous[1]["tests_catch_bug"] is False
+    assert vacuous[0] <= none
+    assert not env.unwrapped.last_action.env_errors
+
+
 def test_test_writer_exposing_a_bug_the_examples_miss_earns_more_than_rechecking_the_examples(env):
     examples = play(env, code(ADJACENT), "done", code(EXAMPLES_TEST))[2]
     beyond = play(env, code(ADJACENT), "done", code(BEYOND_TEST))[2]
