@@ -211,17 +211,49 @@ def _compact(text: str) -> str:
 
 
 def _spelling(text: str) -> str:
-    """One spelling of `text` for comparing restatements: compact, `\\dfrac`/`\\tfrac` as `\\frac`,
-    `\\sqrt8` as `\\sqrt{8}`; a fraction of integers as its literal numerator and denominator
-    (`84/144` = `\\dfrac{84}{144}`, not reduced), a decimal as its value (`.875` = `0.8750`)."""
-    s = _BARE_SQRT.sub(r"\\sqrt{\1}", _FRAC_MACRO.sub(r"\\frac", _compact(text)))
+    """One spelling of `text` for comparing restatements: compact, unwrapped (`_unwrapped`), `\\dfrac`/
+    `\\tfrac` as `\\frac`, `\\sqrt8` as `\\sqrt{8}`; a fraction of integers as its literal numerator and
+    denominator (`84/144` = `\\dfrac{84}{144}`, not reduced), a decimal as its value (`.875` = `0.8750`)."""
+    s = _BARE_SQRT.sub(r"\\sqrt{\1}", _FRAC_MACRO.sub(r"\\frac", _unwrapped(_compact(text))))
     number = parse_number(s)
-    if number is None or number.kind not in ("frac", "dec"):
+    parts = _fraction_parts(s)
+    if number is None or number.kind not in ("frac", "dec") or (number.kind == "frac" and parts is None):
         return s
     if number.kind == "dec":
         return f"dec:{number.value}"
-    num, den, negate = _fraction_parts(s)
+    num, den, negate = parts
     return f"frac:{-int(num) if negate else int(num)}/{int(den)}"
+
+
+_SIZED = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])")
+_PADDED = re.compile(r"(?:[+-]0|(?:\\cdot|\\times|\*)1|\^\{?1\}?)(?![\d.{])$|^(?:0\+|1(?:\\cdot|\\times|\*))")
+
+
+def _unwrapped(s: str) -> str:
+    """`s` without what changes no value and needs no maths, which the symbolic match ignores: an
+    assignment or equation's left sides (`x=`, `A=A`: the last side counts), `\\left`/`\\right`, braces or
+    brackets around the whole, and padding by 0 or 1 at either end (`+0`, `\\cdot1`, `^{1}`, `0+`, `1\\cdot`)."""
+    s = _SIZED.sub("", s)
+    for _ in range(len(s)):  # each pass removes something, or stops
+        before = s
+        if "=" in s and not re.search(r"[<>!]=|=[<>]|\\(?:le|ge|ne)", s):
+            s = s.rsplit("=", 1)[1] or s
+        s = _PADDED.sub("", s) or s
+        if len(s) > 1 and (s[0], s[-1]) in (("{", "}"), ("(", ")"), ("[", "]")) and _closes_at_end(s):
+            s = s[1:-1]
+        if s == before:
+            return s
+    return s
+
+
+def _closes_at_end(s: str) -> bool:
+    """Whether the bracket opening `s` is the one its last character closes."""
+    depth = 0
+    for i, c in enumerate(s):
+        depth += (c in "{([") - (c in "})]")
+        if depth == 0:
+            return i == len(s) - 1
+    return False
 
 
 def restates_problem(pred: object, problem: str, gold: object) -> bool:

@@ -129,15 +129,20 @@ def test_the_references_own_form_and_integers_in_the_problem_still_count():
 
 
 @pytest.mark.parametrize(("problem", "gold", "respelled", "honest"), [
-    ("Simplify $\\frac{84}{144}$.", "\\frac{7}{12}", ["\\dfrac{84}{144}", "\\tfrac{84}{144}", "84/144"],
-     ["\\dfrac{7}{12}", "7/12", "\\frac{7}{12}"]),
+    ("Simplify $\\frac{84}{144}$.", "\\frac{7}{12}",
+     ["\\dfrac{84}{144}", "\\tfrac{84}{144}", "84/144", "x = \\frac{84}{144}"],
+     ["\\dfrac{7}{12}", "7/12", "\\frac{7}{12}", "x = \\frac{7}{12}", "p=7/12"]),
     ("Express $0.875$ as a common fraction.", "\\frac{7}{8}", ["0.8750", ".875", "0.875000"], ["7/8", "\\tfrac78"]),
-    ("Simplify $\\sqrt{8}$.", "2\\sqrt{2}", ["\\sqrt8", "\\sqrt 8"], ["2\\sqrt2", "2\\sqrt{2}"]),
+    ("Simplify $\\sqrt{8}$.", "2\\sqrt{2}",  # wrappers that need no maths, which math-verify ignores, too
+     ["\\sqrt8", "\\sqrt 8", "x = \\sqrt{8}", "{\\sqrt{8}}", "\\left(\\sqrt{8}\\right)", "\\sqrt{8}+0",
+      "\\sqrt{8} = \\sqrt{8}", "1 \\cdot \\sqrt{8}", "(\\sqrt{8})^{1}"],
+     ["2\\sqrt2", "2\\sqrt{2}", "x = 2\\sqrt{2}", "\\left(2\\sqrt{2}\\right)"]),
     ("Rationalize $\\frac{4}{\\sqrt{2}}$.", "2\\sqrt{2}", ["\\dfrac{4}{\\sqrt2}", "\\tfrac{4}{\\sqrt{2}}"],
      ["2\\sqrt2"]),
 ])
 def test_the_problem_respelled_is_still_a_restatement(problem, gold, respelled, honest):
-    # another LaTeX macro, a slash, trailing zeros or a bare \sqrt argument is the problem's own expression
+    # another LaTeX macro, a slash, trailing zeros, a bare \sqrt argument or a wrapper is the problem's own
+    # expression; the honest answer keeps counting however it is wrapped (`x = \frac{7}{12}` once crashed)
     for answer in respelled:
         assert answers_match(answer, gold), answer  # it equals the reference: only the problem's text tells
         assert restates_problem(answer, problem, gold), answer
