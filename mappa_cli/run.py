@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     mappa_envs.spec(args.env_id)  # an unknown id fails here, before anything is built
     env_kwargs = _env_kwargs(args.env_arg)
     if args.out.is_file() and args.out.stat().st_size and not args.overwrite:
-        raise UsageError(f"{args.out} already holds transcripts; pass --overwrite to replace them, or another --out")
+        raise UsageError(f"{args.out} already exists and is not empty; pass --overwrite to replace it, "
+                         "or another --out")
     options = {} if args.preimport is None else {"preimport": tuple(filter(None, args.preimport.split(",")))}
     sandbox = make_sandbox(args.sandbox, pool_size=min(args.batch_size, args.episodes), **options)
     envs = []

@@ -56,8 +56,8 @@ def test_run_refuses_to_overwrite_transcripts_unless_asked(tmp_path, capsys):
     before = out.read_text()
     capsys.readouterr()
     assert main(common) == 2
-    assert capsys.readouterr().err.strip() == (f"mappa run: {out} already holds transcripts; pass --overwrite to "
-                                               "replace them, or another --out")
+    assert capsys.readouterr().err.strip() == (f"mappa run: {out} already exists and is not empty; pass --overwrite "
+                                               "to replace it, or another --out")
     assert out.read_text() == before
     assert main([*common, "--seed", "5", "--overwrite"]) == 0
     assert json.loads(out.read_text())["seed"] == 5
