@@ -19,9 +19,9 @@ Checks, per action (the rule coach scores them):
 - `answer_present`: the turn's closing action states a value.
 - `step_correct`: that value is this agent's step applied to the value it was handed (the start
   value for `step_1`): its own step, right or wrong whatever came before; credit stays local.
-- `step_computed`: an action with code: its cells ran, use the handed value as a number, and the last
-  integer they printed is the step's value, which no cell spells out in any form (filler like
-  `print(0)`, an echo of the handed value, a copied number, `print(0x9)` or printing every number fail);
+- `step_computed`: an action with code: its cells ran and the last integer they printed is the step's
+  value, which no cell spells out in any sign or form (filler like `print(0)`, an echo of the handed
+  value, a copied number, `print(0x9)`, `print(--9)` or printing every number fail);
   `new_work` False on a further cell once a cell of the turn has computed it (padding).
 - `inputs_ready`: False when the previous agent handed on no value (the action is then not judged).
 The outcome is the value the last step hands on against the true final value (score 1 or 0): team
@@ -197,29 +197,32 @@ _INT = re.compile(r"(?<![\w.])-?\d{1,4000}(?![\w.])")
 
 
 def _computes(blocks: list[str], results: list[ExecResult], value: int, operands: tuple[int, int]) -> bool:
-    """The cells ran, the last integer they printed is `value` (printing every number is no answer), their
-    code uses the handed value (`operands[0]`) as a number, and no cell spells `value` out besides the
-    step's own operands (else the print is a copy)."""
+    """The cells ran, the last integer they printed is `value` (printing every number is no answer), and
+    no cell spells `value` out, in any sign or form, besides the step's own operands (else the print is a
+    copy). Signs are ignored both ways: `--7` and `abs(-7)` are copies of 7, and `print(2 - 4)` computes
+    -2 although the handed value is 2."""
     printed = [int(t) for r in results for t in _INT.findall(r.stdout or "")]
-    numbers = [_numbers(b) for b in blocks]
-    written = set().union(*({int(t) for t in _INT.findall(b)} for b in blocks), *numbers) - set(operands)
-    return (bool(results) and all(r.ok for r in results) and printed[-1:] == [value]
-            and any(operands[0] in n for n in numbers) and value not in written)
+    spelled = {int(t) for b in blocks for t in _INT.findall(b)}.union(*(_numbers(b) for b in blocks))
+    written = {abs(n) for n in spelled} - {abs(n) for n in operands}
+    return bool(results) and all(r.ok for r in results) and printed[-1:] == [value] and abs(value) not in written
 
 
 def _numbers(block: str) -> set[int]:
-    """The integers a cell's code holds as number literals, as Python reads them (`0x9`, `1_5`, `9.0` and
-    `-9` too: no spelling of a number makes a copy look computed)."""
+    """The integers a cell's number literals stand for, as Python reads them: `0x9`, `1_5`, `9.0`, and both
+    integers beside a fraction (`int(7.5)`) or in a complex number (`7j.imag`)."""
     try:
         tree = ast.parse(block)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return set()  # a cell that does not parse does not run: it computes nothing either way
-    negated = {id(n.operand) for n in ast.walk(tree) if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub)}
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float) and math.isfinite(node.value) \
-                and node.value == int(node.value):
-            found.add(-int(node.value) if id(node) in negated else int(node.value))
+        if not isinstance(node, ast.Constant) or type(node.value) not in (int, float, complex):
+            continue
+        for part in (node.value.real, node.value.imag) if type(node.value) is complex else (node.value,):
+            if type(part) is int:
+                found.add(part)
+            elif math.isfinite(part) and abs(part) < 2**63:  # a float near a chain value, not 1e300
+                found |= {math.floor(part), math.ceil(part)}
     return found
 
 

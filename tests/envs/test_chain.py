@@ -1,5 +1,7 @@
 """Chain-v0: one arithmetic step per agent, per-step checks, a sparse outcome; and the noisy rule coach."""
 import asyncio
+import contextlib
+import io
 import random
 
 import pytest
@@ -249,7 +251,8 @@ def test_the_honest_step_beats_every_hostile_action():
         "cell printing a copied number": _scores([f"```python\nprint({right})\n```"]),
         "a copied number respelled": _scores([f"```python\nprint({start} * 0 + int({right}.0))\n```"])
         + _scores([f"```python\nprint({start} * 0 + {hex(right)})\n```"]),
-        "a cell not using the handed value": _scores([f"```python\nprint(len('{'a' * right}'))\n```"]),
+        "a copied number negated twice": _scores([f"```python\nprint(--{right})\n```"])
+        + _scores([f"```python\nprint(abs(-{right}))\n```"]) + _scores([f"```python\nprint(int({right}.5))\n```"]),
         "a number too long to read": _scores(["```python\nprint('7' * 5000)\n```\n\\boxed{1}"]),
         "cell printing every number": _scores(["```python\nfor i in range(10_001):\n    print(i)\n```"]),
         "padding after computing": _scores([compute, compute])[1:],
@@ -261,3 +264,25 @@ def test_the_honest_step_beats_every_hostile_action():
     assert min(honest) >= 8.0, honest
     for name, scores in hostile.items():
         assert max(scores) < 5.0, (name, scores)
+
+
+@pytest.mark.parametrize(("handed", "k", "op", "cells"), [
+    (12, 5, "add", ["print(12 + 5)", "x = 12\nx += 5\nprint(x)", "print(f'{12 + 5}')",
+                    "result = 12 + 5  # step 1\nprint('Result:', result)", "x = int('12')\nprint(x + 5)",
+                    "x: int = 12\nprint(x + 5)"]),
+    (2, 4, "sub", ["print(2 - 4)", "value = 2\nvalue -= 4\nprint(value)"]),  # -2: the handed value's sign
+    (-12, 3, "mul", ["print(-12 * 3)", "x = 0 - 12\nprint(x * 3)"]),
+    (10**400, 1, "sub", [f"x = {10**400}\nprint(x - 1)"]),  # a long value (a float check once overflowed)
+])
+def test_honest_cells_compute_the_step_however_they_are_written(handed, k, op, cells):
+    from mappa_envs.chain.env import _computes
+    from mappa_envs.sandbox.types import ExecResult
+
+    value = apply(op, k, handed)
+    for cell in cells:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(cell, {})  # the cells are ours: their output as the sandbox would print it
+        assert _computes([cell], [ExecResult(stdout=out.getvalue())], value, (handed, k)), cell
+    # a later cell of the turn using what an earlier one left in the kernel computes as well
+    assert _computes(["print(x - 0)"], [ExecResult(stdout=f"{value}\n")], value, (handed, k))
