@@ -16,7 +16,9 @@ Correctness is decided here, never by the LLM coach. The rules, and why:
 - An answer that restates the problem is not its answer (`restates_problem`): "Simplify
   $\\frac{84}{144}$" is not answered by `\\frac{84}{144}`, nor "Simplify $\\sqrt{8}$" by `\\sqrt{8}`,
   nor "Express $0.875$ as a common fraction" by `0.875`, although each equals its reference; nor by the
-  same expression respelled (`\\dfrac{84}{144}`, `84/144`, `0.8750`, `\\sqrt8`). The env
+  same expression respelled or wrapped (`\\dfrac{84}{144}`, `84/144`, `0.8750`, `\\sqrt8`, `x = \\sqrt{8}`),
+  nor by anything holding such a span verbatim (`\\sqrt{8}\\cdot\\frac{2}{2}`, `\\sqrt{8}+1-1`). Not
+  caught: a rewrite inside the span that needs no maths either (`\\sqrt{08}`, `8^{1/2}`). The env
   applies it with `answers_match` (`MathChatScenario`); the reference's own written form always counts.
 - Nothing an action controls runs unbounded here, in the trainer's process: answers longer than
   `MAX_ANSWER_CHARS` never match, numbers are parsed from bounded digit strings and exponents
@@ -211,10 +213,10 @@ def _compact(text: str) -> str:
 
 
 def _spelling(text: str) -> str:
-    """One spelling of `text` for comparing restatements: compact, unwrapped (`_unwrapped`), `\\dfrac`/
-    `\\tfrac` as `\\frac`, `\\sqrt8` as `\\sqrt{8}`; a fraction of integers as its literal numerator and
+    """One spelling of `text` for comparing restatements: compact, `\\dfrac`/`\\tfrac` as `\\frac`,
+    `\\sqrt8` as `\\sqrt{8}`; a fraction of integers as its literal numerator and
     denominator (`84/144` = `\\dfrac{84}{144}`, not reduced), a decimal as its value (`.875` = `0.8750`)."""
-    s = _BARE_SQRT.sub(r"\\sqrt{\1}", _FRAC_MACRO.sub(r"\\frac", _unwrapped(_compact(text))))
+    s = _respelled(_compact(text))
     number = parse_number(s)
     parts = _fraction_parts(s)
     if number is None or number.kind not in ("frac", "dec") or (number.kind == "frac" and parts is None):
@@ -223,6 +225,10 @@ def _spelling(text: str) -> str:
         return f"dec:{number.value}"
     num, den, negate = parts
     return f"frac:{-int(num) if negate else int(num)}/{int(den)}"
+
+
+def _respelled(s: str) -> str:
+    return _BARE_SQRT.sub(r"\\sqrt{\1}", _FRAC_MACRO.sub(r"\\frac", s))
 
 
 _SIZED = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])")
@@ -257,9 +263,11 @@ def _closes_at_end(s: str) -> bool:
 
 
 def restates_problem(pred: object, problem: str, gold: object) -> bool:
-    """Is `pred` one of the problem's own expressions (a math span or a word of it, normalised), not
-    an integer and not the reference as written? Then it restates the question (`\\frac{84}{144}` for "Simplify
-    $\\frac{84}{144}$"), whatever it equals. Linear in len(problem)."""
+    """Does `pred` restate the question rather than answer it, whatever it equals? It is not an integer nor
+    the reference as written, and either it is one of the problem's own expressions (a math span or a
+    word of it, in one spelling, its wrappers dropped: `x = \\frac{84}{144}` for "Simplify
+    $\\frac{84}{144}$"), or it holds verbatim a math span of the problem that already equals the reference
+    (`\\sqrt{8}\\cdot\\frac{2}{2}` for "Simplify $\\sqrt{8}$": the question with padding around it)."""
     if pred is None or len(str(pred)) > MAX_ANSWER_CHARS:
         return False
     p = _compact(str(pred))
@@ -268,16 +276,31 @@ def restates_problem(pred: object, problem: str, gold: object) -> bool:
     number = parse_number(p)
     if number is not None and number.value.denominator == 1:
         return False  # an integer is written out, not restated: "how many of 1..31" may well be 31
-    spelled = _spelling(p)
-    return spelled != _spelling(str(gold)) and spelled in _problem_pieces(problem)
+    spelled = _spelling(_unwrapped(p))
+    if spelled == _spelling(str(gold)):
+        return False
+    held = _respelled(p)
+    return spelled in _problem_pieces(problem) or any(span in held for span in _answer_spans(problem, str(gold)))
 
 
 @functools.lru_cache(maxsize=4096)
 def _problem_pieces(problem: str) -> frozenset[str]:
-    """The problem's math spans and words, each in one spelling (`_spelling`): read once per problem."""
+    """The problem's math spans and the words of its text (outside them: a span's side of an equation is
+    no word), each in one spelling (`_spelling`): read once per problem."""
     spans = (next(g for g in m.groups() if g is not None) for m in _MATH_SPAN.finditer(problem))
-    words = (m.group().rstrip(".,;:?!") for m in _WORD.finditer(problem))
+    words = (m.group().rstrip(".,;:?!") for m in _WORD.finditer(_MATH_SPAN.sub(" ", problem)))
     return frozenset(_spelling(piece) for piece in (*spans, *words) if piece)
+
+
+@functools.lru_cache(maxsize=4096)
+def _answer_spans(problem: str, gold: str) -> tuple[str, ...]:
+    """The problem's math spans (compact, respelled) that already equal the reference without being written
+    as it or being integers: what a "Simplify" or "Express" question hands over. Once per problem."""
+    spans = {_respelled(_compact(next(g for g in m.groups() if g is not None))) for m in _MATH_SPAN.finditer(problem)}
+    written = _spelling(gold)
+    return tuple(span for span in sorted(spans) if span and _spelling(span) != written
+                 and not ((n := parse_number(span)) is not None and n.value.denominator == 1)
+                 and answers_match(span, gold))
 
 
 def answers_match(pred: object, gold: object) -> bool:

@@ -128,6 +128,21 @@ def test_the_references_own_form_and_integers_in_the_problem_still_count():
     assert not restates_problem("1/2", "Heads has probability $\\frac{1}{2}$. What is it?", "\\frac{1}{2}")
 
 
+@pytest.mark.parametrize(("problem", "gold", "answer"), [
+    ("If $\\cos\\theta=\\frac{\\sqrt{3}}{2}$, what is $\\sin(90^\\circ-\\theta)$?", "\\frac{1}{2}\\sqrt{3}",
+     "\\frac{\\sqrt{3}}{2}"),
+    ("If $\\cos\\theta = \\frac{\\sqrt{3}}{2}$, what is $\\sin(90^\\circ-\\theta)$?", "\\frac{1}{2}\\sqrt{3}",
+     "\\frac{\\sqrt{3}}{2}"),
+    ("If $f(g(1))=\\frac{\\pi}{3}$, find $f(2)$.", "\\pi/3", "\\frac{\\pi}{3}"),
+    ("If $a=\\sqrt{3}$, find $2a$.", "2\\sqrt{3}", "2\\sqrt{3}"),
+    ("What is $\\pi$ times 2?", "2\\pi", "2\\pi"),
+])
+def test_an_answer_given_in_the_problem_as_a_side_of_an_equation_is_no_restatement(problem, gold, answer):
+    # the problem states a fact (an equation's side), and the question asks for that value again
+    assert answers_match(answer, gold)
+    assert not restates_problem(answer, problem, gold)
+
+
 @pytest.mark.parametrize(("problem", "gold", "respelled", "honest"), [
     ("Simplify $\\frac{84}{144}$.", "\\frac{7}{12}",
      ["\\dfrac{84}{144}", "\\tfrac{84}{144}", "84/144", "x = \\frac{84}{144}"],
@@ -135,7 +150,8 @@ def test_the_references_own_form_and_integers_in_the_problem_still_count():
     ("Express $0.875$ as a common fraction.", "\\frac{7}{8}", ["0.8750", ".875", "0.875000"], ["7/8", "\\tfrac78"]),
     ("Simplify $\\sqrt{8}$.", "2\\sqrt{2}",  # wrappers that need no maths, which math-verify ignores, too
      ["\\sqrt8", "\\sqrt 8", "x = \\sqrt{8}", "{\\sqrt{8}}", "\\left(\\sqrt{8}\\right)", "\\sqrt{8}+0",
-      "\\sqrt{8} = \\sqrt{8}", "1 \\cdot \\sqrt{8}", "(\\sqrt{8})^{1}"],
+      "\\sqrt{8} = \\sqrt{8}", "1 \\cdot \\sqrt{8}", "(\\sqrt{8})^{1}",
+      "\\sqrt{8}\\cdot\\frac{2}{2}", "\\sqrt{8}+1-1", "\\displaystyle\\sqrt{8}", "\\frac{\\sqrt{8}}{1}", "--\\sqrt{8}"],
      ["2\\sqrt2", "2\\sqrt{2}", "x = 2\\sqrt{2}", "\\left(2\\sqrt{2}\\right)"]),
     ("Rationalize $\\frac{4}{\\sqrt{2}}$.", "2\\sqrt{2}", ["\\dfrac{4}{\\sqrt2}", "\\tfrac{4}{\\sqrt{2}}"],
      ["2\\sqrt2"]),
