@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mappa_envs.coach.parse import drop_leading_think, own_text, quoted_too, whole_json
-from mappa_envs.coach.types import INPUTS_READY, Coach, CoachRequest, CoachScore, excused
+from mappa_envs.coach.types import CHECKS_RAN, INPUTS_READY, Coach, CoachRequest, CoachScore, excused
 from mappa_envs.core.untrusted import clip, fence_mark, fenced, one_line
 
 _NOT_JUDGEMENTS = {INPUTS_READY, "printed_answer_correct"}  # not a verdict on the action (a bonus-only check)
@@ -62,7 +62,7 @@ _NOT_JUDGEMENTS = {INPUTS_READY, "printed_answer_correct"}  # not a verdict on t
 # failed check, or a tool call that raised (a cell may err and be fixed next), is a flaw that costs at most
 # half (0.75, 0.625, ... towards 0.5), so no number of harmless flaws outweighs one wrong result.
 DECISIVE = {"answer_correct", "step_correct", "code_correct", "submission_valid", "expected_files_present",
-            "features_consistent"}
+            "features_consistent", CHECKS_RAN}  # an action that crashed the checks earns no share
 # CodeTest sets one of these on exactly the actions that submit a solution; the outcome measures the last one.
 SUBMITS_PRODUCT = ("code_compiles", "code_correct")
 

@@ -51,7 +51,7 @@ reproducible offline default and a floor to compare LLM coaches against, not a s
 """
 from __future__ import annotations
 
-from mappa_envs.coach.types import INPUTS_READY, CoachRequest, CoachScore
+from mappa_envs.coach.types import CHECKS_RAN, INPUTS_READY, CoachRequest, CoachScore
 
 # check name -> (reward when True, penalty when False)
 CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
@@ -78,6 +78,7 @@ CHECK_WEIGHTS: dict[str, tuple[float, float]] = {
     "closing_report": (1.0, 3.0),
     "others_files_intact": (0.0, 3.0),
     INPUTS_READY: (0.0, 0.0),  # not a judgement of the action: False makes the trainer leave it out
+    CHECKS_RAN: (0.0, 10.0),  # the env could not check the action (it pays 0 without asking; a replay agrees)
     "code_compiles": (0.5, 2.0),
     "examples_pass": (1.5, 2.5),
     # CodeTest: the honest action is strictly best per action. A lookup table of the examples (3.0) or a stub

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 INPUTS_READY = "inputs_ready"  # a check a scenario may report: False when an upstream role broke the action's inputs
+CHECKS_RAN = "checks_ran"  # set by the env, False only: the scenario's checks raised on the action (it is paid 0)
 
 
 def is_score(x: Any) -> bool:

@@ -29,7 +29,7 @@ import numpy as np
 from pettingzoo import AECEnv
 
 from mappa_envs.coach.backprop import settle
-from mappa_envs.coach.types import Coach, CoachRequest, CoachScore
+from mappa_envs.coach.types import CHECKS_RAN, Coach, CoachRequest, CoachScore
 from mappa_envs.core.arguments import coach_from, sandbox_from
 from mappa_envs.core.guards import check_agent, check_live, check_reset_options, warn_no_render_mode
 from mappa_envs.core.records import ActionRecord, Episode, EpisodeLimits, Outcome, Role, Scenario, Task
@@ -228,7 +228,7 @@ class PipelineEnv(AECEnv):
         results = self._run_cells(role, code, errors)
         checks = self._guard(errors, "scenario.checks", lambda: self.scenario.checks(ep, role, text, results), None)
         unjudged = checks is None  # no checks to score it by: paid an honest 0, never the coach's baseline
-        checks = checks or {}
+        checks = {CHECKS_RAN: False} if unjudged else checks
         self._turn_actions += 1
         # What later roles see of this turn: every action, with its tool output.
         piece = f"{text}\n\nOutput of the code:\n{format_tool_output(results)}" if results else text

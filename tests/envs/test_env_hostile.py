@@ -218,7 +218,7 @@ def test_a_scenario_that_raises_is_a_recorded_failure_and_logged(sandbox, caplog
         with caplog.at_level(logging.ERROR):
             env.step("\\boxed{1}")
         record = env.last_action
-        assert record.checks == {}
+        assert record.checks == {"checks_ran": False}
         assert record.env_errors == ["scenario.checks failed: ZeroDivisionError: division by zero"]
         assert env.infos["problem_solver"]["action"]["env_errors"] == record.env_errors
         assert "scenario.checks failed" in caplog.text
@@ -242,6 +242,38 @@ def test_a_scenario_that_raises_is_a_recorded_failure_and_logged(sandbox, caplog
         assert all(env.terminations.values())
     finally:
         env.close()
+
+
+def test_an_action_that_crashes_its_checks_earns_no_share_of_a_backprop_outcome(sandbox):
+    """reward_mode="backprop": a wrong last step whose checks raised is judged as a failed check (quality 0),
+    not as an action with no flaws that would take the honest step's share."""
+    from mappa_envs.chain.env import apply, chain_tasks
+
+    task = chain_tasks(2, 1, seed=0)[0]
+    (op1, k1), (op2, k2) = task.meta["steps"]
+    right = apply(op1, k1, task.meta["start"])
+    texts = {"step_1": f"\\boxed{{{right}}}", "step_2": f"\\boxed{{{apply(op2, k2, right) + 1}}}"}
+
+    def shares(crash: bool) -> dict[str, float]:
+        env = mappa_envs.make("Chain-v0", depth=2, num_tasks=1, max_actions=1, sandbox=sandbox, coach="rule",
+                              reward_mode="backprop")
+        checks = env.unwrapped.scenario.checks
+        env.unwrapped.scenario.checks = lambda ep, role, *a: 1 / 0 if crash and role.name == "step_2" \
+            else checks(ep, role, *a)
+        try:
+            env.reset(seed=0)
+            paid: dict[str, float] = {}
+            for agent in env.agent_iter():
+                _, reward, term, trunc, _ = env.last()
+                paid[agent] = paid.get(agent, 0.0) + reward
+                env.step(None if term or trunc else texts[agent])
+            return paid
+        finally:
+            env.close()
+
+    honest_wrong = shares(False)
+    assert honest_wrong["step_2"] < 0 < honest_wrong["step_1"]
+    assert shares(True) == honest_wrong
 
 
 class BrokenCoach:
