@@ -386,8 +386,8 @@ def _salted(program: str, entry: str, salt: int) -> str:
     bytecode, constants or names) with a snapshot of the Coder's or a memorised reference fails on the
     reference. Behaviour is unchanged. The line is written into the source where the body starts; a layout
     where that does not parse (a def line continued with a backslash) is rewritten from the tree instead.
-    A program neither way salts (it does not parse, or a deep expression exhausts the rewriting's
-    recursion as well) is left as it is."""
+    A program neither way salts (it does not parse, or the rewriting fails too: a deep expression, an
+    f-string it cannot write back) is left as it is."""
     try:
         tree = parse(program)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -412,7 +412,7 @@ def _salted(program: str, entry: str, salt: int) -> str:
         for fn in functions:
             fn.body.insert(0, ast.Assign([ast.Name("_judge_salt", ast.Store())], ast.Constant(salt)))
         return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
-    except (RecursionError, MemoryError):
+    except (RecursionError, MemoryError, ValueError):  # ValueError: an f-string unparse cannot write back
         return program
 
 

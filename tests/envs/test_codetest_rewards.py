@@ -147,6 +147,18 @@ def test_a_coder_padding_its_code_with_a_deep_expression_buys_its_test_writer_no
     assert not env.unwrapped.last_action.env_errors
 
 
+def test_a_coder_layout_the_salt_cannot_rewrite_leaves_the_test_writer_judged(env):
+    """A def continued by a backslash sends the salt to the tree's rewriting, which cannot write back an
+    f-string holding a zero-width space: the checks once raised, so the Test Writer's honest tests were paid 0."""
+    head = RIGHT.split("\n", 1)[0]
+    tricky = (RIGHT.replace("def has_close_elements", "def _impl", 1) + "\n\n" + head
+              + ' \\\n    return _impl(numbers, threshold) if f"""{\'\u200b\'}""" else None\n')
+    coder, _, tests = play(env, code(tricky), "done", code(EXAMPLES_TEST))
+    assert coder[1]["code_correct"] is True
+    assert tests[1]["tests_correct"] is True
+    assert not env.unwrapped.last_action.env_errors
+
+
 def test_test_writer_exposing_a_bug_the_examples_miss_earns_more_than_rechecking_the_examples(env):
     examples = play(env, code(ADJACENT), "done", code(EXAMPLES_TEST))[2]
     beyond = play(env, code(ADJACENT), "done", code(BEYOND_TEST))[2]
