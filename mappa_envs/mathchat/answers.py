@@ -277,7 +277,7 @@ def restates_problem(pred: object, problem: str, gold: object) -> bool:
     if number is not None and number.value.denominator == 1:
         return False  # an integer is written out, not restated: "how many of 1..31" may well be 31
     spelled = _spelling(_unwrapped(p))
-    if spelled == _spelling(str(gold)):
+    if spelled == _written(str(gold)):
         return False
     held = _respelled(p)
     return spelled in _problem_pieces(problem) or any(span in held for span in _answer_spans(problem, str(gold)))
@@ -292,13 +292,18 @@ def _problem_pieces(problem: str) -> frozenset[str]:
     return frozenset(_spelling(piece) for piece in (*spans, *words) if piece)
 
 
+def _written(gold: str) -> str:
+    """The reference as written, its wrappers dropped: `\\left[-1,3\\right)` is written as `[-1, 3)`."""
+    return _spelling(_unwrapped(_compact(gold)))
+
+
 @functools.lru_cache(maxsize=4096)
 def _answer_spans(problem: str, gold: str) -> tuple[str, ...]:
     """The problem's math spans (compact, respelled) that already equal the reference without being written
     as it or being integers: what a "Simplify" or "Express" question hands over. Once per problem."""
     spans = {_respelled(_compact(next(g for g in m.groups() if g is not None))) for m in _MATH_SPAN.finditer(problem)}
-    written = _spelling(gold)
-    return tuple(span for span in sorted(spans) if span and _spelling(span) != written
+    written = _written(gold)
+    return tuple(span for span in sorted(spans) if span and _spelling(_unwrapped(span)) != written
                  and not ((n := parse_number(span)) is not None and n.value.denominator == 1)
                  and answers_match(span, gold))
 

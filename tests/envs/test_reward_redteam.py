@@ -136,6 +136,11 @@ def test_the_references_own_form_and_integers_in_the_problem_still_count():
     ("If $f(g(1))=\\frac{\\pi}{3}$, find $f(2)$.", "\\pi/3", "\\frac{\\pi}{3}"),
     ("If $a=\\sqrt{3}$, find $2a$.", "2\\sqrt{3}", "2\\sqrt{3}"),
     ("What is $\\pi$ times 2?", "2\\pi", "2\\pi"),
+    # the reference written with sizing macros, the problem and the answer without
+    ("The function $f$ has domain $[-1, 3)$. What is the domain of $g(x) = 2f(x) + 1$?", "\\left[-1,3\\right)",
+     "[-1, 3)"),
+    ("The function $f$ has domain $[-1, 3)$. What is the domain of $g(x) = 2f(x) + 1$?", "\\left[-1,3\\right)",
+     "x\\in[-1,3)"),
 ])
 def test_an_answer_given_in_the_problem_as_a_side_of_an_equation_is_no_restatement(problem, gold, answer):
     # the problem states a fact (an equation's side), and the question asks for that value again
