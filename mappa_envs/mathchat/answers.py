@@ -214,8 +214,8 @@ def _compact(text: str) -> str:
 
 def _spelling(text: str) -> str:
     """One spelling of `text` for comparing restatements: compact, `\\dfrac`/`\\tfrac` as `\\frac`,
-    `\\sqrt8` as `\\sqrt{8}`; a fraction of integers as its literal numerator and
-    denominator (`84/144` = `\\dfrac{84}{144}`, not reduced), a decimal as its value (`.875` = `0.8750`)."""
+    `\\sqrt8` as `\\sqrt{8}`; a fraction of integers as its literal numerator and denominator
+    (`84/144` = `\\dfrac{84}{144}`, not reduced), a decimal as its value (`.875` = `0.8750`)."""
     s = _respelled(_compact(text))
     number = parse_number(s)
     parts = _fraction_parts(s)
