@@ -231,6 +231,7 @@ def _respelled(s: str) -> str:
     return _BARE_SQRT.sub(r"\\sqrt{\1}", _FRAC_MACRO.sub(r"\\frac", s))
 
 
+_COMPARES = re.compile(r"[<>!]=|=[<>]|\\(?:le|ge|ne)")  # an inequality: its sides are not one value
 _SIZED = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])")
 _PADDED = re.compile(r"(?:[+-]0|(?:\\cdot|\\times|\*)1|\^\{?1\}?)(?![\d.{])$|^(?:0\+|1(?:\\cdot|\\times|\*))")
 
@@ -242,7 +243,7 @@ def _unwrapped(s: str) -> str:
     s = _SIZED.sub("", s)
     for _ in range(len(s)):  # each pass removes something, or stops
         before = s
-        if "=" in s and not re.search(r"[<>!]=|=[<>]|\\(?:le|ge|ne)", s):
+        if "=" in s and not _COMPARES.search(s):
             s = s.rsplit("=", 1)[1] or s
         s = _PADDED.sub("", s) or s
         if len(s) > 1 and (s[0], s[-1]) in (("{", "}"), ("(", ")"), ("[", "]")) and _closes_at_end(s):
@@ -287,9 +288,14 @@ def restates_problem(pred: object, problem: str, gold: object) -> bool:
 def _problem_pieces(problem: str) -> frozenset[str]:
     """The problem's math spans and the words of its text (outside them: a span's side of an equation is
     no word), each in one spelling (`_spelling`): read once per problem."""
-    spans = (next(g for g in m.groups() if g is not None) for m in _MATH_SPAN.finditer(problem))
+    spans = _math_spans(problem)
     words = (m.group().rstrip(".,;:?!") for m in _WORD.finditer(_MATH_SPAN.sub(" ", problem)))
     return frozenset(_spelling(piece) for piece in (*spans, *words) if piece)
+
+
+def _math_spans(problem: str) -> list[str]:
+    """The text inside the problem's $...$, $$...$$, \\(...\\) and \\[...\\] spans."""
+    return [next(g for g in m.groups() if g is not None) for m in _MATH_SPAN.finditer(problem)]
 
 
 def _written(gold: str) -> str:
@@ -301,7 +307,7 @@ def _written(gold: str) -> str:
 def _answer_spans(problem: str, gold: str) -> tuple[str, ...]:
     """The problem's math spans (compact, respelled) that already equal the reference without being written
     as it or being integers: what a "Simplify" or "Express" question hands over. Once per problem."""
-    spans = {_respelled(_compact(next(g for g in m.groups() if g is not None))) for m in _MATH_SPAN.finditer(problem)}
+    spans = {_respelled(_compact(span)) for span in _math_spans(problem)}
     written = _written(gold)
     return tuple(span for span in sorted(spans) if span and _spelling(_unwrapped(span)) != written
                  and not ((n := parse_number(span)) is not None and n.value.denominator == 1)
