@@ -34,7 +34,9 @@ Options a researcher will want (defaults are the paper's):
 - KL in the reward (REINFORCE++, the paper) or in the loss (`kl_in_loss`: β·k3 added to the policy
   loss, GRPO-style, since k1's gradient is zero in expectation).
 - the advantage normalisation of step 4 (`normalize`): "global" (the paper's text), "per_role" (the
-  reference code), "per_role_turn" (AT-GRPO-style groups) or "per_agent" (Dr.MAS-style); see below.
+  reference code), "per_role_turn" (AT-GRPO-style groups) or "per_agent" (Dr.MAS-style); see below;
+  and what its μ, σ count (`whiten_unit`): every action token (the reference code) or each action once
+  (GRPO's per-sample statistics), which leaves the tokens two samples share no net push from their lengths.
 
 Where this departs from the paper: σ is the population standard deviation (no Bessel correction).
 Whether a group (the batch, or a role's actions, ... as `normalize` groups them) has a signal to
@@ -64,7 +66,7 @@ from typing import TYPE_CHECKING, get_args
 
 import torch
 
-from mappa_train.config.schema import Normalization, OutcomeCredit, Scope
+from mappa_train.config.schema import Normalization, OutcomeCredit, Scope, WhitenUnit
 
 if TYPE_CHECKING:
     from mappa_train.config import AlgoConfig
@@ -74,6 +76,7 @@ SCOPES = get_args(Scope)
 OUTCOME_CREDITS = get_args(OutcomeCredit)
 MAX_LOG_RATIO = 20.0  # |log π/π_old| beyond this is clamped: exp(20) ≈ 5e8 is finite in fp32, exp(89) is not
 NORMALIZATIONS = get_args(Normalization)
+WHITEN_UNITS = get_args(WhitenUnit)
 
 
 def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -127,20 +130,26 @@ def _stats(x: torch.Tensor, signal: torch.Tensor, std_floor: float) -> tuple[tor
 
 
 def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = None,
-           std_floor: float = 1e-4, signal: torch.Tensor | None = None) -> torch.Tensor:
-    """(x − μ)/max(σ, std_floor), μ and σ over all masked entries of the batch (or of each `group` [B]). -> [B, T].
+           std_floor: float = 1e-4, signal: torch.Tensor | None = None, unit: WhitenUnit = "token") -> torch.Tensor:
+    """(x − μ)/max(σ, std_floor) on every action token, μ and σ over the batch (or each `group` [B]). -> [B, T].
 
-    `signal` [B, T] is the reward-only part of x (the returns without KL; x itself when None): a group
-    whose signal spreads by σ ≤ std_floor gets x − μ_signal, unscaled (see the module docstring).
+    `unit` is what μ and σ count: every action token ("token": a longer action weighs more) or every action
+    once, by its return at its first token ("action": GRPO's per-sample statistics). `signal` [B, T] is the
+    reward-only part of x (the returns without KL; x itself when None): a group whose signal spreads by
+    σ ≤ std_floor gets x − μ_signal, unscaled (see the module docstring).
     """
     signal = x if signal is None else signal
     if group is None:
         group = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    first = mask * (mask.cumsum(1) == 1)  # [B, T]: 1 at each row's first action token
     out = torch.zeros_like(x)
     for g in group.unique():
         rows = group == g
         m = mask[rows].bool()
-        mean, divisor = _stats(x[rows][m], signal[rows][m], std_floor)
+        if unit == "token":
+            mean, divisor = _stats(x[rows][m], signal[rows][m], std_floor)
+        else:
+            mean, divisor = _stats((x * first)[rows].sum(1), (signal * first)[rows].sum(1), std_floor)
         out[rows] = torch.where(m, (x[rows] - mean) / divisor, 0.0)
     return out
 
@@ -149,54 +158,52 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = Non
 # `signal` everywhere: the reward-only returns [B, T] that decide whether a group has anything to whiten
 
 def normalize_global(x: torch.Tensor, mask: torch.Tensor, std_floor: float = 1e-4,
-                     signal: torch.Tensor | None = None) -> torch.Tensor:
+                     signal: torch.Tensor | None = None, unit: WhitenUnit = "token") -> torch.Tensor:
     """The paper: one μ, σ over every action token of the batch, all agents together."""
-    return whiten(x, mask, std_floor=std_floor, signal=signal)
+    return whiten(x, mask, std_floor=std_floor, signal=signal, unit=unit)
 
 
 def normalize_per_role(x: torch.Tensor, mask: torch.Tensor, role: torch.Tensor,
-                       std_floor: float = 1e-4, signal: torch.Tensor | None = None) -> torch.Tensor:
+                       std_floor: float = 1e-4, signal: torch.Tensor | None = None,
+                       unit: WhitenUnit = "token") -> torch.Tensor:
     """The paper's reference code: μ, σ over the tokens of each role's actions."""
-    return whiten(x, mask, group=role, std_floor=std_floor, signal=signal)
+    return whiten(x, mask, group=role, std_floor=std_floor, signal=signal, unit=unit)
 
 
 def normalize_per_role_turn(x: torch.Tensor, mask: torch.Tensor, task: torch.Tensor, role: torch.Tensor,
                             turn: torch.Tensor, std_floor: float = 1e-4,
-                            signal: torch.Tensor | None = None) -> torch.Tensor:
+                            signal: torch.Tensor | None = None, unit: WhitenUnit = "token") -> torch.Tensor:
     """AT-GRPO-style: a group is the actions that share a task, a role and a position in the role's
     turn (the k-th action of the executor on problem p), so each action is compared with the other
-    samples of the same decision. A group of one has no reward spread: its reward advantage is 0."""
+    samples of the same decision. A group of one has no reward spread: its reward advantage is 0.
+    Counting tokens (`unit` "token"), of two samples of one decision the longer pulls μ toward its
+    return, so the tokens they share (the action's format) get a net push toward the shorter one's sign."""
     group = torch.unique(torch.stack([task, role, turn], dim=1), dim=0, return_inverse=True)[1]
-    return whiten(x, mask, group=group, std_floor=std_floor, signal=signal)
+    return whiten(x, mask, group=group, std_floor=std_floor, signal=signal, unit=unit)
 
 
 def normalize_per_agent(x: torch.Tensor, mask: torch.Tensor, agent: torch.Tensor,
                         std_floor: float = 1e-4, signal: torch.Tensor | None = None) -> torch.Tensor:
     """Dr.MAS-style: each agent's μ_k, σ_k over its *actions* (the return at each action's first
     token), so an action counts once whatever its length; then (x − μ_k)/σ_k on every token."""
-    signal = x if signal is None else signal
-    first = mask * (mask.cumsum(1) == 1)  # [B, T]: 1 at each row's first action token
-    value, signal_value = (x * first).sum(1), (signal * first).sum(1)  # [B]: the action's return
-    out = torch.zeros_like(x)
-    for k in agent.unique():
-        rows = agent == k
-        mean, divisor = _stats(value[rows], signal_value[rows], std_floor)
-        out[rows] = (x[rows] - mean) / divisor * mask[rows]
-    return out
+    return whiten(x, mask, group=agent, std_floor=std_floor, signal=signal, unit="action")
 
 
 def normalize(x: torch.Tensor, mask: torch.Tensor, how: Normalization = "global", *, role: torch.Tensor | None = None,
               turn: torch.Tensor | None = None, task: torch.Tensor | None = None,
-              std_floor: float = 1e-4, signal: torch.Tensor | None = None) -> torch.Tensor:
-    """Step 4 as configured (`algo.whiten`); `role`, `turn` and `task` are [B] integer ids."""
+              std_floor: float = 1e-4, signal: torch.Tensor | None = None, unit: WhitenUnit = "token") -> torch.Tensor:
+    """Step 4 as configured (`algo.whiten`, `algo.whiten_unit`); `role`, `turn` and `task` are [B] integer
+    ids. "per_agent" counts actions whatever `unit` says."""
+    if unit not in WHITEN_UNITS:
+        raise ValueError(f"whiten_unit must be one of {WHITEN_UNITS}, got {unit!r}")
     if how == "global":
-        return normalize_global(x, mask, std_floor, signal)
+        return normalize_global(x, mask, std_floor, signal, unit)
     if role is None or (how == "per_role_turn" and (turn is None or task is None)):
         raise ValueError(f"normalisation {how!r} needs role ids (and turn and task ids for 'per_role_turn')")
     if how == "per_role":
-        return normalize_per_role(x, mask, role, std_floor, signal)
+        return normalize_per_role(x, mask, role, std_floor, signal, unit)
     if how == "per_role_turn":
-        return normalize_per_role_turn(x, mask, task, role, turn, std_floor, signal)
+        return normalize_per_role_turn(x, mask, task, role, turn, std_floor, signal, unit)
     if how == "per_agent":
         return normalize_per_agent(x, mask, role, std_floor, signal)
     raise ValueError(f"normalisation must be one of {NORMALIZATIONS}, got {how!r}")
@@ -237,14 +244,14 @@ def advantages(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tenso
                order: torch.Tensor | None = None, normalization: Normalization = "global",
                turn: torch.Tensor | None = None, task: torch.Tensor | None = None,
                std_floor: float = 1e-4, outcome: torch.Tensor | None = None,
-               outcome_credit: OutcomeCredit = "every_action") -> torch.Tensor:
+               outcome_credit: OutcomeCredit = "every_action", unit: WhitenUnit = "token") -> torch.Tensor:
     """Steps 1–4 for a whole batch: normalised returns [B, T] from per-action rewards [B] (already scaled).
 
     `outcome` [B] is the part of `reward` that the env paid at the episode's end (on each agent's last
     row); `outcome_credit` decides which actions it reaches (module docstring). `episode`, `agent` and
     `order` ([B] integer ids) are needed for scopes "agent" and "episode" and for an outcome credited to
-    every action; `normalization` picks step 4 (`normalize`), which reads `agent` as the role id, `turn`
-    and `task`.
+    every action; `normalization` and `unit` pick step 4 (`normalize`), which reads `agent` as the role id,
+    `turn` and `task`.
     """
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
@@ -268,7 +275,7 @@ def advantages(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tenso
 
     # the reward-only returns decide which groups have a signal: KL differences alone are not one
     return normalize(returns(0.0 if kl_in_loss else beta), mask, normalization, role=agent, turn=turn,
-                     task=task, std_floor=std_floor, signal=returns(0.0))
+                     task=task, std_floor=std_floor, signal=returns(0.0), unit=unit)
 
 
 # ---- the batch: which of a step's actions enter the loss, and their rows ----------------------------
@@ -354,7 +361,7 @@ class Batch:
         adv = advantages(old_t, ref_t, mask, self.reward, beta=cfg.beta, kl_in_loss=cfg.kl_in_loss, scope=cfg.scope,
                          episode=self.episode, agent=self.role, order=self.order, normalization=cfg.whiten,
                          turn=self.turn, task=self.task, std_floor=cfg.std_floor, outcome=self.outcome,
-                         outcome_credit=cfg.outcome_credit)
+                         outcome_credit=cfg.outcome_credit, unit=cfg.whiten_unit)
         for i, s in enumerate(self.samples):
             n = len(s.action_ids)
             s.old_logp, s.ref_logp, s.advantages = old_t[i, :n], ref_t[i, :n], adv[i, :n]

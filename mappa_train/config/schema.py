@@ -23,6 +23,7 @@ class ConfigError(MappaError, ValueError):
 # the RL choices, named once; mappa_train.algo implements them
 Scope = Literal["action", "agent", "episode"]
 Normalization = Literal["global", "per_role", "per_role_turn", "per_agent"]
+WhitenUnit = Literal["token", "action"]
 OutcomeCredit = Literal["every_action", "last_action"]
 
 Rule = Callable[[Any], "str | None"]  # value -> what is wrong with it ("must be > 0"), or None
@@ -154,6 +155,10 @@ class AlgoConfig:
     whiten: Normalization = doc(
         "global", "advantage normalisation: over the whole batch (paper), per role (reference code), per (task, role, "
                   "turn) group (AT-GRPO-style) or per agent over its actions (Dr.MAS-style); see mappa_train.algo")
+    whiten_unit: WhitenUnit = doc(
+        "token", "what the normalisation's μ and σ count: every action token (the paper's reference code; of two "
+                 "samples of one decision the longer pulls μ toward its return) or every action once (GRPO's "
+                 "per-sample statistics); per_agent always counts actions")
     old_logprobs: Literal["learner", "generator"] = doc(
         "learner", "PPO's old log-probs: recomputed by the learner (a no-grad pass), or the generator's own (no "
                    "pass: logprob_gap then reads the learner's from the update's first optimizer step)")

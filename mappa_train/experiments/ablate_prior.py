@@ -34,6 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mappa_train.config import ConfigError
+from mappa_train.config.schema import TrainConfig
 from mappa_train.experiments.ablate_preset import run_dir, start_file
 from mappa_train.experiments.ablate_report import place, run_figures
 
@@ -195,7 +196,9 @@ def check_prior(prior: dict, cfg, cells: dict, train: dict, path: str) -> list[i
     their_arms = theirs.get("arms") if isinstance(theirs.get("arms"), dict) else {}
     differ += [f"arms.{a}" for a in sorted({a for _, a in ran} & set(cfg.arms)) if cfg.arms[a] != their_arms.get(a)]
     if "train" in prior:  # the resolved training config (priors since it was written)
-        differ += [f"train.{k}" for k in _differing(train, prior["train"])]
+        # a setting added since the prior was run is the same setting there when it holds its default here
+        defaults = json.loads(json.dumps(asdict(TrainConfig()), default=str))
+        differ += [f"train.{k}" for k in _differing(train, prior["train"], defaults)]
     if differ:
         raise ConfigError(f"--prior {path} was run with other settings ({', '.join(differ[:6])}), so its runs cannot "
                           "be paired with this preset's; run the preset it was run with")
@@ -228,13 +231,13 @@ def check_prior(prior: dict, cfg, cells: dict, train: dict, path: str) -> list[i
     return sorted({*cfg.seeds, *seeds})
 
 
-def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two nested dicts."""
-    out = []
+def _differing(a: dict, b: dict, defaults: dict | None = None, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested dicts; a key `b` lacks reads as its `defaults` value."""
+    out, defaults = [], defaults if isinstance(defaults, dict) else {}
     for key in sorted(set(a) | set(b), key=str):
-        x, y = a.get(key), b.get(key)
+        x, y = a.get(key), b.get(key, defaults.get(key))
         if isinstance(x, dict) and isinstance(y, dict):
-            out += _differing(x, y, f"{prefix}{key}.")
+            out += _differing(x, y, defaults.get(key), f"{prefix}{key}.")
         elif x != y:
             out.append(f"{prefix}{key}")
     return out

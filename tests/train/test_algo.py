@@ -181,6 +181,30 @@ def test_normalize_per_role_turn_compares_samples_of_the_same_decision():
         algo.normalize(x, mask, "per_role_turn", role=role)
 
 
+def test_whiten_unit_action_gives_two_samples_of_one_decision_opposite_advantages():
+    # one decision, two samples: a right one of 1 token (return 1) and a wrong one of 3 (return 0)
+    x = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    group = role = turn = torch.zeros(2, dtype=torch.long)  # one task, one role, one position
+    # tokens: mean (1 + 0 + 0 + 0)/4 = 0.25, variance (0.5625 + 3·0.0625)/4 = 0.1875: the tokens the two share
+    # (their first, the action's format) get 1.732 − 0.577 > 0, a push toward the shorter one's sign
+    s = math.sqrt(0.1875)
+    by_token = algo.normalize(x, mask, "per_role_turn", role=role, turn=turn, task=group)
+    assert torch.allclose(by_token, torch.tensor([[0.75 / s, 0, 0], [-0.25 / s] * 3]), atol=1e-6)
+    # actions: mean 0.5, σ 0.5: +1 and −1, so a token both share nets 0 whatever the lengths
+    by_action = algo.normalize(x, mask, "per_role_turn", role=role, turn=turn, task=group, unit="action")
+    assert torch.allclose(by_action, torch.tensor([[1.0, 0, 0], [-1.0] * 3]), atol=1e-6)
+    assert torch.allclose(algo.normalize(x, mask, "per_role", role=role, unit="action"), by_action)
+    assert torch.allclose(algo.normalize(x, mask, "global", unit="action"), by_action)
+    assert torch.allclose(algo.normalize(x, mask, "per_agent", role=role, unit="token"), by_action)  # always actions
+    reward = torch.tensor([1.0, 0.0])
+    got = algo.advantages(torch.zeros(2, 3), torch.zeros(2, 3), mask, reward, normalization="per_role_turn",
+                          agent=role, turn=turn, task=group, unit="action")
+    assert torch.allclose(got, by_action, atol=1e-6)
+    with pytest.raises(ValueError, match="whiten_unit must be one of"):
+        algo.normalize(x, mask, "global", unit="tokens")
+
+
 def test_normalize_per_agent_counts_each_action_once():
     # agent 0's actions have returns 1 (row 0's first token), 3, 5: mean 3, variance 8/3
     # (per role, row 0's two tokens made the mean 2.5); agent 1 alone: 0

@@ -119,6 +119,12 @@ def test_a_prior_of_another_setting_or_outside_the_grid_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"other settings \(train.learner.lr\)"):
         check_prior(edited, cfg, cells, train, "p.json")
     assert check_prior({**good, "train": train}, cfg, cells, train, "p.json") == [0, 3]
+    # a prior from before a setting existed ran it at its default: the same setting while it holds that here
+    older = {key: value for key, value in train["algo"].items() if key != "whiten_unit"}
+    assert check_prior({**good, "train": {**train, "algo": older}}, cfg, cells, train, "p.json") == [0, 3]
+    mine = {**train, "algo": {**train["algo"], "whiten_unit": "action"}}
+    with pytest.raises(ConfigError, match=r"other settings \(train.algo.whiten_unit\)"):
+        check_prior({**good, "train": {**train, "algo": older}}, cfg, cells, mine, "p.json")
     for field, value in [("sweep", None), ("arms", ["process"]), ("from_a_newer_version", 1)]:
         odd = _prior(cfg, [_record()], preflight_depth2=PREFLIGHT)
         odd["config"][field] = value
