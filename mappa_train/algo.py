@@ -141,7 +141,9 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = Non
     signal = x if signal is None else signal
     if group is None:
         group = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-    first = mask * (mask.cumsum(1) == 1)  # [B, T]: 1 at each row's first action token
+    if unit == "action":
+        first = mask * (mask.cumsum(1) == 1)  # [B, T]: 1 at each row's first action token
+        values, signal_values = (x * first).sum(1), (signal * first).sum(1)  # [B]: each action's return
     out = torch.zeros_like(x)
     for g in group.unique():
         rows = group == g
@@ -149,7 +151,7 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, group: torch.Tensor | None = Non
         if unit == "token":
             mean, divisor = _stats(x[rows][m], signal[rows][m], std_floor)
         else:
-            mean, divisor = _stats((x * first)[rows].sum(1), (signal * first)[rows].sum(1), std_floor)
+            mean, divisor = _stats(values[rows], signal_values[rows], std_floor)
         out[rows] = torch.where(m, (x[rows] - mean) / divisor, 0.0)
     return out
 

@@ -65,6 +65,7 @@ from mappa_train.experiments.ablate_preset import (
     start_file,
 )
 from mappa_train.experiments.ablate_prior import (
+    as_settings,
     check_prior,
     check_runs_here,
     check_same_start,
@@ -117,7 +118,7 @@ def base_config(cfg: AblateConfig, out: Path, cond: Condition | None = None):
 def train_settings(cfg: AblateConfig, out: Path) -> dict:
     """The preset's resolved training config as results.json keeps it (without out_dir): `--prior` compares it
     field by field, so an edit to the training preset between sessions is not paired across."""
-    settings = json.loads(json.dumps(asdict(base_config(cfg, out)), default=str))
+    settings = as_settings(base_config(cfg, out))
     settings.pop("out_dir", None)
     return settings
 

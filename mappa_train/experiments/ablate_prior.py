@@ -197,8 +197,7 @@ def check_prior(prior: dict, cfg, cells: dict, train: dict, path: str) -> list[i
     differ += [f"arms.{a}" for a in sorted({a for _, a in ran} & set(cfg.arms)) if cfg.arms[a] != their_arms.get(a)]
     if "train" in prior:  # the resolved training config (priors since it was written)
         # a setting added since the prior was run is the same setting there when it holds its default here
-        defaults = json.loads(json.dumps(asdict(TrainConfig()), default=str))
-        differ += [f"train.{k}" for k in _differing(train, prior["train"], defaults)]
+        differ += [f"train.{k}" for k in _differing(train, prior["train"], as_settings(TrainConfig()))]
     if differ:
         raise ConfigError(f"--prior {path} was run with other settings ({', '.join(differ[:6])}), so its runs cannot "
                           "be paired with this preset's; run the preset it was run with")
@@ -229,6 +228,11 @@ def check_prior(prior: dict, cfg, cells: dict, train: dict, path: str) -> list[i
         raise ConfigError(f"--prior {path} has runs of seed {cfg.budget_seed}, the budget pre-flight's (chosen because "
                           "its run rose): a grid seed must be another; drop those records")
     return sorted({*cfg.seeds, *seeds})
+
+
+def as_settings(config) -> dict:
+    """A training config as results.json keeps it: JSON values, paths and the like as strings."""
+    return json.loads(json.dumps(asdict(config), default=str))
 
 
 def _differing(a: dict, b: dict, defaults: dict | None = None, prefix: str = "") -> list[str]:
