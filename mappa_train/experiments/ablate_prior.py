@@ -187,7 +187,10 @@ def check_prior(prior: dict, cfg, cells: dict, train: dict, path: str) -> list[i
     summarises: the preset's and the prior's. `cells`: (condition name, arm name) -> (Condition, Arm) of the
     grid run here; `train`: the preset's resolved training config (ablate.train_settings)."""
     mine, theirs = asdict(cfg), prior["config"]
-    differ = [k for k in mine if k not in FREE and mine[k] != theirs.get(k)]
+    # with the resolved training config at hand, overrides written otherwise (a preset's default moved into the
+    # command line, or out of it) are the same setting when they resolve alike; `train` below compares that
+    free = FREE | ({"overrides"} if "train" in prior else set())
+    differ = [k for k in mine if k not in free and mine[k] != theirs.get(k)]
     differ += [k for k in theirs if k not in mine]  # a field this version does not know
     differ += ["train_config"] * (Path(mine["train_config"]).name != Path(str(theirs.get("train_config"))).name)
     sweep = theirs.get("sweep") if isinstance(theirs.get("sweep"), dict) else {}

@@ -119,6 +119,11 @@ def test_a_prior_of_another_setting_or_outside_the_grid_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"other settings \(train.learner.lr\)"):
         check_prior(edited, cfg, cells, train, "p.json")
     assert check_prior({**good, "train": train}, cfg, cells, train, "p.json") == [0, 3]
+    # a learning rate given on the command line then and set by the preset now: the same resolved setting
+    moved = {**good, "train": train, "config": {**good["config"], "overrides": ["learner.lr=2.5e-5"]}}
+    assert check_prior(moved, cfg, cells, train, "p.json") == [0, 3]
+    with pytest.raises(ConfigError, match=r"other settings \(train.learner.lr\)"):
+        check_prior({**moved, "train": edited["train"]}, cfg, cells, train, "p.json")
     # a prior from before a setting existed ran it at its default: the same setting while it holds that here
     older = {key: value for key, value in train["algo"].items() if key != "whiten_unit"}
     assert check_prior({**good, "train": {**train, "algo": older}}, cfg, cells, train, "p.json") == [0, 3]
