@@ -38,7 +38,8 @@ from mappa_train.config.schema import TrainConfig
 from mappa_train.experiments.ablate_preset import run_dir, start_file
 from mappa_train.experiments.ablate_report import place, run_figures
 
-FREE = {"seeds", "sweep", "coach_noise", "noise_at", "arms", "baseline", "train_config"}  # --arms and co. set them
+FREE = {"seeds", "sweep", "coach_noise", "noise_at", "noise_arms", "arms", "baseline",  # the grid's extent: a cell
+        "train_config"}  # outside it is refused below, one inside is compared setting by setting
 IDENTITY = {"condition", "coach_noise", "arm", "reward", "seed"}  # a record's place in the grid, not its figures
 REPORTS = ("preflight", "budget")  # start/<name>[_<condition>].json
 REPORT_NAME = re.compile(rf"({'|'.join(REPORTS)})(_[A-Za-z0-9.+-]+)?")  # no path separator: it stays in start/

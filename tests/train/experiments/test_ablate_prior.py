@@ -148,6 +148,21 @@ def test_a_prior_of_another_setting_or_outside_the_grid_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="set preflight_episodes"):
         check_prior(_prior(cfg, [_record()], preflight_depth2=PREFLIGHT), cfg, cells, train, "p.json")
 
+def test_which_arms_the_noisy_coaches_train_is_the_grids_extent_not_a_setting(tmp_path):
+    # a noise curve added to a preset after its records were committed: those records still pair, while a
+    # noisy run of an arm the preset no longer crosses with the noisy coaches falls outside the grid
+    cfg, arms = load_ablation(tiny_sweep(tmp_path, seeds=[0], arms={**ARMS, "both": {"reward": "process+outcome"}},
+                                         coach_noise=[0.0, 0.1], noise_at=[2], noise_arms=["process"]))
+    cfg.sweep.values = [2]
+    cells = {(c.name, n): (c, a) for c in conditions(cfg) for n, a in arms_at(cfg, arms, c).items()}
+    train = train_settings(cfg, tmp_path / "out")
+    before = _prior(cfg, [_record()], preflight_depth2=PREFLIGHT)
+    before["config"].update(coach_noise=[0.0], noise_at=[], noise_arms=[])
+    assert check_prior(before, cfg, cells, train, "p.json") == [0, 3]
+    noisy = _record(arm="both", reward="process+outcome", condition="depth2_noise0.1", coach_noise=0.1)
+    with pytest.raises(ConfigError, match=r"outside this grid .*\('depth2_noise0.1', 'both'\)"):
+        check_prior(_prior(cfg, [noisy], preflight_depth2=PREFLIGHT), cfg, cells, train, "p.json")
+
 
 def test_a_budget_prior_needs_its_budget_and_no_run_of_the_budget_seed(tmp_path):
     cfg, cells, train = _grid(tmp_path, budget_gain=0.1)
