@@ -39,10 +39,10 @@ def _record(arm="process", seed=3, **figures) -> dict:
             "auc": 1.0, "final_accuracy": 1.0, **figures}
 
 
-def _grid(tmp_path, **fields):
+def _grid(tmp_path, arms=ARMS, **fields):
     """tiny_sweep's preset at depth 2 (--sweep-values 2), its cells ((condition, arm) -> (Condition, Arm)) and
     resolved training config."""
-    cfg, arms = load_ablation(tiny_sweep(tmp_path, seeds=[0], arms=ARMS, **fields))
+    cfg, arms = load_ablation(tiny_sweep(tmp_path, seeds=[0], arms=arms, **fields))
     cfg.sweep.values = [2]
     cells = {(c.name, n): (c, a) for c in conditions(cfg) for n, a in arms_at(cfg, arms, c).items()}
     return cfg, cells, train_settings(cfg, tmp_path / "out")
@@ -148,14 +148,12 @@ def test_a_prior_of_another_setting_or_outside_the_grid_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="set preflight_episodes"):
         check_prior(_prior(cfg, [_record()], preflight_depth2=PREFLIGHT), cfg, cells, train, "p.json")
 
+
 def test_which_arms_the_noisy_coaches_train_is_the_grids_extent_not_a_setting(tmp_path):
     # a noise curve added to a preset after its records were committed: those records still pair, while a
     # noisy run of an arm the preset no longer crosses with the noisy coaches falls outside the grid
-    cfg, arms = load_ablation(tiny_sweep(tmp_path, seeds=[0], arms={**ARMS, "both": {"reward": "process+outcome"}},
-                                         coach_noise=[0.0, 0.1], noise_at=[2], noise_arms=["process"]))
-    cfg.sweep.values = [2]
-    cells = {(c.name, n): (c, a) for c in conditions(cfg) for n, a in arms_at(cfg, arms, c).items()}
-    train = train_settings(cfg, tmp_path / "out")
+    cfg, cells, train = _grid(tmp_path, arms={**ARMS, "both": {"reward": "process+outcome"}}, coach_noise=[0.0, 0.1],
+                              noise_at=[2], noise_arms=["process"])
     before = _prior(cfg, [_record()], preflight_depth2=PREFLIGHT)
     before["config"].update(coach_noise=[0.0], noise_at=[], noise_arms=[])
     assert check_prior(before, cfg, cells, train, "p.json") == [0, 3]
